@@ -1,0 +1,2 @@
+export { submitJob } from './triggers/submit-job';
+export { runJobStep } from './triggers/run-job-step';

@@ -1,0 +1,28 @@
+// @ts-check
+/** Three layers, each runnable alone with `--selectProjects`: unit, emulator, e2e. */
+const transform = {
+  '^.+\\.(t|j)sx?$': ['@swc/jest', { jsc: { parser: { syntax: 'typescript' }, target: 'es2023' }, module: { type: 'commonjs' } }],
+};
+// p-retry and its dependency ship ESM only; jest's module system needs them as CommonJS.
+const transformIgnorePatterns = ['/node_modules/(?!(p-retry|is-network-error)/)'];
+const shared = { transform, transformIgnorePatterns, testEnvironment: 'node', testTimeout: 60_000 };
+
+/** @type {import('jest').Config} */
+module.exports = {
+  projects: [
+    { ...shared, displayName: 'unit', testMatch: ['<rootDir>/test/unit/**/*.test.ts'] },
+    {
+      ...shared,
+      displayName: 'emulator',
+      testMatch: ['<rootDir>/test/emulator/**/*.test.ts'],
+      globalSetup: '<rootDir>/test/support/firestore-global-setup.ts',
+      globalTeardown: '<rootDir>/test/support/firestore-global-teardown.ts',
+    },
+    {
+      ...shared,
+      displayName: 'e2e',
+      testMatch: ['<rootDir>/test/e2e/**/*.test.ts'],
+      globalSetup: '<rootDir>/test/support/e2e-global-setup.ts',
+    },
+  ],
+};

@@ -1,0 +1,37 @@
+/**
+ * Runs a command under firebase-tools' functions, tasks and auth emulators, with Firestore from the
+ * project's own launcher (firebase-tools cannot start the official Firestore emulator here).
+ */
+import { join } from 'node:path';
+import { startFirestoreEmulator } from './firestore-emulator';
+import { exitCodeOf, spawnGroup, stopGroup } from './processes';
+
+export const REPO_ROOT = join(__dirname, '..', '..');
+export const DEMO_PROJECT_ID = 'demo-phaseline';
+const FIREBASE_BIN = join(REPO_ROOT, 'node_modules', '.bin', 'firebase');
+
+export async function runUnderEmulators(script: string): Promise<number> {
+  const firestore = await startFirestoreEmulator();
+  const env = { ...process.env, CI: 'true', FIRESTORE_EMULATOR_HOST: firestore.host, GCLOUD_PROJECT: DEMO_PROJECT_ID };
+  const child = spawnGroup(
+    FIREBASE_BIN,
+    ['emulators:exec', '--only', 'functions,tasks,auth', '--project', DEMO_PROJECT_ID, script],
+    { cwd: REPO_ROOT, env },
+  );
+  const stopAll = async (): Promise<void> => {
+    await stopGroup(child);
+    await firestore.stop();
+  };
+  const onSignal = (): void => {
+    void stopAll().then(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    return await exitCodeOf(child);
+  } finally {
+    process.removeListener('SIGINT', onSignal);
+    process.removeListener('SIGTERM', onSignal);
+    await stopAll();
+  }
+}
