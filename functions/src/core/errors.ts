@@ -1,0 +1,86 @@
+/**
+ * Retry intent lives in error types with codes, never in message matching.
+ * `retryable` errors requeue the job within its attempt budget; terminal ones fail it at once.
+ */
+export type ErrorCode =
+  | 'retryable'
+  | 'rate_limited'
+  | 'provider_unavailable'
+  | 'timeout'
+  | 'checkpoint_write_failed'
+  | 'terminal'
+  | 'invalid_input'
+  | 'corrupt_checkpoint'
+  | 'ownership_lost'
+  | 'budget_exhausted'
+  | 'internal';
+
+export interface PhaselineErrorOptions {
+  readonly cause?: unknown;
+  /** For retryable errors: the earliest time a retry makes sense, relative to now. */
+  readonly retryAfterMs?: number;
+}
+
+export class PhaselineError extends Error {
+  readonly code: ErrorCode;
+  readonly retryable: boolean;
+  readonly retryAfterMs: number | undefined;
+
+  constructor(code: ErrorCode, retryable: boolean, message: string, options: PhaselineErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.retryable = retryable;
+    this.retryAfterMs = options.retryAfterMs;
+  }
+}
+
+export class RetryableError extends PhaselineError {
+  constructor(message: string, options: PhaselineErrorOptions & { readonly code?: ErrorCode } = {}) {
+    super(options.code ?? 'retryable', true, message, options);
+  }
+}
+
+export class RetryAfterError extends RetryableError {
+  constructor(message: string, retryAfterMs: number, options: PhaselineErrorOptions = {}) {
+    super(message, { ...options, code: 'rate_limited', retryAfterMs });
+  }
+}
+
+export class TerminalError extends PhaselineError {
+  constructor(message: string, options: PhaselineErrorOptions & { readonly code?: ErrorCode } = {}) {
+    super(options.code ?? 'terminal', false, message, options);
+  }
+}
+
+/** The caller no longer holds the claim: a newer owner exists, or the job left `running`. */
+export class OwnershipLostError extends PhaselineError {
+  constructor(message: string) {
+    super('ownership_lost', false, message);
+  }
+}
+
+/** A checkpoint could not be made durable; the step stops and the job is requeued. */
+export class CheckpointWriteError extends RetryableError {
+  constructor(message: string, cause?: unknown) {
+    super(message, { code: 'checkpoint_write_failed', cause });
+  }
+}
+
+/** Stored state failed validation: refused, never trusted. */
+export class CorruptCheckpointError extends TerminalError {
+  constructor(message: string, cause?: unknown) {
+    super(message, { code: 'corrupt_checkpoint', cause });
+  }
+}
+
+/** Classifies anything thrown into a PhaselineError; unknown errors are retryable (transient until proven otherwise). */
+export function toPhaselineError(error: unknown): PhaselineError {
+  if (error instanceof PhaselineError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new RetryableError(message, { code: 'internal', cause: error });
+}
+
+export function describeError(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}

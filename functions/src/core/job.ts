@@ -1,0 +1,89 @@
+/** The job as the core sees it: plain data, times in epoch milliseconds, no Firebase types. */
+export const JOB_STATUSES = ['queued', 'running', 'waiting', 'completed', 'failed', 'cancelled', 'quarantined'] as const;
+export type JobStatus = (typeof JOB_STATUSES)[number];
+
+export const TERMINAL_STATUSES: ReadonlySet<JobStatus> = new Set(['completed', 'failed', 'cancelled', 'quarantined']);
+
+export type JobOutcome = 'complete' | 'partial';
+
+export interface Lease {
+  /** The fencing epoch of the claim that holds this lease. */
+  readonly epoch: number;
+  /** Who holds it, for people reading the document; never used for ownership checks. */
+  readonly worker: string;
+  readonly expiresAtMs: number;
+}
+
+export interface JobError {
+  readonly code: string;
+  readonly message: string;
+  readonly retryable: boolean;
+  readonly atMs: number;
+}
+
+export interface JobWait {
+  /** `decision`: a person must answer; `provider`: a dependency is down and the job resumes by itself. */
+  readonly reason: 'decision' | 'provider';
+  readonly question: string;
+  readonly options: readonly string[];
+  /** When the sweeper requeues the job by itself; null waits for a person, however long. */
+  readonly untilMs: number | null;
+}
+
+export interface FanOutState {
+  readonly phase: string;
+  /** The job epoch the fan-out was started under. */
+  readonly epoch: number;
+  readonly units: number;
+  readonly done: number;
+}
+
+export interface JobRecord {
+  readonly id: string;
+  readonly owner: string;
+  readonly pipeline: string;
+  readonly input: unknown;
+  readonly conversationId: string | null;
+  readonly idempotencyKey: string | null;
+  readonly status: JobStatus;
+  readonly outcome: JobOutcome | null;
+  /** The phase the job was last working on or handed off to: advisory on resume. */
+  readonly phase: string | null;
+  /** Fencing epoch: incremented by every claim. */
+  readonly epoch: number;
+  readonly lease: Lease | null;
+  /** Hand-offs so far; with the epoch and dispatch count it names the next task. */
+  readonly step: number;
+  /** Times the sweeper re-dispatched the current step because its task went missing. */
+  readonly dispatch: number;
+  readonly attempts: number;
+  readonly staleReclaims: number;
+  readonly nextRunAtMs: number;
+  readonly progress: Readonly<Record<string, number>>;
+  readonly cost: Readonly<Record<string, number>>;
+  readonly lastError: JobError | null;
+  readonly waiting: JobWait | null;
+  readonly quarantine: { readonly reason: string; readonly atMs: number } | null;
+  readonly fanout: FanOutState | null;
+  readonly eventSeq: number;
+  readonly createdAtMs: number;
+  readonly updatedAtMs: number;
+  readonly finishedAtMs: number | null;
+}
+
+/** What a task carries. Everything else is read from the job document. */
+export interface StepTask {
+  readonly jobId: string;
+  readonly step: number;
+  /** Set for a fan-out unit's task. */
+  readonly unit?: string;
+}
+
+/** Deterministic, so that enqueuing the same hand-off twice is harmless (Cloud Tasks dedups by name). */
+export function stepTaskId(jobId: string, step: number, dispatch: number): string {
+  return `${jobId}-s${step}-d${dispatch}`;
+}
+
+export function unitTaskId(jobId: string, fanoutEpoch: number, unit: string, dispatch: number): string {
+  return `${jobId}-e${fanoutEpoch}-u${unit.replace(/[^A-Za-z0-9_-]/g, '_')}-d${dispatch}`;
+}

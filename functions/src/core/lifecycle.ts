@@ -1,0 +1,61 @@
+/** Pure decisions about job state changes; the store applies them in transactions. */
+import type { PhaselineError } from './errors';
+import type { JobRecord } from './job';
+import type { EngineOptions } from './options';
+import type { RandomSource } from './clock';
+
+export type ClaimDecision =
+  | { readonly claimable: true }
+  | { readonly claimable: false; readonly reason: string; readonly notYetDueMs?: number };
+
+/** Whether a task for `step` may claim this job now. */
+export function decideClaim(job: JobRecord, step: number, nowMs: number): ClaimDecision {
+  if (job.status !== 'queued') return { claimable: false, reason: `job is ${job.status}` };
+  if (job.step !== step) return { claimable: false, reason: `task is for step ${step}, job is at step ${job.step}` };
+  if (job.nextRunAtMs > nowMs) {
+    return { claimable: false, reason: 'job is backing off', notYetDueMs: job.nextRunAtMs - nowMs };
+  }
+  return { claimable: true };
+}
+
+/** Full-jitter exponential backoff, never sooner than the error's own retry-after. */
+export function backoffDelayMs(attempt: number, options: EngineOptions, random: RandomSource, retryAfterMs = 0): number {
+  const ceilingMs = Math.min(options.backoffMaxSeconds, options.backoffBaseSeconds * 2 ** Math.max(0, attempt - 1)) * 1000;
+  return Math.max(retryAfterMs, Math.floor(random() * ceilingMs));
+}
+
+export type ErrorDecision =
+  | { readonly action: 'requeue'; readonly attempts: number; readonly nextRunAtMs: number }
+  | { readonly action: 'fail'; readonly attempts: number; readonly reason: string };
+
+export function decideAfterError(
+  job: JobRecord,
+  error: PhaselineError,
+  options: EngineOptions,
+  nowMs: number,
+  random: RandomSource,
+): ErrorDecision {
+  const attempts = job.attempts + 1;
+  if (!error.retryable) return { action: 'fail', attempts, reason: `terminal error (${error.code})` };
+  if (attempts >= options.maxAttempts) {
+    return { action: 'fail', attempts, reason: `retry budget spent (${attempts} of ${options.maxAttempts} attempts)` };
+  }
+  return { action: 'requeue', attempts, nextRunAtMs: nowMs + backoffDelayMs(attempts, options, random, error.retryAfterMs) };
+}
+
+export type ExpiredLeaseDecision =
+  | { readonly action: 'requeue'; readonly staleReclaims: number }
+  | { readonly action: 'quarantine'; readonly staleReclaims: number; readonly reason: string };
+
+/** A lease that expired means the worker died or hung: count it, and stop retrying a job that keeps doing it. */
+export function decideExpiredLease(job: JobRecord, options: EngineOptions): ExpiredLeaseDecision {
+  const staleReclaims = job.staleReclaims + 1;
+  if (staleReclaims > options.maxStaleReclaims) {
+    return {
+      action: 'quarantine',
+      staleReclaims,
+      reason: `its lease expired ${staleReclaims} times (limit ${options.maxStaleReclaims}): it keeps killing or hanging its workers`,
+    };
+  }
+  return { action: 'requeue', staleReclaims };
+}

@@ -1,0 +1,46 @@
+/** Every engine setting, with units in the names, resolved once from one defaults object. */
+export interface EngineOptions {
+  readonly leaseSeconds: number;
+  readonly heartbeatSeconds: number;
+  /** Minimum gap between two coalesced progress writes to the job document. */
+  readonly progressFlushMs: number;
+  /** A step stops starting new sections once this much of its time is used. */
+  readonly stepBudgetSeconds: number;
+  /** Caught errors a job may have before it fails. */
+  readonly maxAttempts: number;
+  /** Expired leases a job may have before it is quarantined. */
+  readonly maxStaleReclaims: number;
+  readonly backoffBaseSeconds: number;
+  readonly backoffMaxSeconds: number;
+  /** A queued job whose task has not claimed it this long after nextRunAt is re-dispatched. */
+  readonly lostTaskGraceSeconds: number;
+  /** Documents the sweeper handles per query per run. */
+  readonly sweepBatchSize: number;
+  /** In-call retries of a Firestore write before the step gives up on it. */
+  readonly writeRetries: number;
+}
+
+export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
+  leaseSeconds: 180,
+  heartbeatSeconds: 60,
+  progressFlushMs: 1_000,
+  stepBudgetSeconds: 300,
+  maxAttempts: 5,
+  maxStaleReclaims: 3,
+  backoffBaseSeconds: 5,
+  backoffMaxSeconds: 600,
+  lostTaskGraceSeconds: 120,
+  sweepBatchSize: 200,
+  writeRetries: 3,
+};
+
+export function resolveEngineOptions(overrides: Partial<EngineOptions> = {}): EngineOptions {
+  const options = { ...DEFAULT_ENGINE_OPTIONS, ...overrides };
+  if (options.heartbeatSeconds >= options.leaseSeconds) {
+    throw new Error(`heartbeatSeconds (${options.heartbeatSeconds}) must be shorter than leaseSeconds (${options.leaseSeconds})`);
+  }
+  for (const [name, value] of Object.entries(options)) {
+    if (!Number.isFinite(value) || value < 0) throw new Error(`Engine option ${name} must be a non-negative number, got ${value}`);
+  }
+  return options;
+}

@@ -1,0 +1,140 @@
+/**
+ * How a pipeline is defined: named phases, each with a zod schema for the semantic state it
+ * checkpoints, the phases whose state it needs, and either a `run` for one bounded step or a
+ * fan-out into units that run as separate tasks with their own leases and join exactly once.
+ */
+import type { z } from 'zod';
+import type { Clock, RandomSource } from './clock';
+
+export interface SectionRecord<TData = unknown> {
+  /** The pipeline's own section ID, unique within its phase and unit. */
+  readonly id: string;
+  readonly phase: string;
+  readonly unit: string | null;
+  readonly data: TData;
+  readonly recordedAtMs: number;
+}
+
+export interface StepContext<TInput> {
+  readonly jobId: string;
+  readonly input: TInput;
+  /** Aborted when this worker loses its claim (or the job is cancelled); pass it to every call. */
+  readonly signal: AbortSignal;
+  readonly clock: Clock;
+  readonly random: RandomSource;
+  /** The unit this step runs, inside a fan-out. */
+  readonly unit: string | null;
+  /** Answers a person gave to earlier questions, by question ID. */
+  readonly decisions: Readonly<Record<string, string>>;
+  /** The validated checkpoint of an earlier phase this phase declared in `needs`. */
+  checkpoint<TState>(phase: PhaseDefinition<TInput, TState>): TState;
+  /** Sections already durably recorded by this phase (and unit), in recording order. */
+  sections(): readonly SectionRecord[];
+  /** Makes a finished section durable. Owner-checked; throws if this worker no longer owns the claim. */
+  recordSection(id: string, data: unknown): Promise<void>;
+  /** Absolute progress figures (counts); coalesced into at most about one job write a second. */
+  reportProgress(values: Readonly<Record<string, number>>): void;
+  /** Money or calls spent, as increments; also coalesced. */
+  addCost(increments: Readonly<Record<string, number>>): void;
+  /** Appends a line to the job's timeline with the next coalesced write. */
+  note(kind: string, message: string): void;
+  /** True once most of this step's time budget is used: finish the section at hand, then yield. */
+  shouldYield(): boolean;
+}
+
+export type PhaseOutcome<TState> =
+  | { readonly kind: 'done'; readonly state: TState }
+  /** More to do; what is finished is recorded in sections. A fresh task continues. */
+  | { readonly kind: 'yield' }
+  /** A person must decide (no timeout), or a dependency is down (`untilMs` set: resume by itself). */
+  | {
+      readonly kind: 'wait';
+      readonly questionId: string;
+      readonly question: string;
+      readonly options: readonly string[];
+      readonly reason: 'decision' | 'provider';
+      readonly untilMs?: number;
+    };
+
+export type UnitOutcome<TUnitState> = { readonly kind: 'done'; readonly state: TUnitState } | { readonly kind: 'yield' };
+
+export interface FanOut<TInput, TState, TUnitState> {
+  /** Unit IDs, derived deterministically from earlier checkpoints. */
+  units(context: StepContext<TInput>): readonly string[];
+  readonly unitState: z.ZodType<TUnitState>;
+  runUnit(context: StepContext<TInput>, unit: string): Promise<UnitOutcome<TUnitState>>;
+  /** Combines the finished units into the phase's checkpoint; called once, after the last unit. */
+  join(results: ReadonlyMap<string, TUnitState>, context: StepContext<TInput>): TState;
+}
+
+export interface PhaseDefinition<TInput, TState> {
+  readonly name: string;
+  /** Schema of the checkpoint this phase writes; parsed on write and on every read. */
+  readonly state: z.ZodType<TState>;
+  /** Schema of one recorded section's data, when the phase records sections. */
+  readonly section?: z.ZodType;
+  /** Earlier phases whose checkpoints this one reads. Resume never starts a phase whose needs are missing. */
+  readonly needs?: readonly PhaseDefinition<TInput, unknown>[];
+  run?(context: StepContext<TInput>): Promise<PhaseOutcome<TState>>;
+  readonly fanOut?: FanOut<TInput, TState, unknown>;
+}
+
+export interface PublishedResult {
+  readonly outcome: 'complete' | 'partial';
+  readonly title: string;
+  readonly markdown: string;
+  /** What is missing from a partial result, by name. */
+  readonly missing: readonly string[];
+}
+
+export interface PipelineDefinition<TInput> {
+  readonly name: string;
+  readonly description: string;
+  readonly input: z.ZodType<TInput>;
+  readonly phases: readonly PhaseDefinition<TInput, unknown>[];
+  /** Builds the published answer from the final checkpoints; runs inside the completing step. */
+  publish(context: StepContext<TInput>): PublishedResult;
+}
+
+/** Identity helpers that keep each phase's state type while the pipeline stores them together. */
+export function definePhase<TInput, TState>(phase: PhaseDefinition<TInput, TState>): PhaseDefinition<TInput, TState> {
+  return phase;
+}
+
+export function defineFanOutPhase<TInput, TState, TUnitState>(
+  phase: Omit<PhaseDefinition<TInput, TState>, 'run' | 'fanOut'> & { readonly fanOut: FanOut<TInput, TState, TUnitState> },
+): PhaseDefinition<TInput, TState> {
+  return phase as PhaseDefinition<TInput, TState>;
+}
+
+export function definePipeline<TInput>(pipeline: PipelineDefinition<TInput>): PipelineDefinition<TInput> {
+  const names = new Set<string>();
+  for (const phase of pipeline.phases) {
+    if (names.has(phase.name)) throw new Error(`Pipeline ${pipeline.name}: phase ${phase.name} is defined twice`);
+    if (!/^[a-z][a-z0-9-]*$/.test(phase.name)) throw new Error(`Pipeline ${pipeline.name}: phase name ${phase.name} must be kebab-case`);
+    if ((phase.run === undefined) === (phase.fanOut === undefined)) {
+      throw new Error(`Pipeline ${pipeline.name}: phase ${phase.name} needs exactly one of run or fanOut`);
+    }
+    for (const need of phase.needs ?? []) {
+      if (!names.has(need.name)) throw new Error(`Pipeline ${pipeline.name}: phase ${phase.name} needs ${need.name}, which does not come before it`);
+    }
+    names.add(phase.name);
+  }
+  return pipeline;
+}
+
+/** Pipelines by name; the submit endpoint validates input against the named one. */
+export type PipelineRegistry = ReadonlyMap<string, PipelineDefinition<unknown>>;
+
+export function pipelineRegistry(...pipelines: PipelineDefinition<never>[]): PipelineRegistry {
+  return new Map(pipelines.map((pipeline) => [pipeline.name, pipeline as unknown as PipelineDefinition<unknown>]));
+}
+
+/**
+ * The phase to run: the earliest one without a valid checkpoint. The phase named in the job
+ * document is only a hint; stored state decides, so a missing or refused checkpoint is redone.
+ */
+export function resumePhaseIndex<TInput>(pipeline: PipelineDefinition<TInput>, validCheckpoints: ReadonlySet<string>): number {
+  const index = pipeline.phases.findIndex((phase) => !validCheckpoints.has(phase.name));
+  return index === -1 ? pipeline.phases.length : index;
+}

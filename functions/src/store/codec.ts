@@ -1,0 +1,208 @@
+/**
+ * Job and unit documents <-> core records. Every read is zod-parsed: a document that does not
+ * have the shape the engine wrote is refused, never half-trusted.
+ */
+import { Timestamp, type DocumentData } from 'firebase-admin/firestore';
+import { z } from 'zod';
+import { CorruptCheckpointError } from '../core/errors';
+import { JOB_STATUSES, type JobRecord, type Lease } from '../core/job';
+
+const millis = z.instanceof(Timestamp).transform((value) => value.toMillis());
+const counts = z.record(z.string(), z.number());
+
+const leaseSchema = z.object({ epoch: z.number().int(), worker: z.string(), expiresAt: millis });
+
+const jobDocumentSchema = z.object({
+  owner: z.string(),
+  pipeline: z.string(),
+  input: z.unknown(),
+  conversationId: z.string().nullable(),
+  idempotencyKey: z.string().nullable(),
+  status: z.enum(JOB_STATUSES),
+  outcome: z.enum(['complete', 'partial']).nullable(),
+  phase: z.string().nullable(),
+  epoch: z.number().int().nonnegative(),
+  lease: leaseSchema.nullable(),
+  step: z.number().int().nonnegative(),
+  dispatch: z.number().int().nonnegative(),
+  attempts: z.number().int().nonnegative(),
+  staleReclaims: z.number().int().nonnegative(),
+  nextRunAt: millis,
+  progress: counts,
+  cost: counts,
+  lastError: z.object({ code: z.string(), message: z.string(), retryable: z.boolean(), at: millis }).nullable(),
+  waiting: z
+    .object({
+      reason: z.enum(['decision', 'provider']),
+      question: z.string(),
+      options: z.array(z.string()),
+      until: millis.nullable(),
+    })
+    .nullable(),
+  quarantine: z.object({ reason: z.string(), at: millis }).nullable(),
+  fanout: z.object({ phase: z.string(), epoch: z.number().int(), units: z.number().int(), done: z.number().int() }).nullable(),
+  eventSeq: z.number().int().nonnegative(),
+  createdAt: millis,
+  updatedAt: millis,
+  finishedAt: millis.nullable(),
+});
+
+const ts = (ms: number): Timestamp => Timestamp.fromMillis(ms);
+const tsOrNull = (ms: number | null): Timestamp | null => (ms === null ? null : ts(ms));
+
+export function decodeJob(id: string, data: DocumentData | undefined): JobRecord {
+  const parsed = jobDocumentSchema.safeParse(data);
+  if (!parsed.success) throw new CorruptCheckpointError(`Job ${id} has a malformed document: ${z.prettifyError(parsed.error)}`);
+  const doc = parsed.data;
+  return {
+    id,
+    owner: doc.owner,
+    pipeline: doc.pipeline,
+    input: doc.input,
+    conversationId: doc.conversationId,
+    idempotencyKey: doc.idempotencyKey,
+    status: doc.status,
+    outcome: doc.outcome,
+    phase: doc.phase,
+    epoch: doc.epoch,
+    lease: doc.lease && { epoch: doc.lease.epoch, worker: doc.lease.worker, expiresAtMs: doc.lease.expiresAt },
+    step: doc.step,
+    dispatch: doc.dispatch,
+    attempts: doc.attempts,
+    staleReclaims: doc.staleReclaims,
+    nextRunAtMs: doc.nextRunAt,
+    progress: doc.progress,
+    cost: doc.cost,
+    lastError: doc.lastError && { code: doc.lastError.code, message: doc.lastError.message, retryable: doc.lastError.retryable, atMs: doc.lastError.at },
+    waiting: doc.waiting && { reason: doc.waiting.reason, question: doc.waiting.question, options: doc.waiting.options, untilMs: doc.waiting.until },
+    quarantine: doc.quarantine && { reason: doc.quarantine.reason, atMs: doc.quarantine.at },
+    fanout: doc.fanout,
+    eventSeq: doc.eventSeq,
+    createdAtMs: doc.createdAt,
+    updatedAtMs: doc.updatedAt,
+    finishedAtMs: doc.finishedAt,
+  };
+}
+
+const encodeLease = (lease: Lease | null) => lease && { epoch: lease.epoch, worker: lease.worker, expiresAt: ts(lease.expiresAtMs) };
+
+export function encodeJob(job: JobRecord): DocumentData {
+  return {
+    owner: job.owner,
+    pipeline: job.pipeline,
+    input: job.input,
+    conversationId: job.conversationId,
+    idempotencyKey: job.idempotencyKey,
+    status: job.status,
+    outcome: job.outcome,
+    phase: job.phase,
+    epoch: job.epoch,
+    lease: encodeLease(job.lease),
+    step: job.step,
+    dispatch: job.dispatch,
+    attempts: job.attempts,
+    staleReclaims: job.staleReclaims,
+    nextRunAt: ts(job.nextRunAtMs),
+    progress: job.progress,
+    cost: job.cost,
+    lastError: job.lastError && { code: job.lastError.code, message: job.lastError.message, retryable: job.lastError.retryable, at: ts(job.lastError.atMs) },
+    waiting: job.waiting && { reason: job.waiting.reason, question: job.waiting.question, options: job.waiting.options, until: tsOrNull(job.waiting.untilMs) },
+    quarantine: job.quarantine && { reason: job.quarantine.reason, at: ts(job.quarantine.atMs) },
+    fanout: job.fanout,
+    eventSeq: job.eventSeq,
+    createdAt: ts(job.createdAtMs),
+    updatedAt: ts(job.updatedAtMs),
+    finishedAt: tsOrNull(job.finishedAtMs),
+  };
+}
+
+export const UNIT_STATUSES = ['queued', 'running', 'done'] as const;
+export type UnitStatus = (typeof UNIT_STATUSES)[number];
+
+export interface UnitRecord {
+  readonly jobId: string;
+  readonly unit: string;
+  readonly phase: string;
+  /** The job epoch of the fan-out this unit belongs to. */
+  readonly fanoutEpoch: number;
+  readonly status: UnitStatus;
+  readonly epoch: number;
+  readonly lease: Lease | null;
+  readonly step: number;
+  readonly dispatch: number;
+  readonly attempts: number;
+  readonly staleReclaims: number;
+  readonly nextRunAtMs: number;
+  readonly progress: Readonly<Record<string, number>>;
+  readonly cost: Readonly<Record<string, number>>;
+  readonly result: unknown;
+  readonly lastError: { readonly code: string; readonly message: string; readonly atMs: number } | null;
+  readonly updatedAtMs: number;
+}
+
+const unitDocumentSchema = z.object({
+  jobId: z.string(),
+  unit: z.string(),
+  phase: z.string(),
+  fanoutEpoch: z.number().int(),
+  status: z.enum(UNIT_STATUSES),
+  epoch: z.number().int().nonnegative(),
+  lease: leaseSchema.nullable(),
+  step: z.number().int().nonnegative(),
+  dispatch: z.number().int().nonnegative(),
+  attempts: z.number().int().nonnegative(),
+  staleReclaims: z.number().int().nonnegative(),
+  nextRunAt: millis,
+  progress: counts,
+  cost: counts,
+  result: z.unknown(),
+  lastError: z.object({ code: z.string(), message: z.string(), at: millis }).nullable(),
+  updatedAt: millis,
+});
+
+export function decodeUnit(path: string, data: DocumentData | undefined): UnitRecord {
+  const parsed = unitDocumentSchema.safeParse(data);
+  if (!parsed.success) throw new CorruptCheckpointError(`Unit ${path} has a malformed document: ${z.prettifyError(parsed.error)}`);
+  const doc = parsed.data;
+  return {
+    jobId: doc.jobId,
+    unit: doc.unit,
+    phase: doc.phase,
+    fanoutEpoch: doc.fanoutEpoch,
+    status: doc.status,
+    epoch: doc.epoch,
+    lease: doc.lease && { epoch: doc.lease.epoch, worker: doc.lease.worker, expiresAtMs: doc.lease.expiresAt },
+    step: doc.step,
+    dispatch: doc.dispatch,
+    attempts: doc.attempts,
+    staleReclaims: doc.staleReclaims,
+    nextRunAtMs: doc.nextRunAt,
+    progress: doc.progress,
+    cost: doc.cost,
+    result: doc.result ?? null,
+    lastError: doc.lastError && { code: doc.lastError.code, message: doc.lastError.message, atMs: doc.lastError.at },
+    updatedAtMs: doc.updatedAt,
+  };
+}
+
+export function encodeUnit(unit: UnitRecord): DocumentData {
+  return {
+    jobId: unit.jobId,
+    unit: unit.unit,
+    phase: unit.phase,
+    fanoutEpoch: unit.fanoutEpoch,
+    status: unit.status,
+    epoch: unit.epoch,
+    lease: encodeLease(unit.lease),
+    step: unit.step,
+    dispatch: unit.dispatch,
+    attempts: unit.attempts,
+    staleReclaims: unit.staleReclaims,
+    nextRunAt: ts(unit.nextRunAtMs),
+    progress: unit.progress,
+    cost: unit.cost,
+    result: unit.result ?? null,
+    lastError: unit.lastError && { code: unit.lastError.code, message: unit.lastError.message, at: ts(unit.lastError.atMs) },
+    updatedAt: ts(unit.updatedAtMs),
+  };
+}

@@ -1,0 +1,305 @@
+/**
+ * Every durable state change of a job, each one Firestore transaction. Writes made on behalf of a
+ * claim prove ownership inside the transaction: status `running`, the claim's fencing epoch equal
+ * to the stored one, and the update conditioned on the document's update time as read.
+ */
+import { createHash } from 'node:crypto';
+import type { DocumentReference, DocumentSnapshot, Firestore, Transaction } from 'firebase-admin/firestore';
+import pRetry, { AbortError } from 'p-retry';
+import type { Clock } from '../core/clock';
+import { CheckpointWriteError, OwnershipLostError, PhaselineError } from '../core/errors';
+import type { JobRecord } from '../core/job';
+import type { EngineOptions } from '../core/options';
+import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from './codec';
+import { checkpointPath, eventPath, jobPath, JOBS, unitPath } from './paths';
+
+export interface JobClaim {
+  readonly jobId: string;
+  readonly epoch: number;
+}
+
+export interface UnitClaim {
+  readonly jobId: string;
+  readonly unit: string;
+  readonly epoch: number;
+  readonly fanoutEpoch: number;
+}
+
+export interface EventDraft {
+  readonly kind: string;
+  readonly message: string;
+  readonly unit?: string;
+}
+
+export interface NewJob {
+  readonly owner: string;
+  readonly pipeline: string;
+  readonly input: unknown;
+  readonly conversationId: string | null;
+  readonly idempotencyKey: string | null;
+}
+
+export type CreateJobResult =
+  | { readonly created: boolean; readonly job: JobRecord }
+  /** The same owner reused an Idempotency-Key for a different request. */
+  | { readonly conflict: true; readonly job: JobRecord };
+
+/** gRPC codes worth retrying a write for: aborted, deadline exceeded, resource exhausted, unavailable. */
+const TRANSIENT_GRPC_CODES = new Set([4, 8, 10, 14]);
+
+export function isTransientFirestoreError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'number' && TRANSIENT_GRPC_CODES.has(code);
+}
+
+export function isAlreadyExists(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === 6;
+}
+
+/** The job ID an idempotency key maps to: the same owner and key always name the same job. */
+export function jobIdForIdempotencyKey(owner: string, key: string): string {
+  return `k${createHash('sha256').update(`${owner}\n${key}`).digest('hex').slice(0, 27)}`;
+}
+
+function requestFingerprint(job: NewJob): string {
+  return createHash('sha256').update(JSON.stringify([job.pipeline, job.input, job.conversationId])).digest('hex');
+}
+
+export function holdsClaim(job: JobRecord, claim: JobClaim): boolean {
+  return job.status === 'running' && job.epoch === claim.epoch && job.lease?.epoch === claim.epoch;
+}
+
+export function holdsUnitClaim(job: JobRecord, unit: UnitRecord, claim: UnitClaim): boolean {
+  return (
+    job.status === 'running' &&
+    job.fanout?.epoch === claim.fanoutEpoch &&
+    unit.fanoutEpoch === claim.fanoutEpoch &&
+    unit.status === 'running' &&
+    unit.epoch === claim.epoch &&
+    unit.lease?.epoch === claim.epoch
+  );
+}
+
+export interface JobTransaction {
+  readonly tx: Transaction;
+  readonly job: JobRecord;
+  readonly snapshot: DocumentSnapshot;
+}
+
+export class JobStore {
+  constructor(
+    readonly db: Firestore,
+    readonly clock: Clock,
+    readonly options: EngineOptions,
+  ) {}
+
+  jobRef(jobId: string): DocumentReference {
+    return this.db.doc(jobPath(jobId));
+  }
+
+  unitRef(jobId: string, unit: string): DocumentReference {
+    return this.db.doc(unitPath(jobId, unit));
+  }
+
+  async read(jobId: string): Promise<JobRecord | null> {
+    const snapshot = await this.jobRef(jobId).get();
+    return snapshot.exists ? decodeJob(jobId, snapshot.data()) : null;
+  }
+
+  /**
+   * Writes a new queued job. With an idempotency key the job ID is derived from owner and key,
+   * so a repeated submit finds the same job instead of making a second one.
+   */
+  async createJob(request: NewJob): Promise<CreateJobResult> {
+    const nowMs = this.clock.now();
+    const ref = request.idempotencyKey
+      ? this.jobRef(jobIdForIdempotencyKey(request.owner, request.idempotencyKey))
+      : this.db.collection(JOBS).doc();
+    const fingerprint = requestFingerprint(request);
+    return this.db.runTransaction(async (tx) => {
+      const snapshot = await tx.get(ref);
+      if (snapshot.exists) {
+        const existing = decodeJob(ref.id, snapshot.data());
+        if (snapshot.get('requestFingerprint') !== fingerprint) return { conflict: true as const, job: existing };
+        return { created: false, job: existing };
+      }
+      const job: JobRecord = {
+        id: ref.id,
+        owner: request.owner,
+        pipeline: request.pipeline,
+        input: request.input,
+        conversationId: request.conversationId,
+        idempotencyKey: request.idempotencyKey,
+        status: 'queued',
+        outcome: null,
+        phase: null,
+        epoch: 0,
+        lease: null,
+        step: 0,
+        dispatch: 0,
+        attempts: 0,
+        staleReclaims: 0,
+        nextRunAtMs: nowMs,
+        progress: {},
+        cost: {},
+        lastError: null,
+        waiting: null,
+        quarantine: null,
+        fanout: null,
+        eventSeq: 1,
+        createdAtMs: nowMs,
+        updatedAtMs: nowMs,
+        finishedAtMs: null,
+      };
+      tx.create(ref, { ...encodeJob(job), requestFingerprint: fingerprint });
+      tx.create(this.db.doc(eventPath(ref.id, eventId(1))), eventDocument(job, { kind: 'submitted', message: `Submitted to ${job.pipeline}` }, nowMs));
+      if (request.conversationId) {
+        // The conversation records its owner so that security rules can let only them read its messages.
+        const conversation = this.db.doc(`conversations/${request.conversationId}`);
+        const existing = await tx.get(conversation);
+        if (existing.exists && existing.get('owner') !== request.owner) {
+          throw new PhaselineError('invalid_input', false, 'That conversation belongs to someone else.');
+        }
+        if (!existing.exists) tx.create(conversation, { owner: request.owner, createdAtMs: nowMs });
+      }
+      return { created: true, job };
+    });
+  }
+
+  /**
+   * Runs `body` in a transaction on the job document and commits the record it returns, with the
+   * events it lists. `check` decides whether the caller may write at all; a refusal is an
+   * OwnershipLostError and nothing is written. Transient Firestore failures are retried a few
+   * times; after that the write is a CheckpointWriteError (never swallowed).
+   */
+  async transact<T>(
+    jobId: string,
+    check: (job: JobRecord) => string | null,
+    body: (context: JobTransaction) => Promise<{ next?: JobRecord; events?: readonly EventDraft[]; value: T }>,
+  ): Promise<T> {
+    const ref = this.jobRef(jobId);
+    return this.retryingWrite(`job ${jobId}`, () =>
+      this.db.runTransaction(async (tx) => {
+        const snapshot = await tx.get(ref);
+        if (!snapshot.exists) throw new OwnershipLostError(`Job ${jobId} does not exist`);
+        const job = decodeJob(jobId, snapshot.data());
+        const refusal = check(job);
+        if (refusal !== null) throw new OwnershipLostError(refusal);
+        const { next, events = [], value } = await body({ tx, job, snapshot });
+        if (next) this.commitJob(tx, snapshot, job, next, events);
+        return value;
+      }),
+    );
+  }
+
+  /** Owner-checked transaction for the holder of a job claim. */
+  async asOwner<T>(
+    claim: JobClaim,
+    body: (context: JobTransaction) => Promise<{ next?: JobRecord; events?: readonly EventDraft[]; value: T }>,
+  ): Promise<T> {
+    return this.transact(
+      claim.jobId,
+      (job) => (holdsClaim(job, claim) ? null : `Claim epoch ${claim.epoch} no longer owns job ${claim.jobId} (status ${job.status}, epoch ${job.epoch})`),
+      body,
+    );
+  }
+
+  /** Owner-checked transaction for the holder of a unit claim: the unit and its job are both read and checked. */
+  async asUnitOwner<T>(
+    claim: UnitClaim,
+    body: (context: JobTransaction & { unit: UnitRecord; unitSnapshot: DocumentSnapshot }) => Promise<{
+      next?: JobRecord;
+      nextUnit?: UnitRecord;
+      events?: readonly EventDraft[];
+      value: T;
+    }>,
+  ): Promise<T> {
+    const jobRef = this.jobRef(claim.jobId);
+    const unitRef = this.unitRef(claim.jobId, claim.unit);
+    return this.retryingWrite(`unit ${claim.jobId}/${claim.unit}`, () =>
+      this.db.runTransaction(async (tx) => {
+        const [snapshot, unitSnapshot] = await tx.getAll(jobRef, unitRef);
+        if (!snapshot?.exists || !unitSnapshot?.exists) throw new OwnershipLostError(`Unit ${claim.jobId}/${claim.unit} does not exist`);
+        const job = decodeJob(claim.jobId, snapshot.data());
+        const unit = decodeUnit(unitRef.path, unitSnapshot.data());
+        if (!holdsUnitClaim(job, unit, claim)) {
+          throw new OwnershipLostError(`Unit claim epoch ${claim.epoch} no longer owns ${claim.jobId}/${claim.unit} (unit ${unit.status}, epoch ${unit.epoch}; job ${job.status})`);
+        }
+        const { next, nextUnit, events = [], value } = await body({ tx, job, snapshot, unit, unitSnapshot });
+        if (nextUnit) this.commitUnit(tx, unitSnapshot, nextUnit);
+        if (next) this.commitJob(tx, snapshot, job, next, events.map((event) => ({ ...event, unit: claim.unit })));
+        else if (events.length > 0) this.writeUnitEvents(tx, job, unit, events);
+        return value;
+      }),
+    );
+  }
+
+  /** Writes the next job record, conditioned on the update time read, with its timeline events. */
+  commitJob(tx: Transaction, snapshot: DocumentSnapshot, current: JobRecord, next: JobRecord, events: readonly EventDraft[]): void {
+    const nowMs = this.clock.now();
+    let seq = current.eventSeq;
+    for (const event of events) {
+      seq += 1;
+      tx.set(this.db.doc(eventPath(current.id, eventId(seq))), eventDocument(next, event, nowMs));
+    }
+    const record: JobRecord = { ...next, eventSeq: seq, updatedAtMs: nowMs };
+    if (!snapshot.updateTime) throw new Error(`Job ${current.id}: snapshot without an update time`);
+    tx.update(snapshot.ref, encodeJob(record), { lastUpdateTime: snapshot.updateTime });
+  }
+
+  commitUnit(tx: Transaction, snapshot: DocumentSnapshot, next: UnitRecord): void {
+    if (!snapshot.updateTime) throw new Error(`Unit ${snapshot.ref.path}: snapshot without an update time`);
+    tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }), { lastUpdateTime: snapshot.updateTime });
+  }
+
+  /** Unit events go under the job without touching the hot job document. */
+  private writeUnitEvents(tx: Transaction, job: JobRecord, unit: UnitRecord, events: readonly EventDraft[]): void {
+    const nowMs = this.clock.now();
+    events.forEach((event, index) => {
+      const id = `u-${unit.unit}-${String(unit.epoch).padStart(4, '0')}-${String(nowMs).padStart(14, '0')}-${index}`;
+      tx.set(this.db.doc(eventPath(job.id, id)), eventDocument(job, { ...event, unit: unit.unit }, nowMs));
+    });
+  }
+
+  checkpointRef(jobId: string, phase: string): DocumentReference {
+    return this.db.doc(checkpointPath(jobId, phase));
+  }
+
+  /** Retries transient failures; ownership and validation errors go straight through. */
+  async retryingWrite<T>(what: string, write: () => Promise<T>): Promise<T> {
+    try {
+      return await pRetry(
+        async () => {
+          try {
+            return await write();
+          } catch (error) {
+            if (isTransientFirestoreError(error)) throw error;
+            throw new AbortError(error instanceof Error ? error : new Error(String(error)));
+          }
+        },
+        { retries: this.options.writeRetries, minTimeout: 50, maxTimeout: 1_000, factor: 3, randomize: true },
+      );
+    } catch (error) {
+      if (error instanceof PhaselineError) throw error;
+      if (isTransientFirestoreError(error)) throw new CheckpointWriteError(`Writing ${what} failed after ${this.options.writeRetries + 1} tries`, error);
+      throw error;
+    }
+  }
+}
+
+export function eventId(seq: number): string {
+  return `j${String(seq).padStart(8, '0')}`;
+}
+
+function eventDocument(job: JobRecord, event: EventDraft, nowMs: number) {
+  return {
+    kind: event.kind,
+    message: event.message,
+    unit: event.unit ?? null,
+    epoch: job.epoch,
+    status: job.status,
+    phase: job.phase,
+    atMs: nowMs,
+  };
+}
+

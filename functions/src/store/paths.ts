@@ -1,0 +1,17 @@
+/** Every Firestore path the engine uses, in one place. */
+export const JOBS = 'jobs';
+export const jobPath = (jobId: string): string => `${JOBS}/${jobId}`;
+export const unitPath = (jobId: string, unit: string): string => `${JOBS}/${jobId}/units/${unit}`;
+export const checkpointPath = (jobId: string, phase: string): string => `${JOBS}/${jobId}/checkpoints/${phase}`;
+export const sectionPath = (jobId: string, sectionKey: string): string => `${JOBS}/${jobId}/sections/${sectionKey}`;
+export const eventPath = (jobId: string, eventId: string): string => `${JOBS}/${jobId}/events/${eventId}`;
+export const resultPath = (jobId: string): string => `${JOBS}/${jobId}/results/final`;
+export const conversationPath = (conversationId: string): string => `conversations/${conversationId}`;
+export const messagePath = (conversationId: string, jobId: string): string => `conversations/${conversationId}/messages/${jobId}`;
+/** Task payloads that could not be understood: recorded for a person, acknowledged to Cloud Tasks. */
+export const REJECTED_TASKS = 'rejectedTasks';
+
+/** Section documents are keyed by phase, unit and the pipeline's own ID, so IDs never collide across them. */
+export function sectionKey(phase: string, unit: string | null, id: string): string {
+  return [phase, unit ?? '-', id].map((part) => part.replace(/[/]/g, '_')).join('~');
+}
