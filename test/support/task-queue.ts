@@ -11,6 +11,8 @@ export interface RecordedTask {
 export class RecordingTaskQueue implements TaskQueuePort {
   readonly tasks: RecordedTask[] = [];
   readonly duplicates: string[] = [];
+  /** Every ID ever accepted: Cloud Tasks keeps rejecting a name after its task has run. */
+  private readonly seen = new Set<string>();
   /** Set to make the next enqueue calls fail, as a lost connection to Cloud Tasks would. */
   failNext = 0;
 
@@ -19,10 +21,11 @@ export class RecordingTaskQueue implements TaskQueuePort {
       this.failNext -= 1;
       return Promise.reject(new Error('Cloud Tasks unavailable (injected)'));
     }
-    if (this.tasks.some((recorded) => recorded.id === options.id)) {
+    if (this.seen.has(options.id)) {
       this.duplicates.push(options.id);
       return Promise.resolve();
     }
+    this.seen.add(options.id);
     this.tasks.push({ id: options.id, task, delaySeconds: options.delaySeconds ?? 0 });
     return Promise.resolve();
   }
