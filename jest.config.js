@@ -5,10 +5,12 @@ const transform = {
 };
 // p-retry and its dependency ship ESM only; jest's module system needs them as CommonJS.
 const transformIgnorePatterns = ['/node_modules/(?!(p-retry|is-network-error)/)'];
-const shared = { transform, transformIgnorePatterns, testEnvironment: 'node', testTimeout: 60_000 };
+const shared = { transform, transformIgnorePatterns, testEnvironment: 'node' };
 
 /** @type {import('jest').Config} */
 module.exports = {
+  // The emulator layers make real round trips; contended transactions back off for seconds.
+  testTimeout: 60_000,
   projects: [
     { ...shared, displayName: 'unit', testMatch: ['<rootDir>/test/unit/**/*.test.ts'] },
     {

@@ -12,6 +12,8 @@ export interface SectionRecord<TData = unknown> {
   readonly phase: string;
   readonly unit: string | null;
   readonly data: TData;
+  /** Order of recording within the phase and unit. */
+  readonly seq: number;
   readonly recordedAtMs: number;
 }
 
@@ -126,8 +128,9 @@ export function definePipeline<TInput>(pipeline: PipelineDefinition<TInput>): Pi
 /** Pipelines by name; the submit endpoint validates input against the named one. */
 export type PipelineRegistry = ReadonlyMap<string, PipelineDefinition<unknown>>;
 
-export function pipelineRegistry(...pipelines: PipelineDefinition<never>[]): PipelineRegistry {
-  return new Map(pipelines.map((pipeline) => [pipeline.name, pipeline as unknown as PipelineDefinition<unknown>]));
+export function pipelineRegistry<TInputs extends readonly unknown[]>(...pipelines: { readonly [K in keyof TInputs]: PipelineDefinition<TInputs[K]> }): PipelineRegistry {
+  // Each pipeline parses its own input before any phase sees it, so erasing the input type here is safe.
+  return new Map(pipelines.map((pipeline) => [pipeline.name, pipeline as PipelineDefinition<unknown>]));
 }
 
 /**

@@ -1,7 +1,42 @@
-import { FieldValue } from 'firebase-admin/firestore';
+import { logger } from 'firebase-functions';
 import { onTaskDispatched } from 'firebase-functions/v2/tasks';
-import { firestore } from './admin';
+import { systemClock } from '../core/clock';
+import { runStep, type RunnerDeps } from '../engine/runner';
+import { pipelines } from '../pipelines';
+import { cloudTasksQueue } from '../store/cloud-tasks-queue';
+import { JobStore } from '../store/job-store';
+import { adminApp, firestore } from './admin';
+import { engineOptionsFromEnv } from './config';
 
-export const runJobStep = onTaskDispatched<{ jobId: string }>({ retryConfig: { maxAttempts: 5 } }, async (request) => {
-  await firestore().doc(`jobs/${request.data.jobId}`).update({ status: 'completed', finishedAt: FieldValue.serverTimestamp() });
-});
+let deps: RunnerDeps | undefined;
+function runnerDeps(): RunnerDeps {
+  deps ??= {
+    store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
+    queue: cloudTasksQueue(adminApp()),
+    pipelines,
+    random: Math.random,
+    log: (message, detail) => logger.info(message, detail),
+  };
+  return deps;
+}
+
+/**
+ * One task, one bounded step. Cloud Tasks retries every non-2xx answer, so every outcome that
+ * should not be redelivered (done, handed off, not claimable, malformed, failed) returns normally.
+ */
+export const runJobStep = onTaskDispatched<unknown>(
+  {
+    retryConfig: { maxAttempts: 20, minBackoffSeconds: 2, maxBackoffSeconds: 300, maxDoublings: 8 },
+    rateLimits: { maxConcurrentDispatches: 100, maxDispatchesPerSecond: 50 },
+    timeoutSeconds: 540,
+    memory: '512MiB',
+  },
+  async (request) => {
+    const outcome = await runStep(runnerDeps(), request.data);
+    logger.info('step finished', { outcome, task: request.data, retryCount: request.retryCount });
+    if (outcome.kind === 'not-yet-due') {
+      // The only wanted redelivery: the job is backing off and this task came early.
+      throw new Error(`Job is backing off for another ${Math.ceil(outcome.retryAfterMs / 1000)} s; redeliver later`);
+    }
+  },
+);

@@ -1,0 +1,78 @@
+/**
+ * Reading and writing semantic state: phase checkpoints and finished sections. Everything read is
+ * validated against the pipeline's schemas; what fails is refused (and named), never trusted.
+ */
+import type { Firestore } from 'firebase-admin/firestore';
+import { z } from 'zod';
+import type { PhaseDefinition, PipelineDefinition, SectionRecord } from '../core/pipeline';
+import { JOBS } from '../store/paths';
+
+export interface LoadedCheckpoints {
+  readonly states: ReadonlyMap<string, unknown>;
+  /** Phases whose stored checkpoint failed validation, with why. */
+  readonly refused: readonly { readonly phase: string; readonly reason: string }[];
+}
+
+const checkpointDocument = z.object({ phase: z.string(), state: z.unknown(), epoch: z.number(), recordedAtMs: z.number() });
+const sectionDocument = z.object({
+  id: z.string(),
+  phase: z.string(),
+  unit: z.string().nullable(),
+  data: z.unknown(),
+  seq: z.number().int().nonnegative(),
+  epoch: z.number(),
+  recordedAtMs: z.number(),
+});
+
+export async function loadCheckpoints(db: Firestore, jobId: string, pipeline: PipelineDefinition<unknown>): Promise<LoadedCheckpoints> {
+  const snapshot = await db.collection(`${JOBS}/${jobId}/checkpoints`).get();
+  const states = new Map<string, unknown>();
+  const refused: { phase: string; reason: string }[] = [];
+  const phases = new Map(pipeline.phases.map((phase) => [phase.name, phase]));
+  for (const doc of snapshot.docs) {
+    const phase = phases.get(doc.id);
+    if (!phase) continue; // a phase the pipeline no longer has
+    const envelope = checkpointDocument.safeParse(doc.data());
+    const parsed = envelope.success ? phase.state.safeParse(envelope.data.state) : envelope;
+    if (parsed.success) states.set(phase.name, parsed.data);
+    else refused.push({ phase: phase.name, reason: z.prettifyError(parsed.error) });
+  }
+  return { states, refused };
+}
+
+export function checkpointDocumentFor(phase: PhaseDefinition<unknown, unknown>, state: unknown, epoch: number, nowMs: number) {
+  return { phase: phase.name, state: phase.state.parse(state), epoch, recordedAtMs: nowMs };
+}
+
+export interface LoadedSections {
+  readonly sections: SectionRecord[];
+  readonly refused: readonly { readonly id: string; readonly reason: string }[];
+}
+
+/** The sections a phase (and unit) recorded, oldest first. One equality filter: no composite index needed. */
+export async function loadSections(
+  db: Firestore,
+  jobId: string,
+  phase: PhaseDefinition<unknown, unknown>,
+  unit: string | null,
+): Promise<LoadedSections> {
+  const snapshot = await db.collection(`${JOBS}/${jobId}/sections`).where('phase', '==', phase.name).get();
+  const sections: SectionRecord[] = [];
+  const refused: { id: string; reason: string }[] = [];
+  for (const doc of snapshot.docs) {
+    const envelope = sectionDocument.safeParse(doc.data());
+    if (!envelope.success) {
+      refused.push({ id: doc.id, reason: z.prettifyError(envelope.error) });
+      continue;
+    }
+    if (envelope.data.unit !== unit) continue;
+    const data = phase.section ? phase.section.safeParse(envelope.data.data) : { success: true as const, data: envelope.data.data };
+    if (!data.success) {
+      refused.push({ id: envelope.data.id, reason: z.prettifyError(data.error) });
+      continue;
+    }
+    sections.push({ id: envelope.data.id, phase: phase.name, unit, data: data.data, seq: envelope.data.seq, recordedAtMs: envelope.data.recordedAtMs });
+  }
+  sections.sort((a, b) => a.seq - b.seq || a.recordedAtMs - b.recordedAtMs);
+  return { sections, refused };
+}

@@ -1,0 +1,62 @@
+/** The StepContext a phase or unit sees, built over the flusher and an owner-checked section writer. */
+import type { Clock, RandomSource } from '../core/clock';
+import type { CoalescingFlusher } from '../core/flusher';
+import type { PhaseDefinition, SectionRecord, StepContext } from '../core/pipeline';
+
+export interface ContextParts<TInput> {
+  readonly jobId: string;
+  readonly input: TInput;
+  readonly unit: string | null;
+  readonly signal: AbortSignal;
+  readonly clock: Clock;
+  readonly random: RandomSource;
+  readonly phase: PhaseDefinition<TInput, unknown>;
+  readonly states: ReadonlyMap<string, unknown>;
+  readonly sections: SectionRecord[];
+  readonly flusher: CoalescingFlusher | null;
+  readonly deadlineMs: number;
+  readonly budgetMs: number;
+  /** Writes one section durably (owner-checked); resolves false when it was recorded already. */
+  readonly writeSection: (section: SectionRecord) => Promise<boolean>;
+}
+
+/** Share of the step budget after which a phase should stop starting new sections. */
+const YIELD_AT_BUDGET_SHARE = 0.8;
+
+export function createStepContext<TInput>(parts: ContextParts<TInput>): StepContext<TInput> {
+  const needs = new Set([...(parts.phase.needs ?? []).map((phase) => phase.name)]);
+  return {
+    jobId: parts.jobId,
+    input: parts.input,
+    signal: parts.signal,
+    clock: parts.clock,
+    random: parts.random,
+    unit: parts.unit,
+    decisions: {},
+    checkpoint<TState>(phase: PhaseDefinition<TInput, TState>): TState {
+      if (!needs.has(phase.name)) throw new Error(`Phase ${parts.phase.name} reads ${phase.name} without declaring it in needs`);
+      if (!parts.states.has(phase.name)) throw new Error(`Phase ${parts.phase.name} needs ${phase.name}, which has no valid checkpoint`);
+      return parts.states.get(phase.name) as TState;
+    },
+    sections: () => parts.sections,
+    async recordSection(id, data) {
+      parts.signal.throwIfAborted();
+      if (parts.sections.some((section) => section.id === id)) return;
+      const validated = parts.phase.section ? parts.phase.section.parse(data) : data;
+      const section: SectionRecord = {
+        id,
+        phase: parts.phase.name,
+        unit: parts.unit,
+        data: validated,
+        seq: parts.sections.length,
+        recordedAtMs: parts.clock.now(),
+      };
+      await parts.writeSection(section);
+      parts.sections.push(section);
+    },
+    reportProgress: (values) => parts.flusher?.reportProgress(values),
+    addCost: (increments) => parts.flusher?.addCost(increments),
+    note: (kind, message) => parts.flusher?.note(kind, message),
+    shouldYield: () => parts.clock.now() >= parts.deadlineMs - parts.budgetMs * (1 - YIELD_AT_BUDGET_SHARE),
+  };
+}

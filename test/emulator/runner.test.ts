@@ -1,0 +1,340 @@
+import { Timestamp } from 'firebase-admin/firestore';
+import { RetryableError, TerminalError } from '../../functions/src/core/errors';
+import { stepTaskId } from '../../functions/src/core/job';
+import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { decodeJob } from '../../functions/src/store/codec';
+import { JOBS, REJECTED_TASKS } from '../../functions/src/store/paths';
+import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { behaviour, recordSections, resetBehaviour, testPipelines } from '../support/test-pipeline';
+import { ManualTimers } from '../support/timers';
+
+let harness: EngineHarness;
+beforeAll(() => {
+  harness = engineHarness('runner', testPipelines);
+});
+beforeEach(async () => {
+  resetBehaviour();
+  harness.queue.drain();
+  await harness.firestore.reset();
+});
+afterAll(() => harness.firestore.close());
+
+const db = () => harness.firestore.db;
+const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
+const events = async (jobId: string) => (await db().collection(`${JOBS}/${jobId}/events`).orderBy('atMs').get()).docs.map((doc) => doc.get('kind') as string);
+
+/** What the sweeper does to a job whose lease expired: requeue it for a new step. Written directly. */
+async function expireAndRequeue(jobId: string): Promise<number> {
+  const ref = db().doc(`${JOBS}/${jobId}`);
+  const job = await readJob(jobId);
+  const step = job.step + 1;
+  await ref.update({ status: 'queued', lease: null, step, staleReclaims: job.staleReclaims + 1, nextRunAt: Timestamp.fromMillis(harness.clock.now()) });
+  return step;
+}
+
+async function waitUntil(probe: () => Promise<boolean>): Promise<void> {
+  for (let tries = 0; tries < 500; tries += 1) {
+    if (await probe()) return;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  throw new Error('condition never held');
+}
+
+test('a job runs phase by phase through its tasks, checkpoints, and publishes one result', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 3 });
+  const outcomes = await harness.drain();
+
+  expect(outcomes.map((outcome) => outcome.kind)).toEqual(['handed-off', 'handed-off', 'completed']);
+  const job = await readJob(jobId);
+  expect(job).toMatchObject({ status: 'completed', outcome: 'complete', lease: null, epoch: 3, progress: { sectionsDone: 3, sectionsTotal: 3 } });
+  const result = await db().doc(`${JOBS}/${jobId}/results/final`).get();
+  expect(result.get('markdown')).toBe('total 30');
+  expect((await db().collection(`${JOBS}/${jobId}/sections`).get()).size).toBe(3);
+  expect(await events(jobId)).toEqual(['submitted', 'claimed', 'checkpointed', 'claimed', 'checkpointed', 'claimed', 'completed']);
+});
+
+test('ten concurrent claimers of one queued job: exactly one wins, the others are cleanly not claimable', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  const [task] = harness.queue.drain();
+  const outcomes = await Promise.all(Array.from({ length: 10 }, (_, index) => runStep(harness.deps(`claimer-${index}`), task!.task)));
+
+  expect(outcomes.filter((outcome) => outcome.kind === 'handed-off')).toHaveLength(1);
+  expect(outcomes.filter((outcome) => outcome.kind === 'not-claimable')).toHaveLength(9);
+  const job = await readJob(jobId);
+  expect(job.epoch).toBe(1);
+  expect((await events(jobId)).filter((kind) => kind === 'claimed')).toHaveLength(1);
+});
+
+test('the same task delivered twice, concurrently and again later: one execution of each durable write, one result', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 2 });
+  const outcomes: StepOutcome[] = [];
+  for (let round = 0; round < 10; round += 1) {
+    const tasks = harness.queue.drain();
+    if (tasks.length === 0) break;
+    for (const recorded of tasks) {
+      // Every delivery arrives twice at once, and once more after the fact.
+      outcomes.push(...(await Promise.all([runStep(harness.deps('a'), recorded.task), runStep(harness.deps('b'), recorded.task)])));
+      outcomes.push(await runStep(harness.deps('c'), recorded.task));
+    }
+  }
+  expect(outcomes.filter((outcome) => outcome.kind === 'completed')).toHaveLength(1);
+  expect(behaviour.publishes).toBe(1);
+  expect([...behaviour.sectionRuns.values()]).toEqual([1, 1]);
+  expect((await readJob(jobId)).status).toBe('completed');
+  expect((await db().collection(`${JOBS}/${jobId}/results`).get()).size).toBe(1);
+});
+
+describe('after a reclaim, every write of the old owner is refused and the new owner stands', () => {
+  async function holdFirstOwner(jobId: string, afterGate: (context: Parameters<typeof behaviour.first>[0]) => Promise<unknown>) {
+    const hold = gate();
+    let calls = 0;
+    behaviour.first = async (context) => {
+      calls += 1;
+      if (calls === 1) {
+        await hold.promise;
+        await afterGate(context);
+      }
+      return { kind: 'done', state: { sections: 1 } };
+    };
+    const [task] = harness.queue.drain();
+    const oldWorker = runStep(harness.deps('old'), task!.task);
+    await waitUntil(async () => (await readJob(jobId)).status === 'running');
+    const step = await expireAndRequeue(jobId);
+    await harness.queue.enqueue({ jobId, step }, { id: stepTaskId(jobId, step, 0) });
+    const newOutcomes = await harness.drain();
+    expect(newOutcomes.at(-1)?.kind).toBe('completed');
+    return { release: hold.open, oldWorker };
+  }
+
+  async function expectNewOwnerStands(jobId: string) {
+    const job = await readJob(jobId);
+    expect(job.status).toBe('completed');
+    expect((await db().doc(`${JOBS}/${jobId}/checkpoints/first`).get()).get('epoch')).toBe(2);
+    expect((await db().collection(`${JOBS}/${jobId}/results`).get()).size).toBe(1);
+    expect(behaviour.publishes).toBe(1);
+  }
+
+  test('checkpoint and hand-off', async () => {
+    const jobId = await harness.submit('two-phase', { sections: 1 });
+    const { release, oldWorker } = await holdFirstOwner(jobId, () => Promise.resolve());
+    release();
+    expect((await oldWorker).kind).toBe('ownership-lost');
+    await expectNewOwnerStands(jobId);
+  });
+
+  test('requeue after a retryable error, and fail after a terminal one', async () => {
+    for (const error of [new RetryableError('provider wave'), new TerminalError('bad request')]) {
+      resetBehaviour();
+      await harness.firestore.reset();
+      const jobId = await harness.submit('two-phase', { sections: 1 });
+      const { release, oldWorker } = await holdFirstOwner(jobId, () => Promise.reject(error));
+      release();
+      expect((await oldWorker).kind).toBe('ownership-lost');
+      await expectNewOwnerStands(jobId);
+      expect((await readJob(jobId)).lastError).toBeNull();
+    }
+  });
+
+  test('section write: refused, and the running step is aborted through its signal', async () => {
+    const jobId = await harness.submit('two-phase', { sections: 1 });
+    let signalAborted = false;
+    const { release, oldWorker } = await holdFirstOwner(jobId, async (context) => {
+      await expect(context.recordSection('late', { value: 1 })).rejects.toThrow(/no longer owns/);
+      signalAborted = context.signal.aborted;
+    });
+    release();
+    expect((await oldWorker).kind).toBe('ownership-lost');
+    expect(signalAborted).toBe(true);
+    expect((await db().doc(`${JOBS}/${jobId}/sections/first~-~late`).get()).exists).toBe(false);
+    await expectNewOwnerStands(jobId);
+  });
+
+  test('heartbeat: refused, and the step is aborted', async () => {
+    const timers = new ManualTimers();
+    const hold = gate();
+    const jobId = await harness.submit('two-phase', { sections: 1 });
+    let abortedBy: unknown;
+    behaviour.first = async (context) => {
+      await hold.promise;
+      context.reportProgress({ halfway: 1 });
+      timers.fireAll(); // the heartbeat and the progress flush are due
+      await new Promise<void>((resolve) => context.signal.addEventListener('abort', () => resolve(), { once: true }));
+      abortedBy = context.signal.reason;
+      return { kind: 'done', state: { sections: 1 } };
+    };
+    const [task] = harness.queue.drain();
+    const oldWorker = runStep(harness.deps('old', { timers }), task!.task);
+    await waitUntil(async () => (await readJob(jobId)).status === 'running');
+    await expireAndRequeue(jobId);
+    hold.open();
+    expect((await oldWorker).kind).toBe('ownership-lost');
+    expect(String(abortedBy)).toMatch(/no longer owns/);
+    const job = await readJob(jobId);
+    expect(job.progress).not.toHaveProperty('halfway');
+    expect(job.status).toBe('queued');
+  });
+
+  test('completion: refused, and the new owner publishes once', async () => {
+    const jobId = await harness.submit('two-phase', { sections: 1 });
+    await harness.drain();
+    // Rewind to "the last phase is checkpointed, completion pending" and let an old worker claim it.
+    await harness.firestore.db.doc(`${JOBS}/${jobId}/results/final`).delete();
+    behaviour.publishes = 0;
+    await db().doc(`${JOBS}/${jobId}`).update({ status: 'queued', step: 10, outcome: null, finishedAt: null });
+    const claimedByOld = gate();
+    const reclaimed = gate();
+    const oldStore = Object.create(harness.store) as typeof harness.store;
+    let held = false;
+    oldStore.asOwner = async (claim, body) => {
+      if (!held) {
+        held = true;
+        claimedByOld.open();
+        await reclaimed.promise;
+      }
+      return harness.store.asOwner(claim, body);
+    };
+    const oldWorker = runStep({ ...harness.deps('old'), store: oldStore }, { jobId, step: 10 });
+    await claimedByOld.promise;
+    const step = await expireAndRequeue(jobId);
+    expect((await runStep(harness.deps('new'), { jobId, step })).kind).toBe('completed');
+    reclaimed.open();
+    expect((await oldWorker).kind).toBe('ownership-lost');
+    expect((await readJob(jobId)).status).toBe('completed');
+    expect((await db().collection(`${JOBS}/${jobId}/results`).get()).size).toBe(1);
+    expect(behaviour.publishes).toBe(2); // computed twice, published once
+  });
+});
+
+test('a retryable error requeues with backoff until the budget is spent, then fails with the last error; each answer is 2xx', async () => {
+  let calls = 0;
+  behaviour.first = () => {
+    calls += 1;
+    return Promise.reject(new RetryableError(`provider wave ${calls}`));
+  };
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  const outcomes = await harness.drain();
+
+  expect(outcomes.map((outcome) => outcome.kind)).toEqual([...Array<string>(harness.options.maxAttempts - 1).fill('requeued'), 'failed']);
+  const job = await readJob(jobId);
+  expect(job).toMatchObject({ status: 'failed', attempts: harness.options.maxAttempts, lease: null });
+  expect(job.lastError).toMatchObject({ code: 'retryable', message: `provider wave ${harness.options.maxAttempts}`, retryable: true });
+  expect((await events(jobId)).filter((kind) => kind === 'retrying')).toHaveLength(harness.options.maxAttempts - 1);
+});
+
+test('a retry that comes early is not claimable yet and asks for redelivery', async () => {
+  behaviour.first = () => Promise.reject(new RetryableError('slow down', { retryAfterMs: 30_000 }));
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  const [first] = harness.queue.drain();
+  expect((await runStep(harness.deps(), first!.task)).kind).toBe('requeued');
+  const [retry] = harness.queue.drain();
+  expect(retry!.delaySeconds).toBeGreaterThanOrEqual(30);
+  const early = await runStep(harness.deps(), retry!.task);
+  expect(early.kind).toBe('not-yet-due');
+  expect((await readJob(jobId)).status).toBe('queued');
+});
+
+test('a terminal error fails the job at once', async () => {
+  behaviour.first = () => Promise.reject(new TerminalError('the question is not answerable'));
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  expect((await harness.drain()).map((outcome) => outcome.kind)).toEqual(['failed']);
+  expect((await readJob(jobId)).lastError).toMatchObject({ code: 'terminal', message: 'the question is not answerable', retryable: false });
+});
+
+test.each([
+  ['not an object', 'hello'],
+  ['no job ID', { step: 0 }],
+  ['negative step', { jobId: 'abc', step: -1 }],
+  ['fractional step', { jobId: 'abc', step: 1.5 }],
+  ['path in the job ID', { jobId: '../etc', step: 0 }],
+  ['unknown field', { jobId: 'abc', step: 0, extra: true }],
+  ['null', null],
+])('a malformed task payload (%s) is recorded and acknowledged', async (_label, payload) => {
+  const outcome = await runStep(harness.deps(), payload);
+  expect(outcome.kind).toBe('rejected');
+  const rejected = await db().collection(REJECTED_TASKS).get();
+  expect(rejected.size).toBe(1);
+  expect(rejected.docs[0]!.get('reason')).toMatch(/Malformed task payload/);
+});
+
+test('a task for a job that does not exist is recorded and acknowledged', async () => {
+  expect((await runStep(harness.deps(), { jobId: 'missing', step: 0 })).kind).toBe('rejected');
+  expect((await db().collection(REJECTED_TASKS).get()).docs[0]!.get('reason')).toMatch(/No such job/);
+});
+
+test('a checkpoint write that fails after retries stops the step and requeues it; nothing half-written is trusted', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 3 });
+  await harness.drain(1); // phase one
+  let failing = false;
+  const flakyStore = Object.create(harness.store) as typeof harness.store;
+  flakyStore.asOwner = (claim, body) => {
+    if (failing) {
+      failing = false;
+      return harness.store.retryingWrite('section', () => Promise.reject(Object.assign(new Error('unavailable'), { code: 14 })));
+    }
+    return harness.store.asOwner(claim, body);
+  };
+  behaviour.second = async (context) => {
+    await context.recordSection('s0', { value: 0 });
+    failing = true;
+    await context.recordSection('s1', { value: 10 });
+    return { kind: 'done', state: { total: -1 } };
+  };
+  const [task] = harness.queue.drain();
+  const outcome = await runStep({ ...harness.deps(), store: flakyStore }, task!.task);
+
+  expect(outcome.kind).toBe('requeued');
+  const job = await readJob(jobId);
+  expect(job.status).toBe('queued');
+  expect(job.lastError?.code).toBe('checkpoint_write_failed');
+  const sections = await db().collection(`${JOBS}/${jobId}/sections`).get();
+  expect(sections.docs.map((doc) => doc.get('id') as string)).toEqual(['s0']);
+  expect((await db().doc(`${JOBS}/${jobId}/checkpoints/second`).get()).exists).toBe(false);
+
+  // The retry resumes after the one durable section and finishes.
+  resetBehaviour();
+  await harness.drain();
+  expect((await readJob(jobId)).status).toBe('completed');
+  expect([...behaviour.sectionRuns.keys()]).toEqual(['s1', 's2']);
+});
+
+test('a corrupt checkpoint is refused and its phase redone; the resume point in the job is only advisory', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 2 });
+  await harness.drain(1);
+  await db().doc(`${JOBS}/${jobId}/checkpoints/first`).update({ state: { sections: 'many' } });
+  let firstRuns = 0;
+  behaviour.first = (context) => {
+    firstRuns += 1;
+    return Promise.resolve({ kind: 'done', state: { sections: context.input.sections } });
+  };
+  await harness.drain();
+  expect(firstRuns).toBe(1);
+  expect((await readJob(jobId)).status).toBe('completed');
+  const kinds = await events(jobId);
+  expect(kinds).toContain('checkpoint-refused');
+  expect(kinds).toContain('resumed');
+});
+
+test('a phase stops starting sections when most of its step budget is used, and continues in a new step at its first unrecorded section', async () => {
+  const budgetMs = harness.options.stepBudgetSeconds * 1000;
+  let steps = 0;
+  behaviour.second = (context) => {
+    steps += 1;
+    // Each section takes 45 % of a step's budget on the injected clock.
+    return recordSections({
+      ...context,
+      recordSection: async (id, data) => {
+        await context.recordSection(id, data);
+        harness.clock.advance(budgetMs * 0.45);
+      },
+    });
+  };
+  const jobId = await harness.submit('two-phase', { sections: 5 });
+  const outcomes = await harness.drain();
+
+  expect(steps).toBe(3);
+  expect(outcomes.map((outcome) => outcome.kind)).toEqual(['handed-off', 'handed-off', 'handed-off', 'handed-off', 'completed']);
+  expect(outcomes.filter((outcome) => outcome.kind === 'handed-off' && !outcome.checkpointed)).toHaveLength(2);
+  expect([...behaviour.sectionRuns.entries()]).toEqual([['s0', 1], ['s1', 1], ['s2', 1], ['s3', 1], ['s4', 1]]);
+  expect((await events(jobId)).filter((kind) => kind === 'yielded')).toHaveLength(2);
+  expect((await db().doc(`${JOBS}/${jobId}/results/final`).get()).get('markdown')).toBe('total 100');
+});

@@ -1,0 +1,73 @@
+/** Wires the engine to the emulator with an injected clock, a recording task queue and silent timers. */
+import { ManualClock, seededRandom } from '../../functions/src/core/clock';
+import type { Timers } from '../../functions/src/core/flusher';
+import { stepTaskId } from '../../functions/src/core/job';
+import { resolveEngineOptions, type EngineOptions } from '../../functions/src/core/options';
+import type { PipelineRegistry } from '../../functions/src/core/pipeline';
+import { runStep, type RunnerDeps, type StepOutcome } from '../../functions/src/engine/runner';
+import { JobStore } from '../../functions/src/store/job-store';
+import { openTestFirestore, type TestFirestore } from './firestore';
+import { RecordingTaskQueue } from './task-queue';
+
+/** Timers that never fire: heartbeats only happen when a test asks for them. */
+export const stoppedTimers: Timers = { setTimeout: () => undefined, clearTimeout: () => undefined };
+
+export interface EngineHarness {
+  readonly firestore: TestFirestore;
+  readonly clock: ManualClock;
+  readonly queue: RecordingTaskQueue;
+  readonly store: JobStore;
+  readonly options: EngineOptions;
+  deps(worker?: string, overrides?: Partial<RunnerDeps>): RunnerDeps;
+  submit(pipeline: string, input: unknown, owner?: string): Promise<string>;
+  /**
+   * Runs queued tasks one at a time (moving the clock past any delay): `maxTasks` of them, or
+   * until none are left (failing if that never happens).
+   */
+  drain(maxTasks?: number): Promise<StepOutcome[]>;
+}
+
+export function engineHarness(label: string, pipelines: PipelineRegistry, overrides: Partial<EngineOptions> = {}): EngineHarness {
+  const firestore = openTestFirestore(label);
+  const clock = new ManualClock();
+  const queue = new RecordingTaskQueue();
+  const options = resolveEngineOptions({ backoffBaseSeconds: 1, backoffMaxSeconds: 10, ...overrides });
+  const store = new JobStore(firestore.db, clock, options);
+  const random = seededRandom(7);
+  const harness: EngineHarness = {
+    firestore,
+    clock,
+    queue,
+    store,
+    options,
+    deps: (worker = 'worker-a', extra = {}) => ({ store, queue, pipelines, random, worker, timers: stoppedTimers, ...extra }),
+    async submit(pipeline, input, owner = 'user-1') {
+      const created = await store.createJob({ owner, pipeline, input, conversationId: null, idempotencyKey: null });
+      if (!('created' in created)) throw new Error('unexpected idempotency conflict');
+      await queue.enqueue({ jobId: created.job.id, step: 0 }, { id: stepTaskId(created.job.id, 0, 0) });
+      return created.job.id;
+    },
+    async drain(maxTasks) {
+      const outcomes: StepOutcome[] = [];
+      const limit = maxTasks ?? 500;
+      for (let round = 0; round < limit; round += 1) {
+        const next = queue.tasks.shift();
+        if (!next) return outcomes;
+        clock.advance(next.delaySeconds * 1000);
+        outcomes.push(await runStep(harness.deps(), next.task));
+      }
+      if (maxTasks === undefined && queue.tasks.length > 0) throw new Error(`Queue still not empty after ${limit} tasks`);
+      return outcomes;
+    },
+  };
+  return harness;
+}
+
+/** A promise a test resolves by hand, to hold a worker at a chosen point. */
+export function gate(): { promise: Promise<void>; open: () => void } {
+  let open: () => void = () => undefined;
+  const promise = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  return { promise, open };
+}

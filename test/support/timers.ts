@@ -1,0 +1,28 @@
+import type { Timers } from '../../functions/src/core/flusher';
+
+/** Timers that only fire when the test says so: heartbeats and flushes without real waiting. */
+export class ManualTimers implements Timers {
+  private nextHandle = 1;
+  private readonly pending = new Map<number, { callback: () => void; ms: number }>();
+
+  setTimeout(callback: () => void, ms: number): unknown {
+    const handle = this.nextHandle++;
+    this.pending.set(handle, { callback, ms });
+    return handle;
+  }
+
+  clearTimeout(handle: unknown): void {
+    this.pending.delete(handle as number);
+  }
+
+  get size(): number {
+    return this.pending.size;
+  }
+
+  /** Fires every timer set so far (not the ones their callbacks set). */
+  fireAll(): void {
+    const due = [...this.pending.entries()];
+    this.pending.clear();
+    for (const [, timer] of due) timer.callback();
+  }
+}
