@@ -3,7 +3,7 @@
  * project's own launcher (firebase-tools cannot start the official Firestore emulator here).
  */
 import { join } from 'node:path';
-import { startFirestoreEmulator } from './firestore-emulator';
+import { loadSecurityRules, startFirestoreEmulator } from './firestore-emulator';
 import { exitCodeOf, spawnGroup, stopGroup } from './processes';
 
 export const REPO_ROOT = join(__dirname, '..', '..');
@@ -12,6 +12,8 @@ const FIREBASE_BIN = join(REPO_ROOT, 'node_modules', '.bin', 'firebase');
 
 export async function runUnderEmulators(script: string): Promise<number> {
   const firestore = await startFirestoreEmulator();
+  // Clients (the page, the e2e tests) read under the project's real rules.
+  await loadSecurityRules(firestore.host, DEMO_PROJECT_ID, join(REPO_ROOT, 'firestore.rules'));
   const env = { ...process.env, CI: 'true', FIRESTORE_EMULATOR_HOST: firestore.host, GCLOUD_PROJECT: DEMO_PROJECT_ID };
   const child = spawnGroup(
     FIREBASE_BIN,

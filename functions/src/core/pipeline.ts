@@ -106,7 +106,7 @@ export function definePhase<TInput, TState>(phase: PhaseDefinition<TInput, TStat
 export function defineFanOutPhase<TInput, TState, TUnitState>(
   phase: Omit<PhaseDefinition<TInput, TState>, 'run' | 'fanOut'> & { readonly fanOut: FanOut<TInput, TState, TUnitState> },
 ): PhaseDefinition<TInput, TState> {
-  return phase as PhaseDefinition<TInput, TState>;
+  return phase;
 }
 
 export function definePipeline<TInput>(pipeline: PipelineDefinition<TInput>): PipelineDefinition<TInput> {
@@ -130,7 +130,7 @@ export type PipelineRegistry = ReadonlyMap<string, PipelineDefinition<unknown>>;
 
 export function pipelineRegistry<TInputs extends readonly unknown[]>(...pipelines: { readonly [K in keyof TInputs]: PipelineDefinition<TInputs[K]> }): PipelineRegistry {
   // Each pipeline parses its own input before any phase sees it, so erasing the input type here is safe.
-  return new Map(pipelines.map((pipeline) => [pipeline.name, pipeline as PipelineDefinition<unknown>]));
+  return new Map(pipelines.map((pipeline) => [pipeline.name, pipeline]));
 }
 
 /**

@@ -70,7 +70,7 @@ export async function runStep(deps: RunnerDeps, payload: unknown): Promise<StepO
 async function recordRejectedTask(deps: RunnerDeps, payload: unknown, reason: string): Promise<void> {
   let text: string;
   try {
-    text = JSON.stringify(payload) ?? String(payload);
+    text = payload === undefined ? 'undefined' : JSON.stringify(payload);
   } catch {
     text = String(payload);
   }
@@ -479,7 +479,7 @@ async function startFanOut(
           nextRunAtMs: nowMs,
           progress: existing?.progress ?? {},
           cost: existing?.cost ?? {},
-          result: reusable ? (existing?.result ?? null) : null,
+          result: reusable ? existing.result : null,
           lastError: null,
           updatedAtMs: nowMs,
         };

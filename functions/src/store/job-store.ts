@@ -11,7 +11,7 @@ import { CheckpointWriteError, OwnershipLostError, PhaselineError } from '../cor
 import type { JobRecord } from '../core/job';
 import type { EngineOptions } from '../core/options';
 import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from './codec';
-import { checkpointPath, eventPath, jobPath, JOBS, unitPath } from './paths';
+import { checkpointPath, conversationPath, eventPath, jobPath, JOBS, unitPath } from './paths';
 
 export interface JobClaim {
   readonly jobId: string;
@@ -118,10 +118,15 @@ export class JobStore {
     const fingerprint = requestFingerprint(request);
     return this.db.runTransaction(async (tx) => {
       const snapshot = await tx.get(ref);
+      // Every read comes before the first write: Firestore transactions require it.
+      const conversation = request.conversationId ? await this.readConversation(tx, request.conversationId) : null;
       if (snapshot.exists) {
         const existing = decodeJob(ref.id, snapshot.data());
         if (snapshot.get('requestFingerprint') !== fingerprint) return { conflict: true as const, job: existing };
         return { created: false, job: existing };
+      }
+      if (conversation?.snapshot.exists && conversation.snapshot.get('owner') !== request.owner) {
+        throw new PhaselineError('invalid_input', false, 'That conversation belongs to someone else.');
       }
       const job: JobRecord = {
         id: ref.id,
@@ -153,17 +158,15 @@ export class JobStore {
       };
       tx.create(ref, { ...encodeJob(job), requestFingerprint: fingerprint });
       tx.create(this.db.doc(eventPath(ref.id, eventId(1))), eventDocument(job, { kind: 'submitted', message: `Submitted to ${job.pipeline}` }, nowMs));
-      if (request.conversationId) {
-        // The conversation records its owner so that security rules can let only them read its messages.
-        const conversation = this.db.doc(`conversations/${request.conversationId}`);
-        const existing = await tx.get(conversation);
-        if (existing.exists && existing.get('owner') !== request.owner) {
-          throw new PhaselineError('invalid_input', false, 'That conversation belongs to someone else.');
-        }
-        if (!existing.exists) tx.create(conversation, { owner: request.owner, createdAtMs: nowMs });
-      }
+      if (conversation && !conversation.snapshot.exists) tx.create(conversation.ref, { owner: request.owner, createdAtMs: nowMs });
       return { created: true, job };
     });
+  }
+
+  /** The conversation records its owner so that security rules can let only them read its messages. */
+  private async readConversation(tx: Transaction, conversationId: string): Promise<{ ref: DocumentReference; snapshot: DocumentSnapshot }> {
+    const ref = this.db.doc(conversationPath(conversationId));
+    return { ref, snapshot: await tx.get(ref) };
   }
 
   /**

@@ -1,25 +1,28 @@
 import { getAuth } from 'firebase-admin/auth';
-import { FieldValue } from 'firebase-admin/firestore';
-import { getFunctions } from 'firebase-admin/functions';
+import { logger } from 'firebase-functions/logger';
 import { onRequest } from 'firebase-functions/v2/https';
+import { systemClock } from '../core/clock';
+import { createSubmitHandler, type HttpRequest, type HttpResponse } from '../http/submit-handler';
+import { pipelines } from '../pipelines';
+import { cloudTasksQueue } from '../store/cloud-tasks-queue';
+import { JobStore } from '../store/job-store';
 import { adminApp, firestore } from './admin';
+import { engineOptionsFromEnv } from './config';
 
-export const submitJob = onRequest({ cors: true }, async (request, response) => {
-  if (request.method !== 'POST') {
-    response.status(405).json({ error: 'Use POST.' });
-    return;
-  }
-  const token = /^Bearer (.+)$/.exec(request.get('authorization') ?? '')?.[1];
-  let owner: string;
-  try {
-    owner = (await getAuth(adminApp()).verifyIdToken(token ?? '')).uid;
-  } catch {
-    response.status(401).json({ error: 'A valid Firebase ID token is required.' });
-    return;
-  }
-  const db = firestore();
-  const job = db.collection('jobs').doc();
-  await job.set({ owner, status: 'queued', createdAt: FieldValue.serverTimestamp() });
-  await getFunctions(adminApp()).taskQueue('runJobStep').enqueue({ jobId: job.id }, { id: `${job.id}-0-0` });
-  response.status(202).json({ taskId: job.id, status: 'queued', statusPath: `jobs/${job.id}` });
-});
+let handler: ((request: HttpRequest, response: HttpResponse) => Promise<void>) | undefined;
+
+/** Built on the first request, not at import, so loading the module touches no Firebase service. */
+function submitHandler(): (request: HttpRequest, response: HttpResponse) => Promise<void> {
+  handler ??= createSubmitHandler({
+    store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
+    queue: cloudTasksQueue(adminApp()),
+    // Under the emulators FIREBASE_AUTH_EMULATOR_HOST makes this accept the Auth emulator's tokens.
+    verifyToken: async (token) => ({ uid: (await getAuth(adminApp()).verifyIdToken(token)).uid }),
+    pipelines,
+    logger,
+  });
+  return handler;
+}
+
+/** POST a job; CORS (preflight included) is answered by the handler, so no `cors` option here. */
+export const submitJob = onRequest((request, response) => submitHandler()(request, response));

@@ -1,0 +1,238 @@
+/**
+ * The HTTP side of `submitJob`: method, CORS, the caller's ID token, content type, size and JSON,
+ * then the engine's validation and write. Every refusal is a JSON `{ error, message }` with a
+ * status that names the problem; only a fault of ours is a 500.
+ *
+ * A repeat of an earlier submission (same owner, same Idempotency-Key) gets the same 202 body
+ * with an `Idempotent-Replayed: true` header.
+ *
+ * The request and response types are the few members used, so the express objects from
+ * firebase-functions fit them and tests can pass plain objects.
+ */
+import { describeError, PhaselineError } from '../core/errors';
+import type { PipelineRegistry } from '../core/pipeline';
+import { parseIdempotencyKey, submissionValidator, submitJob, type SubmitDeps, type SubmitLogger } from '../engine/submit';
+import { jobPath } from '../store/paths';
+import { answerPreflight, applyCorsHeaders, CORS_ALLOWED_METHODS } from './cors';
+
+/** Largest accepted body, measured on the raw bytes when the framework kept them. */
+export const SUBMIT_BODY_LIMIT_BYTES = 64 * 1024;
+
+export interface HttpRequest {
+  readonly method: string;
+  get(name: string): string | undefined;
+  /** What the framework parsed, if anything; used only when `rawBody` is missing. */
+  readonly body?: unknown;
+  readonly rawBody?: Buffer | undefined;
+}
+
+export interface HttpResponse {
+  status(code: number): HttpResponse;
+  set(field: string, value: string): HttpResponse;
+  json(body: unknown): unknown;
+  end(): unknown;
+}
+
+/** Checks a Firebase ID token and names its user; rejects when the token is not valid. */
+export type VerifyToken = (token: string) => Promise<{ readonly uid: string }>;
+
+export interface SubmitHandlerDeps {
+  readonly store: SubmitDeps['store'];
+  readonly queue: SubmitDeps['queue'];
+  readonly verifyToken: VerifyToken;
+  readonly pipelines: PipelineRegistry;
+  /** Defaults to the console; the trigger passes the Cloud Functions logger. */
+  readonly logger?: SubmitLogger;
+}
+
+export interface Rejection {
+  readonly status: number;
+  /** A stable code for programs. */
+  readonly error: string;
+  /** A sentence for people: names the field or header at fault and what is expected. */
+  readonly message: string;
+  readonly headers?: Readonly<Record<string, string>>;
+}
+
+export type Checked<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly rejection: Rejection };
+
+/** The body the endpoint answers a submission with, new or repeated. */
+export interface SubmitAnswer {
+  readonly taskId: string;
+  readonly status: string;
+  readonly statusPath: string;
+}
+
+const consoleLogger: SubmitLogger = {
+  warn: (message, fields) => console.warn(message, fields ?? {}),
+  error: (message, fields) => console.error(message, fields ?? {}),
+};
+
+function rejection(status: number, error: string, message: string, headers?: Readonly<Record<string, string>>): { ok: false; rejection: Rejection } {
+  return { ok: false, rejection: headers ? { status, error, message, headers } : { status, error, message } };
+}
+
+function unauthenticated(message: string, tokenError = false): { ok: false; rejection: Rejection } {
+  const challenge = tokenError ? 'Bearer realm="phaseline", error="invalid_token"' : 'Bearer realm="phaseline"';
+  return rejection(401, 'unauthenticated', message, { 'WWW-Authenticate': challenge });
+}
+
+/** RFC 6750 token characters; a Firebase ID token (a JWT) always fits. */
+const BEARER_TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/;
+
+/** The token from `Authorization: Bearer <token>` (the scheme is case-insensitive). */
+export function bearerToken(header: string | undefined): Checked<string> {
+  if (header === undefined || header.trim() === '') {
+    return unauthenticated('Missing Authorization header: send "Authorization: Bearer <Firebase ID token>"');
+  }
+  const [scheme = '', ...rest] = header.trim().split(/\s+/);
+  if (scheme.toLowerCase() !== 'bearer') {
+    return unauthenticated('The Authorization header must use the Bearer scheme: "Authorization: Bearer <Firebase ID token>"');
+  }
+  const [token, ...extra] = rest;
+  if (token === undefined) return unauthenticated('The Authorization header has no token after "Bearer"');
+  if (extra.length > 0 || !BEARER_TOKEN.test(token)) {
+    return unauthenticated('The Authorization header is malformed: expected "Bearer" followed by one Firebase ID token', true);
+  }
+  return { ok: true, value: token };
+}
+
+/** Only JSON is accepted, in UTF-8 (the only charset JSON over HTTP may use). */
+export function checkContentType(header: string | undefined): Rejection | null {
+  const [mediaType = '', ...parameters] = (header ?? '').split(';');
+  const got = header === undefined ? 'no Content-Type' : `"${header.slice(0, 100)}"`;
+  if (mediaType.trim().toLowerCase() !== 'application/json') {
+    return { status: 415, error: 'unsupported_media_type', message: `Content-Type must be application/json; got ${got}` };
+  }
+  for (const parameter of parameters) {
+    const [name = '', value = ''] = parameter.split('=');
+    const charset = value.trim().replace(/^"|"$/g, '').toLowerCase();
+    if (name.trim().toLowerCase() === 'charset' && charset !== 'utf-8' && charset !== 'utf8') {
+      return { status: 415, error: 'unsupported_media_type', message: `The body must be UTF-8 JSON; got ${got}` };
+    }
+  }
+  return null;
+}
+
+function tooLarge(bytes: number, limitBytes: number): { ok: false; rejection: Rejection } {
+  return rejection(413, 'payload_too_large', `The body is ${bytes} bytes; the limit is ${limitBytes} bytes (${limitBytes / 1024} KiB)`);
+}
+
+const EMPTY_BODY = 'The body is empty: send a JSON object like {"pipeline": "<name>", "input": {...}}';
+
+function parseJsonBytes(bytes: Uint8Array, limitBytes: number): Checked<unknown> {
+  if (bytes.byteLength > limitBytes) return tooLarge(bytes.byteLength, limitBytes);
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    return rejection(400, 'invalid_json', 'The body is not valid UTF-8 text');
+  }
+  if (text.trim() === '') return rejection(400, 'invalid_json', EMPTY_BODY);
+  try {
+    return { ok: true, value: JSON.parse(text) as unknown };
+  } catch (error) {
+    return rejection(400, 'invalid_json', `The body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
+/**
+ * The JSON body. The framework may already have parsed it (and answered nothing about a parse
+ * failure), so the raw bytes are parsed here whenever they were kept; a parsed `body` is the
+ * fallback, measured by its serialized size. (firebase-tools' functions emulator runs body-parser
+ * first, which answers malformed JSON itself with a 400 of its own before this handler is called.)
+ */
+export function readJsonBody(request: Pick<HttpRequest, 'body' | 'rawBody'>, limitBytes = SUBMIT_BODY_LIMIT_BYTES): Checked<unknown> {
+  const { rawBody, body } = request;
+  if (rawBody !== undefined) return parseJsonBytes(rawBody, limitBytes);
+  if (Buffer.isBuffer(body)) return parseJsonBytes(body, limitBytes);
+  if (typeof body === 'string') return parseJsonBytes(Buffer.from(body, 'utf8'), limitBytes);
+  if (body === undefined) return rejection(400, 'invalid_json', EMPTY_BODY);
+  const bytes = Buffer.byteLength(JSON.stringify(body));
+  if (bytes > limitBytes) return tooLarge(bytes, limitBytes);
+  return { ok: true, value: body };
+}
+
+function reply(response: HttpResponse, refusal: Rejection): void {
+  for (const [name, value] of Object.entries(refusal.headers ?? {})) response.set(name, value);
+  response.status(refusal.status).json({ error: refusal.error, message: refusal.message });
+}
+
+export function createSubmitHandler(deps: SubmitHandlerDeps): (request: HttpRequest, response: HttpResponse) => Promise<void> {
+  const validate = submissionValidator(deps.pipelines);
+  const logger = deps.logger ?? consoleLogger;
+  const engine: SubmitDeps = { store: deps.store, queue: deps.queue, logger };
+
+  async function handle(request: HttpRequest, response: HttpResponse): Promise<void> {
+    if (request.method === 'OPTIONS') {
+      answerPreflight(response);
+      return;
+    }
+    if (request.method !== 'POST') {
+      reply(response, {
+        status: 405,
+        error: 'method_not_allowed',
+        message: `Method ${request.method} is not allowed: submit a job with POST`,
+        headers: { Allow: CORS_ALLOWED_METHODS },
+      });
+      return;
+    }
+
+    // Who is asking comes first: an anonymous caller learns nothing about what a valid body is.
+    const token = bearerToken(request.get('authorization'));
+    if (!token.ok) return reply(response, token.rejection);
+    let owner: string;
+    try {
+      owner = (await deps.verifyToken(token.value)).uid;
+    } catch (error) {
+      logger.warn('submitJob: ID token rejected', { reason: describeError(error) });
+      return reply(response, unauthenticated('The ID token was rejected (expired, revoked, malformed or for another project): sign in again', true).rejection);
+    }
+    if (!owner) throw new Error('The token verifier returned no uid');
+
+    const contentType = checkContentType(request.get('content-type'));
+    if (contentType) return reply(response, contentType);
+    const key = parseIdempotencyKey(request.get('idempotency-key'));
+    if (!key.ok) return reply(response, { status: 400, error: 'invalid_idempotency_key', message: key.message });
+    const body = readJsonBody(request);
+    if (!body.ok) return reply(response, body.rejection);
+    const submission = validate(body.value);
+    if (!submission.ok) return reply(response, { status: 400, error: 'invalid_request', message: submission.message });
+
+    let outcome;
+    try {
+      outcome = await submitJob(engine, { owner, ...submission.value, idempotencyKey: key.value });
+    } catch (error) {
+      // The store refuses some requests only it can judge (a conversation owned by someone else).
+      if (error instanceof PhaselineError && error.code === 'invalid_input') {
+        return reply(response, { status: 400, error: 'invalid_request', message: error.message });
+      }
+      throw error;
+    }
+    if (outcome.kind === 'conflict') {
+      return reply(response, {
+        status: 422,
+        error: 'idempotency_key_reused',
+        message: `This Idempotency-Key was already used for a different request (job ${outcome.job.id}): resend that exact request, or use a new key for a new one`,
+      });
+    }
+    const { job } = outcome;
+    if (!outcome.created) response.set('Idempotent-Replayed', 'true');
+    const answer: SubmitAnswer = { taskId: job.id, status: job.status, statusPath: jobPath(job.id) };
+    response.status(202).json(answer);
+  }
+
+  return async (request, response) => {
+    applyCorsHeaders(request, response);
+    try {
+      await handle(request, response);
+    } catch (error) {
+      logger.error('submitJob: internal error', { error: describeError(error), stack: error instanceof Error ? error.stack : undefined });
+      reply(response, {
+        status: 500,
+        error: 'internal',
+        message: 'The job could not be submitted because of an internal error; retrying with the same Idempotency-Key is safe',
+      });
+    }
+  };
+}
