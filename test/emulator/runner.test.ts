@@ -53,6 +53,17 @@ test('a job runs phase by phase through its tasks, checkpoints, and publishes on
   expect(await events(jobId)).toEqual(['submitted', 'claimed', 'checkpointed', 'claimed', 'checkpointed', 'claimed', 'completed']);
 });
 
+test('with a conversation, the answer is published as the assistant message of that conversation, once', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 2 }, 'user-7', 'chat-1');
+  expect((await db().doc('conversations/chat-1').get()).get('owner')).toBe('user-7');
+  await harness.drain();
+  const message = await db().doc(`conversations/chat-1/messages/${jobId}`).get();
+  expect(message.data()).toMatchObject({ role: 'assistant', jobId, owner: 'user-7', outcome: 'complete', markdown: 'total 10', missing: [] });
+  expect((await db().collection(`${JOBS}/${jobId}/results`).get()).size).toBe(0);
+  // Another user cannot attach a job to that conversation.
+  await expect(harness.submit('two-phase', { sections: 1 }, 'user-8', 'chat-1')).rejects.toThrow(/belongs to someone else/);
+});
+
 test('ten concurrent claimers of one queued job: exactly one wins, the others are cleanly not claimable', async () => {
   const jobId = await harness.submit('two-phase', { sections: 1 });
   const [task] = harness.queue.drain();

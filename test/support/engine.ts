@@ -19,7 +19,7 @@ export interface EngineHarness {
   readonly store: JobStore;
   readonly options: EngineOptions;
   deps(worker?: string, overrides?: Partial<RunnerDeps>): RunnerDeps;
-  submit(pipeline: string, input: unknown, owner?: string): Promise<string>;
+  submit(pipeline: string, input: unknown, owner?: string, conversationId?: string): Promise<string>;
   /**
    * Runs queued tasks one at a time (moving the clock past any delay): `maxTasks` of them, or
    * until none are left (failing if that never happens).
@@ -41,8 +41,8 @@ export function engineHarness(label: string, pipelines: PipelineRegistry, overri
     store,
     options,
     deps: (worker = 'worker-a', extra = {}) => ({ store, queue, pipelines, random, worker, timers: stoppedTimers, ...extra }),
-    async submit(pipeline, input, owner = 'user-1') {
-      const created = await store.createJob({ owner, pipeline, input, conversationId: null, idempotencyKey: null });
+    async submit(pipeline, input, owner = 'user-1', conversationId) {
+      const created = await store.createJob({ owner, pipeline, input, conversationId: conversationId ?? null, idempotencyKey: null });
       if (!('created' in created)) throw new Error('unexpected idempotency conflict');
       await queue.enqueue({ jobId: created.job.id, step: 0 }, { id: stepTaskId(created.job.id, 0, 0) });
       return created.job.id;

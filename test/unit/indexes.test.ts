@@ -1,0 +1,75 @@
+/**
+ * The Firestore emulator runs queries without their composite indexes; production refuses them.
+ * So every query shape the sweeper can run is checked here against firestore.indexes.json.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { z } from 'zod';
+import {
+  describeIndex,
+  indexFor,
+  indexServes,
+  missingIndexes,
+  SWEEP_QUERIES,
+  SWEEP_QUERY_NAMES,
+  type CompositeIndex,
+} from '../../functions/src/engine/indexed-queries';
+
+const indexFile = z.object({
+  indexes: z.array(
+    z.object({
+      collectionGroup: z.string(),
+      queryScope: z.enum(['COLLECTION', 'COLLECTION_GROUP']),
+      fields: z.array(z.object({ fieldPath: z.string(), order: z.enum(['ASCENDING', 'DESCENDING']).optional(), arrayConfig: z.literal('CONTAINS').optional() })).min(2),
+    }),
+  ),
+  fieldOverrides: z.array(z.unknown()).optional(),
+});
+
+function declaredIndexes(): CompositeIndex[] {
+  const raw: unknown = JSON.parse(readFileSync(join(__dirname, '..', '..', 'firestore.indexes.json'), 'utf8'));
+  return indexFile.parse(raw).indexes;
+}
+
+test('firestore.indexes.json has a composite index for every query shape the sweeper runs', () => {
+  expect(missingIndexes(declaredIndexes())).toEqual([]);
+});
+
+test('the sweeper declares the five query shapes of its four rules', () => {
+  expect(SWEEP_QUERY_NAMES.sort()).toEqual(['expiredJobLeases', 'expiredUnitLeases', 'lostJobTasks', 'lostUnitTasks', 'waitsOver']);
+});
+
+test.each(SWEEP_QUERY_NAMES)('an index list without the index for %s is caught, naming the shape', (name) => {
+  const shape = SWEEP_QUERIES[name];
+  const indexes = declaredIndexes();
+  const withoutIt = indexes.filter((index) => !indexServes(index, shape));
+  expect(withoutIt).toHaveLength(indexes.length - 1);
+  expect(missingIndexes(withoutIt)).toEqual([`${name}: ${describeIndex(shape)}`]);
+});
+
+describe('an index only counts when it serves the query', () => {
+  const shape = SWEEP_QUERIES.expiredUnitLeases;
+  const good = indexFor(shape);
+
+  test('the generated entry serves it, also with the implicit trailing __name__', () => {
+    expect(indexServes(good, shape)).toBe(true);
+    expect(indexServes({ ...good, fields: [...good.fields, { fieldPath: '__name__', order: 'ASCENDING' }] }, shape)).toBe(true);
+  });
+
+  test('the wrong scope does not (a collection index cannot serve a collection-group query)', () => {
+    expect(indexServes({ ...good, queryScope: 'COLLECTION' }, shape)).toBe(false);
+  });
+
+  test('the range field before the equality field does not', () => {
+    expect(indexServes({ ...good, fields: [...good.fields].reverse() }, shape)).toBe(false);
+  });
+
+  test('a descending range field does not (the sweeper orders ascending)', () => {
+    expect(indexServes({ ...good, fields: [{ fieldPath: 'status', order: 'ASCENDING' }, { fieldPath: 'lease.expiresAt', order: 'DESCENDING' }] }, shape)).toBe(false);
+  });
+
+  test('another collection, or an extra field, does not', () => {
+    expect(indexServes({ ...good, collectionGroup: 'jobs' }, shape)).toBe(false);
+    expect(indexServes({ ...good, fields: [...good.fields, { fieldPath: 'nextRunAt', order: 'ASCENDING' }] }, shape)).toBe(false);
+  });
+});
