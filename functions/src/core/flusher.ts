@@ -87,7 +87,7 @@ export class CoalescingFlusher {
 
   /** Writes now whatever is pending (a heartbeat if nothing is). */
   async flushNow(): Promise<void> {
-    if (this.inFlight) await this.inFlight;
+    while (this.inFlight) await this.inFlight;
     if (this.stopped) return;
     const payload = this.take();
     this.lastFlushAtMs = this.options.clock.now();

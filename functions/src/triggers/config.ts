@@ -19,7 +19,7 @@ export function engineOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Engi
   const overrides: Partial<Record<keyof EngineOptions, number>> = {};
   for (const [option, variable] of Object.entries(ENGINE_OPTION_VARIABLES) as [keyof EngineOptions, string][]) {
     const raw = env[variable];
-    if (raw === undefined || raw === '') continue;
+    if (raw === undefined || raw.trim() === '') continue;
     const value = Number(raw);
     if (!Number.isFinite(value)) throw new Error(`${variable} must be a number, got "${raw}"`);
     overrides[option] = value;
