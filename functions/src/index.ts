@@ -1,2 +1,3 @@
 export { submitJob } from './triggers/submit-job';
 export { runJobStep } from './triggers/run-job-step';
+export { sweepJobs } from './triggers/sweep-jobs';

@@ -1,13 +1,42 @@
-import { pipelineRegistry } from '../../functions/src/core/pipeline';
+import { z } from 'zod';
+import { defineFanOutPhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/runner';
 import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
 import { engineHarness, type EngineHarness } from '../support/engine';
 
+/** Units that each record three sections, one per step: every unit yields twice before it finishes. */
+const unitRuns = new Map<string, number>();
+const steppedPipeline = definePipeline<{ units: number }>({
+  name: 'stepped-units',
+  description: 'Test pipeline: fan-out units that yield between sections',
+  input: z.strictObject({ units: z.number().int().min(1).max(5) }),
+  phases: [
+    defineFanOutPhase<{ units: number }, { total: number }, { sum: number }>({
+      name: 'count',
+      state: z.object({ total: z.number() }),
+      section: z.object({ value: z.number() }),
+      fanOut: {
+        units: (context) => Array.from({ length: context.input.units }, (_, index) => `u${index}`),
+        unitState: z.object({ sum: z.number() }),
+        runUnit: async (context, unit) => {
+          const done = context.sections().length;
+          if (done === 3) return { kind: 'done', state: { sum: context.sections().reduce((sum, section) => sum + (section.data as { value: number }).value, 0) } };
+          unitRuns.set(`${unit}/${done}`, (unitRuns.get(`${unit}/${done}`) ?? 0) + 1);
+          await context.recordSection(`n${done}`, { value: done + 1 });
+          return { kind: 'yield' };
+        },
+        join: (results) => ({ total: [...results.values()].reduce((sum, result) => sum + result.sum, 0) }),
+      },
+    }),
+  ],
+  publish: (context) => ({ outcome: 'complete', title: 'Sum', markdown: JSON.stringify(context.sections()), missing: [] }),
+});
+
 let harness: EngineHarness;
 beforeAll(() => {
-  harness = engineHarness('fanout', pipelineRegistry(canaryPipeline));
+  harness = engineHarness('fanout', pipelineRegistry(canaryPipeline, steppedPipeline));
 });
 beforeEach(async () => {
   harness.queue.drain();
@@ -55,4 +84,15 @@ test('units finishing at the same moment join exactly once and hand off exactly 
 test('the canary rejects input that is only whitespace before any job exists', () => {
   expect(canaryPipeline.input.safeParse({ text: '  \n ' }).success).toBe(false);
   expect(canaryPipeline.input.safeParse({ text: 'fine' }).success).toBe(true);
+});
+
+test('a unit that yields is continued by a new task (a new task ID per unit step) and each of its sections runs once', async () => {
+  const jobId = await harness.submit('stepped-units', { units: 2 });
+  const outcomes = await harness.drain();
+  expect(outcomes.filter((outcome) => outcome.kind === 'unit-yielded')).toHaveLength(6);
+  expect(outcomes.at(-1)?.kind).toBe('completed');
+  expect([...unitRuns.values()].every((runs) => runs === 1)).toBe(true);
+  expect(unitRuns.size).toBe(6);
+  expect((await db().doc(`${JOBS}/${jobId}/checkpoints/count`).get()).get('state')).toEqual({ total: 12 });
+  expect(harness.queue.duplicates).toEqual([]);
 });

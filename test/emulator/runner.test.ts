@@ -1,7 +1,9 @@
 import { Timestamp } from 'firebase-admin/firestore';
 import { RetryableError, TerminalError } from '../../functions/src/core/errors';
 import { stepTaskId } from '../../functions/src/core/job';
+import { releaseQuarantined } from '../../functions/src/engine/operator';
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS, REJECTED_TASKS } from '../../functions/src/store/paths';
 import { engineHarness, gate, type EngineHarness } from '../support/engine';
@@ -348,4 +350,55 @@ test('a phase stops starting sections when most of its step budget is used, and 
   expect([...behaviour.sectionRuns.entries()]).toEqual([['s0', 1], ['s1', 1], ['s2', 1], ['s3', 1], ['s4', 1]]);
   expect((await events(jobId)).filter((kind) => kind === 'yielded')).toHaveLength(2);
   expect((await db().doc(`${JOBS}/${jobId}/results/final`).get()).get('markdown')).toBe('total 100');
+});
+
+/** A worker that hangs forever where it stands: no heartbeat (the timers are stopped), no result. */
+const hangForever = () => new Promise<never>(() => undefined);
+
+test('a worker that dies mid-phase is reclaimed by the sweeper after its lease; the job resumes from its last checkpoint and no finished section runs again', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 4 });
+  await harness.drain(1);
+  behaviour.second = async (context) => {
+    await recordSections({ ...context, shouldYield: () => context.sections().length >= 2 });
+    return hangForever();
+  };
+  const [task] = harness.queue.drain();
+  void runStep(harness.deps('doomed'), task!.task);
+  await waitUntil(async () => (await db().collection(`${JOBS}/${jobId}/sections`).get()).size === 2);
+
+  // Before the lease runs out the sweeper leaves the job alone; after, it reclaims it.
+  harness.clock.advance(harness.options.leaseSeconds * 1000 - 1);
+  expect((await sweep({ store: harness.store, queue: harness.queue }, harness.clock.now())).reclaimed).toBe(0);
+  harness.clock.advance(2);
+  expect((await sweep({ store: harness.store, queue: harness.queue }, harness.clock.now())).reclaimed).toBe(1);
+
+  behaviour.second = recordSections;
+  await harness.drain();
+  const job = await readJob(jobId);
+  expect(job).toMatchObject({ status: 'completed', staleReclaims: 1 });
+  expect([...behaviour.sectionRuns.entries()]).toEqual([['s0', 1], ['s1', 1], ['s2', 1], ['s3', 1]]);
+  expect((await db().doc(`${JOBS}/${jobId}/results/final`).get()).get('markdown')).toBe('total 60');
+});
+
+test('a job that keeps killing its workers is quarantined after the limit with the reason visible, and an operator can release it', async () => {
+  behaviour.first = hangForever;
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  for (let death = 1; death <= harness.options.maxStaleReclaims + 1; death += 1) {
+    const [task] = harness.queue.drain();
+    expect(task).toBeDefined();
+    void runStep(harness.deps(`victim-${death}`), task!.task);
+    await waitUntil(async () => (await readJob(jobId)).status === 'running');
+    harness.clock.advance(harness.options.leaseSeconds * 1000 + 1);
+    await sweep({ store: harness.store, queue: harness.queue }, harness.clock.now());
+  }
+  const quarantined = await readJob(jobId);
+  expect(quarantined.status).toBe('quarantined');
+  expect(quarantined.quarantine?.reason).toMatch(/lease expired 4 times \(limit 3\)/);
+  expect(harness.queue.tasks).toHaveLength(0);
+
+  resetBehaviour();
+  await releaseQuarantined(harness.store, harness.queue, jobId, harness.clock.now());
+  expect(await readJob(jobId)).toMatchObject({ status: 'queued', staleReclaims: 0, attempts: 0, quarantine: null });
+  await harness.drain();
+  expect((await readJob(jobId)).status).toBe('completed');
 });

@@ -192,19 +192,24 @@ describe('expired job leases', () => {
     expect(queue.tasks).toEqual([]);
   });
 
-  test('two sweeps at the same time reclaim each job once, with one task each', async () => {
+  test('two sweeps at the same time act on each job once, with one task each', async () => {
     const jobs = await Promise.all(Array.from({ length: 6 }, () => runningJob(T0 - SECOND)));
+    const lost = await Promise.all(Array.from({ length: 2 }, async () => putJob(await newJob(), { nextRunAtMs: T0 - GRACE_MS })));
+    const waiting = await putJob(await newJob(), { status: 'waiting', step: 1, waiting: { reason: 'provider', question: 'Provider down', options: [], untilMs: T0 } });
 
     const reports = await Promise.all([sweepAt(T0), sweepAt(T0)]);
 
-    expect(reports.reduce((sum, report) => sum + report.reclaimed, 0)).toBe(6);
-    expect(reports.reduce((sum, report) => sum + report.errors, 0)).toBe(0);
-    expect(queue.tasks.map((task) => task.id).sort()).toEqual(jobs.map((job) => stepTaskId(job.id, 3, 0)).sort());
+    const total = (key: 'reclaimed' | 'redispatched' | 'resumed' | 'errors') => reports.reduce((sum, report) => sum + report[key], 0);
+    expect([total('reclaimed'), total('redispatched'), total('resumed'), total('errors')]).toEqual([6, 2, 1, 0]);
+    expect(queue.tasks.map((task) => task.id).sort()).toEqual(
+      [...jobs.map((job) => stepTaskId(job.id, 3, 0)), ...lost.map((job) => stepTaskId(job.id, 0, 1)), stepTaskId(waiting.id, 2, 0)].sort(),
+    );
     expect(queue.duplicates).toEqual([]);
     for (const job of jobs) {
       expect(await read(job.id)).toMatchObject({ status: 'queued', staleReclaims: 1, step: 3 });
       expect((await events(job.id)).filter((event) => event.kind === 'reclaimed')).toHaveLength(1);
     }
+    for (const job of lost) expect(await read(job.id)).toMatchObject({ dispatch: 1 });
   });
 
   test('an enqueue failure is counted and logged, not thrown, and the lost-task rule dispatches the step later', async () => {
@@ -328,7 +333,7 @@ describe('expired unit leases', () => {
     expect(report).toMatchObject({ unitsReclaimed: 1, reclaimed: 0, quarantined: 0, errors: 0 });
     expect(await readUnit(job.id, 'alpha')).toMatchObject({ status: 'queued', lease: null, staleReclaims: 1, step: 2, dispatch: 1, nextRunAtMs: T0 });
     expect(await readUnit(job.id, 'beta')).toMatchObject({ status: 'running', lease: { epoch: 1 }, staleReclaims: 0, step: 0 });
-    expect(queue.tasks).toEqual([{ id: unitTaskId(job.id, 4, 'alpha', 1), task: { jobId: job.id, step: 2, unit: 'alpha' }, delaySeconds: 0 }]);
+    expect(queue.tasks).toEqual([{ id: unitTaskId(job.id, 4, 'alpha', 2, 1), task: { jobId: job.id, step: 2, unit: 'alpha' }, delaySeconds: 0 }]);
     expect(await read(job.id)).toMatchObject({ status: 'running', lease: null, fanout: { epoch: 4 } });
     const reclaimed = (await events(job.id)).find((event) => event.kind === 'reclaimed');
     expect(reclaimed).toMatchObject({ unit: 'alpha' });
@@ -365,6 +370,23 @@ describe('expired unit leases', () => {
     expect(await readUnit(job.id, 'alpha')).toMatchObject({ status: 'running', lease: null, lastError: { code: 'parked' } });
     expect((await readUnit(job.id, 'beta')).lastError?.message).toMatch(/its job is cancelled/);
     expect(await sweepAt(T0 + 10 * 60 * SECOND)).toMatchObject({ queryDocuments: 0 });
+  });
+
+  test('the sweeper racing a unit heartbeat leaves the unit alone', async () => {
+    const job = await fanOutJob();
+    await putUnit(unitRecord(job.id, 'alpha', { status: 'running', epoch: 2, lease: { epoch: 2, worker: 'worker-u', expiresAtMs: T0 - SECOND } }));
+    class UnitHeartbeatFirst extends JobStore {
+      override async retryingWrite<T>(what: string, write: () => Promise<T>): Promise<T> {
+        await store.unitRef(job.id, 'alpha').update({ 'lease.expiresAt': Timestamp.fromMillis(T0 + 180 * SECOND) });
+        return super.retryingWrite(what, write);
+      }
+    }
+
+    const report = await sweepAt(T0, new UnitHeartbeatFirst(firestore.db, clock, store.options));
+
+    expect(report).toMatchObject({ queryDocuments: 1, skipped: 1, unitsReclaimed: 0, errors: 0 });
+    expect(await readUnit(job.id, 'alpha')).toMatchObject({ status: 'running', staleReclaims: 0, lease: { epoch: 2, expiresAtMs: T0 + 180 * SECOND } });
+    expect(queue.tasks).toEqual([]);
   });
 
   test('a unit of a job that is not in its fan-out yet (same epoch, queued) is skipped, not parked', async () => {
@@ -416,7 +438,7 @@ describe('lost tasks', () => {
     expect(await sweepAt(T0 + GRACE_MS + 60 * SECOND)).toMatchObject({ unitsRedispatched: 0 });
 
     expect(await readUnit(job.id, 'alpha')).toMatchObject({ status: 'queued', step: 2, dispatch: 1, nextRunAtMs: T0 + GRACE_MS });
-    expect(queue.tasks).toEqual([{ id: unitTaskId(job.id, 4, 'alpha', 1), task: { jobId: job.id, step: 2, unit: 'alpha' }, delaySeconds: 0 }]);
+    expect(queue.tasks).toEqual([{ id: unitTaskId(job.id, 4, 'alpha', 2, 1), task: { jobId: job.id, step: 2, unit: 'alpha' }, delaySeconds: 0 }]);
     expect((await events(job.id)).find((event) => event.kind === 'redispatched')).toMatchObject({ unit: 'alpha' });
   });
 });

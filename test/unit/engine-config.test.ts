@@ -204,26 +204,26 @@ describe('task IDs', () => {
     expect(ids.size).toBe(4);
   });
 
-  test('unitTaskId is deterministic and names job, fan-out epoch, unit and dispatch', () => {
-    expect(unitTaskId('job-abc', 4, 'expert-1', 0)).toBe('job-abc-e4-uexpert-1-d0');
-    expect(unitTaskId('job-abc', 4, 'expert-1', 0)).toBe(unitTaskId('job-abc', 4, 'expert-1', 0));
-    const ids = new Set([unitTaskId('j', 1, 'a', 0), unitTaskId('j', 2, 'a', 0), unitTaskId('j', 1, 'b', 0), unitTaskId('j', 1, 'a', 1)]);
-    expect(ids.size).toBe(4);
+  test('unitTaskId is deterministic and names job, fan-out epoch, unit, step and dispatch', () => {
+    expect(unitTaskId('job-abc', 4, 'expert-1', 2, 0)).toBe('job-abc-e4-uexpert-1-s2-d0');
+    expect(unitTaskId('job-abc', 4, 'expert-1', 2, 0)).toBe(unitTaskId('job-abc', 4, 'expert-1', 2, 0));
+    const ids = new Set([unitTaskId('j', 1, 'a', 0, 0), unitTaskId('j', 2, 'a', 0, 0), unitTaskId('j', 1, 'b', 0, 0), unitTaskId('j', 1, 'a', 0, 1), unitTaskId('j', 1, 'a', 1, 0)]);
+    expect(ids.size).toBe(5);
   });
 
   test.each(['Dr. Ada Lovelace', 'a/b', 'c++', 'naïve', 'x:y?z#1', 'tab\tnew\nline', '日本', 'émile@example.com'])(
     'a unit named %j is sanitised to a valid task ID',
     (unit) => {
-      const id = unitTaskId('job-1', 2, unit, 3);
+      const id = unitTaskId('job-1', 2, unit, 1, 3);
       expect(id).toMatch(TASK_ID);
       expect(id.startsWith('job-1-e2-u')).toBe(true);
       expect(id.endsWith('-d3')).toBe(true);
-      expect(unitTaskId('job-1', 2, unit, 3)).toBe(id);
+      expect(unitTaskId('job-1', 2, unit, 1, 3)).toBe(id);
     },
   );
 
   test('sanitising replaces each odd character with an underscore', () => {
-    expect(unitTaskId('j', 0, 'Dr. Ada', 0)).toBe('j-e0-uDr__Ada-d0');
-    expect(unitTaskId('j', 0, 'a/b', 0)).toBe('j-e0-ua_b-d0');
+    expect(unitTaskId('j', 0, 'Dr. Ada', 0, 0)).toBe('j-e0-uDr__Ada-s0-d0');
+    expect(unitTaskId('j', 0, 'a/b', 0, 0)).toBe('j-e0-ua_b-s0-d0');
   });
 });

@@ -12,6 +12,9 @@ export type ErrorCode =
   | 'invalid_input'
   | 'corrupt_checkpoint'
   | 'ownership_lost'
+  | 'context_window'
+  | 'malformed_response'
+  | 'provider_rejected'
   | 'budget_exhausted'
   | 'internal';
 

@@ -84,6 +84,6 @@ export function stepTaskId(jobId: string, step: number, dispatch: number): strin
   return `${jobId}-s${step}-d${dispatch}`;
 }
 
-export function unitTaskId(jobId: string, fanoutEpoch: number, unit: string, dispatch: number): string {
-  return `${jobId}-e${fanoutEpoch}-u${unit.replace(/[^A-Za-z0-9_-]/g, '_')}-d${dispatch}`;
+export function unitTaskId(jobId: string, fanoutEpoch: number, unit: string, step: number, dispatch: number): string {
+  return `${jobId}-e${fanoutEpoch}-u${unit.replace(/[^A-Za-z0-9_-]/g, '_')}-s${step}-d${dispatch}`;
 }

@@ -504,7 +504,7 @@ async function startFanOut(
     await joinFanOut(running, claim.jobId, claim.epoch, phase, emptyPayload(), null);
   }
   for (const unit of toEnqueue) {
-    await enqueueQuietly(running.deps, { jobId: unit.jobId, step: unit.step, unit: unit.unit }, unitTaskId(unit.jobId, unit.fanoutEpoch, unit.unit, 0), 0);
+    await enqueueQuietly(running.deps, { jobId: unit.jobId, step: unit.step, unit: unit.unit }, unitTaskId(unit.jobId, unit.fanoutEpoch, unit.unit, unit.step, 0), 0);
   }
   return { kind: 'fanned-out', phase: phase.name, units: unitIds.length };
 }
@@ -590,7 +590,7 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string): Pr
         const record: UnitRecord = { ...withPayload(current, pending), status: 'queued', lease: null, step: current.step + 1, dispatch: 0, nextRunAtMs: store.clock.now() };
         return Promise.resolve({ nextUnit: record, events: [...pending.notes, { kind: 'yielded', message: `${unit.unit}: continuing in a new step` }], value: record });
       });
-      await enqueueQuietly(deps, { jobId: job.id, step: next.step, unit: next.unit }, unitTaskId(job.id, next.fanoutEpoch, next.unit, 0), 0);
+      await enqueueQuietly(deps, { jobId: job.id, step: next.step, unit: next.unit }, unitTaskId(job.id, next.fanoutEpoch, next.unit, next.step, 0), 0);
       return { kind: 'unit-yielded', unit: unit.unit };
     }
     const parsed = fanOut.unitState.safeParse(outcome.state);
@@ -705,7 +705,7 @@ async function settleUnitError(deps: RunnerDeps, claim: UnitClaim, error: Phasel
     return Promise.resolve({ next, nextUnit, events: [...pending.notes, { kind: 'failed', message: `Failed: ${reason}. Last error: ${error.message}` }], value: { kind: 'failed' as const, reason } });
   });
   if (settled.kind === 'requeued') {
-    await enqueueQuietly(deps, { jobId: claim.jobId, step: settled.record.step, unit: claim.unit }, unitTaskId(claim.jobId, claim.fanoutEpoch, claim.unit, 0), settled.delayMs);
+    await enqueueQuietly(deps, { jobId: claim.jobId, step: settled.record.step, unit: claim.unit }, unitTaskId(claim.jobId, claim.fanoutEpoch, claim.unit, settled.record.step, 0), settled.delayMs);
     return { kind: 'requeued', attempts: settled.attempts, delayMs: settled.delayMs };
   }
   return settled;

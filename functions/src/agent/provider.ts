@@ -1,0 +1,102 @@
+/**
+ * The model-provider port: tool-calling chat in the shape every Chat Completions-style API shares.
+ * Providers translate their wire format to this and their failures to the error types below, so
+ * recovery code never matches on strings.
+ */
+import { PhaselineError, RetryableError, type PhaselineErrorOptions } from '../core/errors';
+
+export interface ToolCall {
+  readonly id: string;
+  readonly name: string;
+  /** JSON text, exactly as the model produced it. */
+  readonly arguments: string;
+}
+
+export type ChatMessage =
+  | { readonly role: 'system'; readonly content: string }
+  /** `promptId` marks the exact prompt of a section; warm repair keeps everything up to it. */
+  | { readonly role: 'user'; readonly content: string; readonly promptId?: string }
+  | { readonly role: 'assistant'; readonly content: string | null; readonly toolCalls?: readonly ToolCall[] }
+  | { readonly role: 'tool'; readonly toolCallId: string; readonly name: string; readonly content: string };
+
+export interface ToolSpec {
+  readonly name: string;
+  readonly description: string;
+  /** JSON Schema of the arguments object. */
+  readonly parameters: Readonly<Record<string, unknown>>;
+}
+
+export interface ChatRequest {
+  readonly messages: readonly ChatMessage[];
+  readonly tools: readonly ToolSpec[];
+  readonly maxOutputTokens?: number;
+  readonly signal: AbortSignal;
+}
+
+export interface Usage {
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+}
+
+export interface ChatResponse {
+  readonly message: Extract<ChatMessage, { role: 'assistant' }>;
+  readonly finishReason: 'stop' | 'tool_calls' | 'length';
+  readonly usage: Usage;
+  /** What the call cost, in US dollars, as the provider prices it (0 for the offline provider). */
+  readonly costUsd: number;
+}
+
+export interface ModelProvider {
+  /** For people and cost records: e.g. `offline` or `openai-compatible:gpt-4o-mini`. */
+  readonly name: string;
+  /** The context window in tokens, for compaction decisions. */
+  readonly contextWindowTokens: number;
+  chat(request: ChatRequest): Promise<ChatResponse>;
+}
+
+/** 429: the provider asks us to slow down, possibly saying for how long. */
+export class ProviderRateLimitedError extends RetryableError {
+  constructor(message: string, retryAfterMs?: number, options: PhaselineErrorOptions = {}) {
+    super(message, { ...options, code: 'rate_limited', ...(retryAfterMs === undefined ? {} : { retryAfterMs }) });
+  }
+}
+
+/** 5xx or a connection failure: the provider is (perhaps briefly) down. */
+export class ProviderUnavailableError extends RetryableError {
+  constructor(message: string, options: PhaselineErrorOptions = {}) {
+    super(message, { ...options, code: 'provider_unavailable' });
+  }
+}
+
+/** No answer within the deadline. The call may or may not have been processed. */
+export class ProviderTimeoutError extends RetryableError {
+  constructor(message: string, options: PhaselineErrorOptions = {}) {
+    super(message, { ...options, code: 'timeout' });
+  }
+}
+
+/** The request does not fit the model's context window: shrink the transcript, do not just retry. */
+export class ContextWindowError extends PhaselineError {
+  constructor(message: string, options: PhaselineErrorOptions = {}) {
+    super('context_window', false, message, options);
+  }
+}
+
+/** The provider answered with something that is not a valid response. Retrying may help. */
+export class MalformedResponseError extends RetryableError {
+  constructor(message: string, options: PhaselineErrorOptions = {}) {
+    super(message, { ...options, code: 'malformed_response' });
+  }
+}
+
+/** Bad key, unknown model, invalid request: retrying cannot help. */
+export class ProviderRequestError extends PhaselineError {
+  constructor(message: string, options: PhaselineErrorOptions = {}) {
+    super('provider_rejected', false, message, options);
+  }
+}
+
+/** Errors that say the provider as a whole is unhealthy (they feed the shared circuit). */
+export function isProviderOutage(error: unknown): boolean {
+  return error instanceof ProviderRateLimitedError || error instanceof ProviderUnavailableError || error instanceof ProviderTimeoutError;
+}

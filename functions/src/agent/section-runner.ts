@@ -1,0 +1,532 @@
+/**
+ * Runs one section (one bounded unit of agent output) with recovery.
+ *
+ * - Every model answer is recorded (saved) before any of its tool calls runs, and every tool
+ *   result is saved as soon as it exists, so a recorded result is never lost or re-executed.
+ * - A stored transcript found at start is a crash: it is repaired and the same thread continues
+ *   (no prompt re-sent, no recorded tool call repeated); if it cannot be shown sound, the section
+ *   starts a clean generation instead.
+ * - Transient provider trouble is retried inside the call (full jitter, honouring retry-after) and,
+ *   if it persists, thrown out: an outage is not the section's fault and spends none of its attempts.
+ * - Other failures spend attempts: warm retries first (repair, compact if the context overflowed,
+ *   continue the same thread), then cold retries (a new generation from the prompt and the rolling
+ *   context), then an explicit `skipped` outcome naming the last error.
+ * - Every model and tool call is counted as spent; calls whose output is thrown away are also
+ *   counted as wasted.
+ *
+ * Pure core: no Firebase imports. Persistence is the TranscriptPort's job.
+ */
+import pRetry from 'p-retry';
+import type { RandomSource } from '../core/clock';
+import { describeError } from '../core/errors';
+import { realTimers, type Timers } from '../core/flusher';
+import {
+  ContextWindowError,
+  MalformedResponseError,
+  ProviderRateLimitedError,
+  ProviderTimeoutError,
+  ProviderUnavailableError,
+  type ChatMessage,
+  type ChatResponse,
+  type ModelProvider,
+} from './provider';
+import type { Toolbox } from './tools';
+import { compactTranscript, estimateTokens, findProblems, repairForWarmRetry } from './transcript';
+
+export interface CostTally {
+  readonly modelCalls: number;
+  readonly toolCalls: number;
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+  readonly usd: number;
+  /** The part of the above whose output was thrown away (also counted in the totals). */
+  readonly wastedModelCalls: number;
+  readonly wastedToolCalls: number;
+  readonly wastedInputTokens: number;
+  readonly wastedOutputTokens: number;
+  readonly wastedUsd: number;
+}
+
+export const EMPTY_TALLY: CostTally = {
+  modelCalls: 0,
+  toolCalls: 0,
+  inputTokens: 0,
+  outputTokens: 0,
+  usd: 0,
+  wastedModelCalls: 0,
+  wastedToolCalls: 0,
+  wastedInputTokens: 0,
+  wastedOutputTokens: 0,
+  wastedUsd: 0,
+};
+
+export function addTallies(a: CostTally, b: Partial<CostTally>): CostTally {
+  return {
+    modelCalls: a.modelCalls + (b.modelCalls ?? 0),
+    toolCalls: a.toolCalls + (b.toolCalls ?? 0),
+    inputTokens: a.inputTokens + (b.inputTokens ?? 0),
+    outputTokens: a.outputTokens + (b.outputTokens ?? 0),
+    usd: a.usd + (b.usd ?? 0),
+    wastedModelCalls: a.wastedModelCalls + (b.wastedModelCalls ?? 0),
+    wastedToolCalls: a.wastedToolCalls + (b.wastedToolCalls ?? 0),
+    wastedInputTokens: a.wastedInputTokens + (b.wastedInputTokens ?? 0),
+    wastedOutputTokens: a.wastedOutputTokens + (b.wastedOutputTokens ?? 0),
+    wastedUsd: a.wastedUsd + (b.wastedUsd ?? 0),
+  };
+}
+
+/** The section's transcript as the engine persists it (owner-checked) under the job. */
+export interface StoredTranscript {
+  /** 0 for the first thread; each clean-thread (cold) reconstruction adds one. */
+  readonly generation: number;
+  readonly messages: readonly ChatMessage[];
+  /** Warm and cold retries spent so far; they survive crashes, so a crash loop cannot reset them. */
+  readonly attempts: { readonly warm: number; readonly cold: number };
+  /** Cumulative cost of the section across every attempt and every worker that ran it. */
+  readonly tally: CostTally;
+}
+
+export interface TranscriptPort {
+  load(sectionId: string): Promise<StoredTranscript | null>;
+  /** Must resolve only once the transcript is durable; a rejection stops the section and is thrown as is. */
+  save(sectionId: string, transcript: StoredTranscript): Promise<void>;
+}
+
+export interface SectionSpec {
+  readonly sectionId: string;
+  /** Marks the section's exact prompt message; warm repair keeps everything up to the latest one. */
+  readonly promptId: string;
+  readonly system: string;
+  readonly prompt: string;
+  /** Rolling summary of completed work, used to rebuild a clean thread on a cold retry. */
+  readonly coldContext: string;
+  /** Model turns with tool calls one attempt may take before it counts as failed. */
+  readonly maxToolRounds: number;
+}
+
+export interface SectionPolicy {
+  /** Same-thread retries after a failed attempt. */
+  readonly warmRetries: number;
+  /** Clean-thread (new generation) retries once warm retries are spent or impossible. */
+  readonly coldRetries: number;
+  /** In-call retries of one model call on rate limits, outages and timeouts. */
+  readonly transientRetries: number;
+  /** Backoff base: the first retry waits up to this long (full jitter), doubling per retry. */
+  readonly transientMinDelayMs: number;
+  /**
+   * Backoff ceiling. A provider retry-after longer than this is not waited out in-process: the
+   * error is thrown so the engine can requeue the job for later.
+   */
+  readonly transientMaxDelayMs: number;
+  /** On a context-window failure, compact to at most this share of the provider's window. */
+  readonly compactToWindowShare: number;
+}
+
+export const DEFAULT_SECTION_POLICY: SectionPolicy = {
+  warmRetries: 2,
+  coldRetries: 2,
+  transientRetries: 3,
+  transientMinDelayMs: 1_000,
+  transientMaxDelayMs: 20_000,
+  compactToWindowShare: 0.5,
+};
+
+export function resolveSectionPolicy(overrides: Partial<SectionPolicy> = {}): SectionPolicy {
+  const policy = { ...DEFAULT_SECTION_POLICY, ...overrides };
+  for (const name of ['warmRetries', 'coldRetries', 'transientRetries'] as const) {
+    if (!Number.isInteger(policy[name]) || policy[name] < 0) throw new Error(`Section policy ${name} must be a non-negative integer, got ${policy[name]}`);
+  }
+  if (!(policy.transientMinDelayMs >= 0) || !(policy.transientMaxDelayMs >= policy.transientMinDelayMs)) {
+    throw new Error(
+      `Section policy needs 0 <= transientMinDelayMs (${policy.transientMinDelayMs}) <= transientMaxDelayMs (${policy.transientMaxDelayMs})`,
+    );
+  }
+  if (!(policy.compactToWindowShare > 0 && policy.compactToWindowShare <= 1)) {
+    throw new Error(`Section policy compactToWindowShare must be in (0, 1], got ${policy.compactToWindowShare}`);
+  }
+  return policy;
+}
+
+/** One cost event, reported as it happens; `delta` is what to add to the running cost. */
+export interface UsageEntry {
+  readonly sectionId: string;
+  readonly generation: number;
+  readonly kind: 'model_call' | 'tool_call' | 'wasted';
+  readonly delta: CostTally;
+  /** Provider or tool name, or why output was thrown away. */
+  readonly detail: string;
+}
+
+export interface SectionDeps {
+  readonly provider: ModelProvider;
+  readonly toolbox: Toolbox;
+  readonly transcripts: TranscriptPort;
+  readonly signal: AbortSignal;
+  readonly policy?: Partial<SectionPolicy>;
+  readonly random?: RandomSource;
+  /** Timers for backoff waits; real ones by default. */
+  readonly timers?: Timers;
+  /** Called for every model call, tool call and discard as it happens, so cost can be flushed live. */
+  readonly onUsage?: (entry: UsageEntry) => void;
+}
+
+export interface SectionAttempts {
+  readonly warm: number;
+  readonly cold: number;
+  readonly generation: number;
+}
+
+export type SectionOutcome =
+  | { readonly kind: 'written'; readonly text: string; readonly tally: CostTally; readonly attempts: SectionAttempts }
+  | { readonly kind: 'skipped'; readonly reason: string; readonly tally: CostTally; readonly attempts: SectionAttempts };
+
+/** An attempt failed for a reason of its own (not the provider's health): spend a warm or cold retry. */
+export class SectionAttemptError extends Error {
+  constructor(message: string, options: { readonly cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'SectionAttemptError';
+  }
+}
+
+/** Rate limits, outages and timeouts: retried in the call, then thrown out of the section. */
+export function isTransientProviderError(error: unknown): error is ProviderRateLimitedError | ProviderUnavailableError | ProviderTimeoutError {
+  return error instanceof ProviderRateLimitedError || error instanceof ProviderUnavailableError || error instanceof ProviderTimeoutError;
+}
+
+/** Failures that spend one of the section's attempts; everything else is thrown out of runSection. */
+export function isAttemptFailure(error: unknown): boolean {
+  return error instanceof SectionAttemptError || error instanceof ContextWindowError || error instanceof MalformedResponseError;
+}
+
+/** Never compact to more than this share of what the transcript was estimated at when the provider refused it. */
+const MAX_SHARE_AFTER_COMPACTION = 0.75;
+
+export async function runSection(spec: SectionSpec, deps: SectionDeps): Promise<SectionOutcome> {
+  return new SectionRun(spec, deps).run();
+}
+
+interface CallCost {
+  readonly inputTokens: number;
+  readonly outputTokens: number;
+  readonly usd: number;
+}
+
+type Settled = { readonly ok: true; readonly response: ChatResponse } | { readonly ok: false; readonly error: unknown };
+
+class SectionRun {
+  private readonly policy: SectionPolicy;
+  private readonly random: RandomSource;
+  private readonly timers: Timers;
+  private readonly signal: AbortSignal;
+  private generation = 0;
+  private messages: ChatMessage[] = [];
+  private attempts = { warm: 0, cold: 0 };
+  private tally: CostTally = EMPTY_TALLY;
+  /** What each model answer made in this process cost, so discarding it can count the waste exactly. */
+  private readonly costs = new WeakMap<ChatMessage, CallCost>();
+
+  constructor(
+    private readonly spec: SectionSpec,
+    private readonly deps: SectionDeps,
+  ) {
+    this.policy = resolveSectionPolicy(deps.policy);
+    this.random = deps.random ?? Math.random;
+    this.timers = deps.timers ?? realTimers;
+    this.signal = deps.signal;
+  }
+
+  async run(): Promise<SectionOutcome> {
+    this.signal.throwIfAborted();
+    const stored = await this.deps.transcripts.load(this.spec.sectionId);
+    if (stored === null) {
+      this.messages = this.freshThread(false);
+      await this.save();
+    } else {
+      const done = await this.resume(stored);
+      if (done !== null) return done;
+    }
+
+    for (;;) {
+      let failure: unknown;
+      try {
+        const text = await this.attempt();
+        return { kind: 'written', text, tally: this.tally, attempts: this.outcomeAttempts() };
+      } catch (error) {
+        this.signal.throwIfAborted();
+        if (!isAttemptFailure(error)) throw error;
+        failure = error;
+      }
+      const skipped = await this.recover(failure);
+      if (skipped !== null) return skipped;
+    }
+  }
+
+  /** Picks up a transcript a previous worker left behind. Resolves to an outcome only when it already held the answer. */
+  private async resume(stored: StoredTranscript): Promise<SectionOutcome | null> {
+    this.generation = stored.generation;
+    this.attempts = { warm: stored.attempts.warm, cold: stored.attempts.cold };
+    this.tally = stored.tally;
+    this.messages = [...stored.messages];
+
+    const recorded = recordedAnswer(stored.messages, this.spec.promptId);
+    if (recorded !== null) return { kind: 'written', text: recorded, tally: this.tally, attempts: this.outcomeAttempts() };
+
+    const repaired = repairForWarmRetry(stored.messages, this.spec.promptId);
+    if (repaired.sound) {
+      this.waste(repaired.dropped, 'calls cut off by a crash');
+      this.messages = repaired.messages;
+      await this.save();
+      return null;
+    }
+    // A crash is not the section's failure (the engine counts stale reclaims): a new generation, no cold retry spent.
+    await this.startColdThread(`stored transcript not sound: ${repaired.reason}`, false);
+    return null;
+  }
+
+  /** One attempt: continue the current thread until the model answers without tool calls. */
+  private async attempt(): Promise<string> {
+    let rounds = 0;
+    for (;;) {
+      this.signal.throwIfAborted();
+      const response = await this.callModel();
+      const message = response.message;
+      const calls = message.toolCalls ?? [];
+      const cost: CallCost = { inputTokens: response.usage.inputTokens, outputTokens: response.usage.outputTokens, usd: response.costUsd };
+
+      if (response.finishReason === 'length') {
+        this.wasteCall(cost, 'answer cut off at the output limit');
+        throw new SectionAttemptError('the model answer was cut off at the output limit');
+      }
+      if (calls.length === 0) {
+        const text = message.content ?? '';
+        if (text.trim() === '') {
+          this.wasteCall(cost, 'empty answer');
+          throw new SectionAttemptError('the model gave an empty answer');
+        }
+        this.append(message, cost);
+        await this.save();
+        return text;
+      }
+
+      const badId = this.unusableCallId(message);
+      if (badId !== null) {
+        this.wasteCall(cost, 'unusable tool call IDs');
+        throw new MalformedResponseError(`the model answer has an unusable tool call ID (${badId})`);
+      }
+      rounds += 1;
+      if (rounds > this.spec.maxToolRounds) {
+        this.wasteCall(cost, 'tool round limit');
+        throw new SectionAttemptError(`the model asked for more than ${this.spec.maxToolRounds} tool rounds`);
+      }
+
+      // Recorded before any of its calls runs: a crash from here on leaves a repairable transcript.
+      this.append(message, cost);
+      await this.save();
+      for (const call of calls) {
+        this.signal.throwIfAborted();
+        let content: string;
+        try {
+          content = (await this.deps.toolbox.execute(call, this.signal)).content;
+        } catch (error) {
+          this.signal.throwIfAborted();
+          this.count('tool_call', { toolCalls: 1, wastedToolCalls: 1 }, call.name);
+          throw new SectionAttemptError(`tool ${call.name} (${call.id}) threw: ${describeError(error)}`, { cause: error });
+        }
+        this.count('tool_call', { toolCalls: 1 }, call.name);
+        this.messages.push({ role: 'tool', toolCallId: call.id, name: call.name, content });
+        await this.save();
+      }
+    }
+  }
+
+  /** A call ID that is empty, repeated in the answer, or already used in the thread; null when all are fine. */
+  private unusableCallId(message: Extract<ChatMessage, { role: 'assistant' }>): string | null {
+    const seen = new Set(this.messages.flatMap((entry) => (entry.role === 'assistant' ? (entry.toolCalls ?? []).map((call) => call.id) : [])));
+    for (const call of message.toolCalls ?? []) {
+      if (call.id === '' || seen.has(call.id)) return JSON.stringify(call.id);
+      seen.add(call.id);
+    }
+    return null;
+  }
+
+  /** After a failed attempt: warm retry if the thread can be shown sound, else cold, else skipped. */
+  private async recover(failure: unknown): Promise<SectionOutcome | null> {
+    const why = describeError(failure);
+    let warmRefusal = '';
+    if (this.attempts.warm < this.policy.warmRetries) {
+      const warm = this.prepareWarm(failure);
+      if (warm.ok) {
+        this.attempts = { ...this.attempts, warm: this.attempts.warm + 1 };
+        this.waste(warm.dropped, `warm retry after ${why}`);
+        this.messages = warm.messages;
+        await this.save();
+        return null;
+      }
+      warmRefusal = `; warm retry impossible: ${warm.reason}`;
+    }
+    if (this.attempts.cold < this.policy.coldRetries) {
+      await this.startColdThread(`cold retry after ${why}${warmRefusal}`, true);
+      return null;
+    }
+    this.waste(this.messages, `section skipped after ${why}`);
+    const reason =
+      `retries exhausted (warm ${this.attempts.warm}/${this.policy.warmRetries}, cold ${this.attempts.cold}/${this.policy.coldRetries}); ` +
+      `last error: ${why}${warmRefusal}`;
+    return { kind: 'skipped', reason, tally: this.tally, attempts: this.outcomeAttempts() };
+  }
+
+  private prepareWarm(failure: unknown): { ok: true; messages: ChatMessage[]; dropped: ChatMessage[] } | { ok: false; reason: string } {
+    const repaired = repairForWarmRetry(this.messages, this.spec.promptId);
+    if (!repaired.sound) return { ok: false, reason: repaired.reason };
+    let messages = repaired.messages;
+    if (failure instanceof ContextWindowError) {
+      // Compaction only ever sees a sanitised transcript: compacting a broken one gives a smaller broken one.
+      const target = Math.floor(
+        Math.min(this.deps.provider.contextWindowTokens * this.policy.compactToWindowShare, estimateTokens(messages) * MAX_SHARE_AFTER_COMPACTION),
+      );
+      const compacted = compactTranscript(messages, target);
+      if (compacted === null) return { ok: false, reason: `the transcript cannot be compacted under ${target} tokens` };
+      messages = compacted;
+    }
+    const problem = findProblems(messages)[0];
+    if (problem !== undefined) return { ok: false, reason: `the prepared transcript is unsound (${problem.kind})` };
+    return { ok: true, messages, dropped: repaired.dropped };
+  }
+
+  private async startColdThread(why: string, spendsColdRetry: boolean): Promise<void> {
+    this.waste(this.messages, why);
+    this.generation += 1;
+    if (spendsColdRetry) this.attempts = { ...this.attempts, cold: this.attempts.cold + 1 };
+    this.messages = this.freshThread(true);
+    await this.save();
+  }
+
+  private freshThread(withColdContext: boolean): ChatMessage[] {
+    const context = this.spec.coldContext.trim();
+    const content = withColdContext && context !== '' ? `${this.spec.prompt}\n\n${this.spec.coldContext}` : this.spec.prompt;
+    return [
+      { role: 'system', content: this.spec.system },
+      { role: 'user', content, promptId: this.spec.promptId },
+    ];
+  }
+
+  /** One model call with in-call retries of transient provider errors (full jitter, retry-after honoured). */
+  private async callModel(): Promise<ChatResponse> {
+    const request = { messages: [...this.messages], tools: this.deps.toolbox.specs, signal: this.signal };
+    const settled = await pRetry<Settled>(
+      async () => {
+        try {
+          return { ok: true, response: await this.deps.provider.chat(request) };
+        } catch (error) {
+          // A failed call may still have been billed; its (unknown) output is thrown away.
+          this.count('model_call', { modelCalls: 1, wastedModelCalls: 1 }, `${this.deps.provider.name} failed: ${describeError(error)}`);
+          if (this.signal.aborted || !isTransientProviderError(error)) return { ok: false, error };
+          throw error;
+        }
+      },
+      {
+        retries: this.policy.transientRetries,
+        // p-retry's own wait is off; onFailedAttempt waits with full jitter and the provider's retry-after.
+        minTimeout: 0,
+        maxTimeout: 0,
+        signal: this.signal,
+        onFailedAttempt: async ({ error, attemptNumber, retriesLeft }) => {
+          if (retriesLeft <= 0) return;
+          const retryAfterMs = isTransientProviderError(error) ? (error.retryAfterMs ?? 0) : 0;
+          // Throwing here ends the retries with this error: a long retry-after is the engine's to wait out.
+          if (retryAfterMs > this.policy.transientMaxDelayMs) throw error;
+          await this.sleep(Math.max(retryAfterMs, this.backoffMs(attemptNumber)));
+        },
+      },
+    );
+    if (!settled.ok) {
+      this.signal.throwIfAborted();
+      throw settled.error;
+    }
+    this.count(
+      'model_call',
+      { modelCalls: 1, inputTokens: settled.response.usage.inputTokens, outputTokens: settled.response.usage.outputTokens, usd: settled.response.costUsd },
+      this.deps.provider.name,
+    );
+    return settled.response;
+  }
+
+  /** Full jitter: uniform in [0, min(max, base * 2^(attempt-1))). */
+  private backoffMs(attemptNumber: number): number {
+    const ceiling = Math.min(this.policy.transientMaxDelayMs, this.policy.transientMinDelayMs * 2 ** Math.max(0, attemptNumber - 1));
+    return Math.floor(this.random() * ceiling);
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = (): void => {
+        this.timers.clearTimeout(handle);
+        reject(this.signal.reason as Error);
+      };
+      const handle = this.timers.setTimeout(() => {
+        this.signal.removeEventListener('abort', onAbort);
+        resolve();
+      }, ms);
+      if (this.signal.aborted) onAbort();
+      else this.signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  private append(message: ChatMessage, cost: CallCost): void {
+    this.costs.set(message, cost);
+    this.messages.push(message);
+  }
+
+  /** Counts the discarded model and tool outputs among `messages` as wasted. */
+  private waste(messages: readonly ChatMessage[], why: string): void {
+    const delta = { wastedModelCalls: 0, wastedToolCalls: 0, wastedInputTokens: 0, wastedOutputTokens: 0, wastedUsd: 0 };
+    for (const message of messages) {
+      if (message.role === 'tool') delta.wastedToolCalls += 1;
+      if (message.role !== 'assistant') continue;
+      // Answers loaded from storage have no per-call cost on record: the call is counted, its tokens are not.
+      const cost = this.costs.get(message);
+      delta.wastedModelCalls += 1;
+      delta.wastedInputTokens += cost?.inputTokens ?? 0;
+      delta.wastedOutputTokens += cost?.outputTokens ?? 0;
+      delta.wastedUsd += cost?.usd ?? 0;
+    }
+    if (delta.wastedModelCalls + delta.wastedToolCalls > 0) this.count('wasted', delta, why);
+  }
+
+  /** A model answer that is counted spent already and thrown away before it joined the thread. */
+  private wasteCall(cost: CallCost, why: string): void {
+    this.count('wasted', { wastedModelCalls: 1, wastedInputTokens: cost.inputTokens, wastedOutputTokens: cost.outputTokens, wastedUsd: cost.usd }, why);
+  }
+
+  private count(kind: UsageEntry['kind'], increments: Partial<CostTally>, detail: string): void {
+    const delta = addTallies(EMPTY_TALLY, increments);
+    this.tally = addTallies(this.tally, delta);
+    this.deps.onUsage?.({ sectionId: this.spec.sectionId, generation: this.generation, kind, delta, detail });
+  }
+
+  private async save(): Promise<void> {
+    await this.deps.transcripts.save(this.spec.sectionId, {
+      generation: this.generation,
+      messages: [...this.messages],
+      attempts: { ...this.attempts },
+      tally: this.tally,
+    });
+  }
+
+  private outcomeAttempts(): SectionAttempts {
+    return { warm: this.attempts.warm, cold: this.attempts.cold, generation: this.generation };
+  }
+}
+
+/**
+ * The final answer a previous worker recorded before it could hand the section over: the last
+ * message is non-empty assistant text without tool calls, and everything before it repairs soundly
+ * with nothing dropped. Returns null otherwise.
+ */
+function recordedAnswer(messages: readonly ChatMessage[], promptId: string): string | null {
+  const last = messages.at(-1);
+  if (last?.role !== 'assistant' || (last.toolCalls?.length ?? 0) > 0 || last.content === null || last.content.trim() === '') return null;
+  const before = repairForWarmRetry(messages.slice(0, -1), promptId);
+  if (!before.sound || before.dropped.length > 0) return null;
+  return last.content;
+}

@@ -1,0 +1,283 @@
+/**
+ * Transcript soundness, warm-retry repair and compaction for tool-calling conversations.
+ *
+ * A tool group is an assistant message with a non-empty `toolCalls` list followed directly by the
+ * run of tool messages that answer it. A transcript is sound when every call has exactly one result
+ * and that result sits inside the call's own group: nothing unanswered, nothing orphaned, nothing
+ * doubled, no call ID reused. Providers reject anything else, and continuing such a transcript
+ * would mean guessing what happened (rule 4).
+ *
+ * Pure functions only: no I/O, no Firebase, no clock.
+ */
+import type { ChatMessage, ToolCall } from './provider';
+
+type AssistantMessage = Extract<ChatMessage, { role: 'assistant' }>;
+type ToolMessage = Extract<ChatMessage, { role: 'tool' }>;
+
+export type TranscriptProblemKind =
+  /** A tool call with no result anywhere after it. */
+  | 'unanswered_call'
+  /** A tool result whose call ID no earlier assistant message made. */
+  | 'orphan_result'
+  /** A second result for a call that already has one. */
+  | 'duplicate_result'
+  /** A result for a known call that is not in the run of tool messages right after that call. */
+  | 'misplaced_result'
+  /** A call ID made a second time (in the same assistant message or a later one). */
+  | 'duplicate_call_id'
+  /** A result whose tool name differs from the name of the call it answers. */
+  | 'result_name_mismatch';
+
+export interface TranscriptProblem {
+  readonly kind: TranscriptProblemKind;
+  /** Index of the message where the problem shows (the assistant message for an unanswered call). */
+  readonly index: number;
+  readonly toolCallId: string;
+}
+
+/** Human-readable form of a problem, for reasons and timeline notes. */
+export function describeProblem(problem: TranscriptProblem): string {
+  const what: Record<TranscriptProblemKind, string> = {
+    unanswered_call: 'tool call without a result',
+    orphan_result: 'tool result for an unknown call',
+    duplicate_result: 'second result for one tool call',
+    misplaced_result: 'tool result outside its call group',
+    duplicate_call_id: 'tool call ID used twice',
+    result_name_mismatch: 'tool result name differs from its call',
+  };
+  return `${what[problem.kind]} (${problem.toolCallId}) at message ${problem.index}`;
+}
+
+/** Lists every soundness problem, ordered by message index. An empty list means the transcript is sound. */
+export function findProblems(messages: readonly ChatMessage[]): TranscriptProblem[] {
+  const problems: TranscriptProblem[] = [];
+  const calls = new Map<string, { index: number; name: string; answered: boolean }>();
+  /** Call IDs of the group whose tool-message run is still going on. */
+  let open = new Set<string>();
+
+  messages.forEach((message, index) => {
+    if (message.role === 'tool') {
+      const toolCallId = message.toolCallId;
+      const call = calls.get(toolCallId);
+      if (call === undefined) {
+        problems.push({ kind: 'orphan_result', index, toolCallId });
+      } else if (call.answered) {
+        problems.push({ kind: 'duplicate_result', index, toolCallId });
+      } else {
+        // One defect, one problem: a late result is reported as misplaced, not also as unanswered.
+        call.answered = true;
+        if (!open.has(toolCallId)) problems.push({ kind: 'misplaced_result', index, toolCallId });
+        else if (message.name !== call.name) problems.push({ kind: 'result_name_mismatch', index, toolCallId });
+      }
+      return;
+    }
+    open = new Set();
+    if (message.role !== 'assistant') return;
+    for (const call of message.toolCalls ?? []) {
+      if (calls.has(call.id)) {
+        problems.push({ kind: 'duplicate_call_id', index, toolCallId: call.id });
+        continue;
+      }
+      calls.set(call.id, { index, name: call.name, answered: false });
+      open.add(call.id);
+    }
+  });
+
+  for (const [toolCallId, call] of calls) {
+    if (!call.answered) problems.push({ kind: 'unanswered_call', index: call.index, toolCallId });
+  }
+  // Stable sort: problems found at the same message keep their discovery order.
+  return problems.sort((a, b) => a.index - b.index);
+}
+
+export type WarmRepair =
+  | {
+      readonly sound: true;
+      /** The transcript to continue: the prefix through the prompt, then complete groups (results in call order). */
+      readonly messages: ChatMessage[];
+      /** The original messages after the kept part, in their original order: work thrown away. */
+      readonly dropped: ChatMessage[];
+      /** Why the walk stopped early, or null when every message was kept. */
+      readonly stoppedBecause: string | null;
+    }
+  | { readonly sound: false; readonly reason: string };
+
+/**
+ * Cuts a transcript back to what can be continued on the same thread (a warm retry).
+ *
+ * Keeps everything up to and including the latest user message carrying `promptId`, then only
+ * complete tool groups, stopping at the first incomplete group or unexpected message. Results that
+ * arrived in another order than the calls are put back in call order. The kept transcript is
+ * checked again as a whole; anything that cannot be shown sound is refused, never guessed at.
+ */
+export function repairForWarmRetry(messages: readonly ChatMessage[], promptId: string): WarmRepair {
+  const promptIndex = messages.findLastIndex((message) => message.role === 'user' && message.promptId === promptId);
+  if (promptIndex < 0) return { sound: false, reason: `the transcript has no prompt ${promptId}` };
+
+  const kept = messages.slice(0, promptIndex + 1);
+  const prefixProblems = findProblems(kept);
+  const firstPrefixProblem = prefixProblems[0];
+  if (firstPrefixProblem !== undefined) {
+    return { sound: false, reason: `the transcript up to prompt ${promptId} is unsound: ${describeProblem(firstPrefixProblem)}` };
+  }
+
+  const usedIds = new Set(kept.flatMap((message) => (message.role === 'assistant' ? (message.toolCalls ?? []).map((call) => call.id) : [])));
+  let next = promptIndex + 1;
+  let stoppedBecause: string | null = null;
+  while (next < messages.length) {
+    const group = readCompleteGroup(messages, next, usedIds);
+    if (!group.complete) {
+      stoppedBecause = group.reason;
+      break;
+    }
+    kept.push(group.call, ...group.results);
+    for (const call of group.call.toolCalls ?? []) usedIds.add(call.id);
+    next = group.end;
+  }
+
+  // The walk only admits sound groups; this re-check is the proof, not a formality.
+  const keptProblems = findProblems(kept);
+  const firstKeptProblem = keptProblems[0];
+  if (firstKeptProblem !== undefined) {
+    return { sound: false, reason: `the repaired transcript is unsound: ${describeProblem(firstKeptProblem)}` };
+  }
+  return { sound: true, messages: kept, dropped: messages.slice(next), stoppedBecause };
+}
+
+type GroupRead =
+  | { readonly complete: true; readonly call: AssistantMessage; readonly results: ToolMessage[]; readonly end: number }
+  | { readonly complete: false; readonly reason: string };
+
+/**
+ * Reads the group starting at `start`: the assistant message and the whole run of tool messages
+ * after it. The group is complete only when that run holds exactly one result per call; a run with
+ * a foreign or doubled result is refused as a whole, since keeping any of it would mean choosing
+ * which recorded result is the real one.
+ */
+function readCompleteGroup(messages: readonly ChatMessage[], start: number, usedIds: ReadonlySet<string>): GroupRead {
+  const head = messages[start];
+  if (head === undefined) return { complete: false, reason: `no message at ${start}` };
+  if (head.role !== 'assistant') return { complete: false, reason: `unexpected ${head.role} message at ${start}` };
+  const calls = head.toolCalls ?? [];
+  if (calls.length === 0) return { complete: false, reason: `assistant message without tool calls at ${start}` };
+
+  const callsById = new Map<string, ToolCall>();
+  for (const call of calls) {
+    if (callsById.has(call.id) || usedIds.has(call.id)) return { complete: false, reason: `tool call ID ${call.id} reused at ${start}` };
+    callsById.set(call.id, call);
+  }
+
+  const resultsById = new Map<string, ToolMessage>();
+  let end = start + 1;
+  for (let message = messages[end]; message?.role === 'tool'; message = messages[end]) {
+    const call = callsById.get(message.toolCallId);
+    if (call === undefined) return { complete: false, reason: `tool result ${message.toolCallId} at ${end} does not answer the group at ${start}` };
+    if (resultsById.has(message.toolCallId)) return { complete: false, reason: `second result for ${message.toolCallId} at ${end}` };
+    if (message.name !== call.name) return { complete: false, reason: `tool result ${message.toolCallId} at ${end} names ${message.name}, the call names ${call.name}` };
+    resultsById.set(message.toolCallId, message);
+    end += 1;
+  }
+
+  const results: ToolMessage[] = [];
+  for (const call of calls) {
+    const result = resultsById.get(call.id);
+    if (result === undefined) {
+      return { complete: false, reason: `incomplete tool group at ${start}: ${resultsById.size} of ${calls.length} results` };
+    }
+    results.push(result);
+  }
+  return { complete: true, call: head, results, end };
+}
+
+/** Estimates the tokens a list of messages takes: about one token per four characters, plus a small per-message overhead. */
+export function estimateTokens(messages: readonly ChatMessage[]): number {
+  const PER_MESSAGE_OVERHEAD = 4;
+  let total = 0;
+  for (const message of messages) {
+    let characters = message.content?.length ?? 0;
+    if (message.role === 'assistant') {
+      for (const call of message.toolCalls ?? []) characters += call.id.length + call.name.length + call.arguments.length;
+    } else if (message.role === 'tool') {
+      characters += message.toolCallId.length + message.name.length;
+    }
+    total += Math.ceil(characters / 4) + PER_MESSAGE_OVERHEAD;
+  }
+  return total;
+}
+
+export type TokenEstimator = (messages: readonly ChatMessage[]) => number;
+
+const STUB_PREFIX = '[compacted:';
+
+/** The short text that stands in for a compacted tool result; it keeps the result's pairing. */
+export function compactionStub(result: ToolMessage): string {
+  return `${STUB_PREFIX} ${result.content.length} characters of ${result.name} results]`;
+}
+
+/**
+ * Shrinks a sound transcript below `targetTokens` without breaking any call/result pairing.
+ *
+ * In order, stopping as soon as the estimate fits:
+ * 1. replace the content of tool results with a stub, oldest first, leaving the newest group alone;
+ * 2. drop whole groups that follow the last user message (the prompt), oldest first, again sparing the newest group;
+ * 3. stub the newest group's results too.
+ *
+ * System and user messages are never touched. Returns null when the transcript is unsound (compacting
+ * a broken transcript only gives a smaller broken one) or when it cannot be brought under the target.
+ */
+export function compactTranscript(
+  messages: readonly ChatMessage[],
+  targetTokens: number,
+  estimate: TokenEstimator = estimateTokens,
+): ChatMessage[] | null {
+  if (findProblems(messages).length > 0) return null;
+  let current = [...messages];
+  const fits = (): boolean => estimate(current) <= targetTokens;
+  if (fits()) return current;
+
+  const newestGroupStart = current.findLastIndex(isToolGroupHead);
+  const stubResults = (from: number, to: number): boolean => {
+    for (let index = from; index < to; index += 1) {
+      const message = current[index];
+      if (message?.role !== 'tool' || message.content.startsWith(STUB_PREFIX)) continue;
+      const stub = compactionStub(message);
+      if (stub.length >= message.content.length) continue;
+      current[index] = { ...message, content: stub };
+      if (fits()) return true;
+    }
+    return false;
+  };
+
+  // 1. Older tool results (everything before the newest group; in a sound transcript no result precedes its group).
+  if (stubResults(0, Math.max(newestGroupStart, 0))) return verified(current);
+
+  // 2. Older whole groups after the prompt. The newest group keeps its place, so its start only shifts down.
+  const promptIndex = current.findLastIndex((message) => message.role === 'user');
+  for (;;) {
+    const newest = current.findLastIndex(isToolGroupHead);
+    const oldest = current.findIndex((message, index) => index > promptIndex && index < newest && isToolGroupHead(message));
+    if (oldest < 0) break;
+    current = [...current.slice(0, oldest), ...current.slice(groupEnd(current, oldest))];
+    if (fits()) return verified(current);
+  }
+
+  // 3. The newest group's results, as a last resort.
+  const newest = current.findLastIndex(isToolGroupHead);
+  if (newest >= 0 && stubResults(newest, groupEnd(current, newest))) return verified(current);
+  return null;
+}
+
+function isToolGroupHead(message: ChatMessage): message is AssistantMessage {
+  return message.role === 'assistant' && (message.toolCalls?.length ?? 0) > 0;
+}
+
+/** Index just past the tool-message run of the group whose head is at `start`. */
+function groupEnd(messages: readonly ChatMessage[], start: number): number {
+  let end = start + 1;
+  while (messages[end]?.role === 'tool') end += 1;
+  return end;
+}
+
+function verified(messages: ChatMessage[]): ChatMessage[] | null {
+  return findProblems(messages).length === 0 ? messages : null;
+}

@@ -1,0 +1,83 @@
+/**
+ * Operator actions: deliberate, named state changes a person makes, each one transaction with an
+ * event on the job's timeline.
+ */
+import { describeError, OwnershipLostError, PhaselineError } from '../core/errors';
+import { stepTaskId, type JobRecord } from '../core/job';
+import { decodeUnit } from '../store/codec';
+import type { JobStore } from '../store/job-store';
+import type { TaskQueuePort } from '../store/task-queue';
+import { UNITS } from './indexed-queries';
+
+/** The action does not apply to the job as it stands (wrong status, no such job). Nothing was written. */
+export class OperatorActionRefusedError extends PhaselineError {
+  constructor(message: string) {
+    super('invalid_input', false, message);
+  }
+}
+
+export interface ReleaseResult {
+  readonly job: JobRecord;
+  readonly taskId: string;
+  /** False when the task could not be enqueued; the job is queued all the same and the sweeper dispatches it. */
+  readonly enqueued: boolean;
+}
+
+/**
+ * Sends a quarantined job back to the queue with a fresh budget: attempts and stale reclaims (its
+ * own and its fan-out units') start again from zero, at a new step so no old task can claim it.
+ * Any other status is refused with an OperatorActionRefusedError.
+ */
+export async function releaseQuarantined(
+  store: JobStore,
+  queue: TaskQueuePort,
+  jobId: string,
+  nowMs: number,
+  log: (message: string, detail?: Record<string, unknown>) => void = (message, detail) => console.warn(message, detail),
+): Promise<ReleaseResult> {
+  let released: JobRecord;
+  try {
+    released = await store.transact(
+      jobId,
+      () => null,
+      async ({ tx, job }) => {
+        if (job.status !== 'quarantined') {
+          throw new OperatorActionRefusedError(`Job ${jobId} is ${job.status}; only a quarantined job can be released.`);
+        }
+        // Units keep their stale-reclaim count across fan-outs; a release is a fresh start for them too.
+        const units = await tx.get(store.jobRef(jobId).collection(UNITS));
+        for (const snapshot of units.docs) {
+          const unit = decodeUnit(snapshot.ref.path, snapshot.data());
+          if (unit.status !== 'done' && unit.staleReclaims > 0) store.commitUnit(tx, snapshot, { ...unit, staleReclaims: 0 });
+        }
+        const step = job.step + 1;
+        const next: JobRecord = {
+          ...job,
+          status: 'queued',
+          lease: null,
+          quarantine: null,
+          attempts: 0,
+          staleReclaims: 0,
+          step,
+          dispatch: 0,
+          nextRunAtMs: nowMs,
+          finishedAtMs: null,
+        };
+        const was = job.quarantine ? ` (it was quarantined because ${job.quarantine.reason})` : '';
+        return { next, events: [{ kind: 'released', message: `Released from quarantine by an operator${was}; attempts and stale reclaims reset, resuming at step ${step}` }], value: next };
+      },
+    );
+  } catch (error) {
+    // With a check that never refuses, the store reports only a missing job this way.
+    if (error instanceof OwnershipLostError) throw new OperatorActionRefusedError(`Job ${jobId} cannot be released: ${error.message}`);
+    throw error;
+  }
+  const taskId = stepTaskId(jobId, released.step, released.dispatch);
+  try {
+    await queue.enqueue({ jobId, step: released.step }, { id: taskId });
+    return { job: released, taskId, enqueued: true };
+  } catch (error) {
+    log('release: the job is queued but its task could not be enqueued; the sweeper will dispatch it', { jobId, taskId, error: describeError(error) });
+    return { job: released, taskId, enqueued: false };
+  }
+}

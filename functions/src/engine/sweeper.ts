@@ -1,0 +1,430 @@
+/**
+ * The sweeper: one bounded pass over index-backed queries that finds work nobody is doing and
+ * hands it back.
+ *
+ *   1. expired job leases    -> requeue at step + 1 (staleReclaims + 1), or quarantine a poison job
+ *   2. expired unit leases   -> the same on the unit; a poison unit quarantines its job
+ *   3. lost tasks            -> a queued job or unit long past its run time gets a fresh dispatch
+ *   4. provider waits over   -> back to queued at step + 1
+ *
+ * Each query returns only documents that need action (its cost grows with expired leases, not
+ * with the number of jobs), `sweepBatchSize` at a time, paged by (range field, document ID) up to
+ * SWEEP_MAX_PAGES pages. Every document found is re-checked inside its own transaction: a heartbeat,
+ * a claim or another sweeper may have moved it since the query, and then it is left alone. Tasks are
+ * enqueued only after the transaction commits; an enqueue that fails is logged and counted, and
+ * rule 3 dispatches the job again one grace period later.
+ *
+ * "Now" is the caller's (the scheduler's time), never the wall clock: every decision uses `nowMs`.
+ * Write timestamps (`updatedAt`, event times) come from the store's clock.
+ */
+import { Timestamp, type DocumentSnapshot, type QueryDocumentSnapshot, type Transaction } from 'firebase-admin/firestore';
+import { describeError, OwnershipLostError } from '../core/errors';
+import { stepTaskId, TERMINAL_STATUSES, unitTaskId, type JobRecord, type StepTask } from '../core/job';
+import { decideExpiredLease } from '../core/lifecycle';
+import { decodeJob, decodeUnit, type UnitRecord } from '../store/codec';
+import type { EventDraft, JobStore } from '../store/job-store';
+import type { TaskQueuePort } from '../store/task-queue';
+import { SWEEP_QUERIES, sweepQuery, type PageCursor, type SweepQueryName } from './indexed-queries';
+
+/** Pages each query may read per run; with the default batch of 200, 1,000 documents per query. */
+export const SWEEP_MAX_PAGES = 5;
+/** Documents (or, for units, jobs) handled at once within a page. */
+export const SWEEP_CONCURRENCY = 8;
+
+export type SweepLog = (message: string, detail?: Record<string, unknown>) => void;
+
+export interface SweepDeps {
+  readonly store: JobStore;
+  readonly queue: TaskQueuePort;
+  /** Where warnings go (enqueue failures, unreadable documents). Defaults to console.warn. */
+  readonly log?: SweepLog;
+}
+
+export interface SweepReport {
+  readonly nowMs: number;
+  /** Expired job leases requeued. */
+  readonly reclaimed: number;
+  /** Expired unit leases requeued. */
+  readonly unitsReclaimed: number;
+  /** Jobs quarantined because a job or unit lease expired once too often. */
+  readonly quarantined: number;
+  /** Queued jobs whose task went missing, dispatched again. */
+  readonly redispatched: number;
+  readonly unitsRedispatched: number;
+  /** Provider waits that ran out, requeued. */
+  readonly resumed: number;
+  /** Units left over from a fan-out that ended (job finished, gone or moved on), taken out of the sweep. */
+  readonly parkedUnits: number;
+  /** Documents that changed between the query and the transaction, left alone. */
+  readonly skipped: number;
+  readonly enqueued: number;
+  readonly enqueueFailures: number;
+  /** Queries or documents that failed (logged); the next run tries again. */
+  readonly errors: number;
+  readonly queryPages: number;
+  /** Documents returned by queries. */
+  readonly queryDocuments: number;
+  /** Query documents plus documents read inside transactions (each attempt counted). */
+  readonly documentsRead: number;
+  /** Queries that stopped at SWEEP_MAX_PAGES with more to do: the next run continues. */
+  readonly truncated: readonly SweepQueryName[];
+}
+
+type Counter = Exclude<keyof SweepReport, 'nowMs' | 'truncated'>;
+type Action = 'reclaimed' | 'unitsReclaimed' | 'quarantined' | 'redispatched' | 'unitsRedispatched' | 'resumed' | 'parkedUnits';
+
+/** What a transaction decided, and the task to enqueue once it has committed. */
+type Outcome =
+  | { readonly counter: Action; readonly enqueue?: { readonly task: StepTask; readonly id: string } }
+  /** The document changed between the query and the transaction (or is not for the sweeper after all). */
+  | { readonly counter: 'skipped'; readonly reason: string };
+
+class Sweep {
+  private readonly counts: Record<Counter, number> = {
+    reclaimed: 0,
+    unitsReclaimed: 0,
+    quarantined: 0,
+    redispatched: 0,
+    unitsRedispatched: 0,
+    resumed: 0,
+    parkedUnits: 0,
+    skipped: 0,
+    enqueued: 0,
+    enqueueFailures: 0,
+    errors: 0,
+    queryPages: 0,
+    queryDocuments: 0,
+    documentsRead: 0,
+  };
+  private readonly truncated: SweepQueryName[] = [];
+  readonly store: JobStore;
+  private readonly log: SweepLog;
+
+  constructor(
+    private readonly deps: SweepDeps,
+    readonly nowMs: number,
+  ) {
+    this.store = deps.store;
+    this.log = deps.log ?? ((message, detail) => console.warn(JSON.stringify({ severity: 'WARNING', message, ...detail })));
+  }
+
+  read(documents: number): void {
+    this.counts.documentsRead += documents;
+  }
+
+  report(): SweepReport {
+    return { nowMs: this.nowMs, ...this.counts, truncated: [...this.truncated] };
+  }
+
+  /**
+   * Pages through one declared query. Documents are handled in groups (by `groupOf`): groups run
+   * concurrently, the documents of one group one after another (units of one job share its document).
+   */
+  async scan(name: SweepQueryName, upToMs: number, handle: (doc: QueryDocumentSnapshot) => Promise<Outcome>, groupOf: (doc: QueryDocumentSnapshot) => string): Promise<void> {
+    const batch = Math.max(1, Math.floor(this.store.options.sweepBatchSize));
+    const range = SWEEP_QUERIES[name].range;
+    let cursor: PageCursor | null = null;
+    for (let page = 0; page < SWEEP_MAX_PAGES; page += 1) {
+      let docs: QueryDocumentSnapshot[];
+      try {
+        docs = (await sweepQuery(this.store.db, name, Timestamp.fromMillis(upToMs), batch, cursor).get()).docs;
+      } catch (error) {
+        this.counts.errors += 1;
+        this.log('sweep query failed', { query: name, error: describeError(error) });
+        return;
+      }
+      this.counts.queryPages += 1;
+      this.counts.queryDocuments += docs.length;
+      this.read(docs.length);
+      const groups = new Map<string, QueryDocumentSnapshot[]>();
+      for (const doc of docs) {
+        const key = groupOf(doc);
+        groups.set(key, [...(groups.get(key) ?? []), doc]);
+      }
+      await forEachLimited([...groups.values()], SWEEP_CONCURRENCY, async (group) => {
+        for (const doc of group) await this.settle(name, doc, handle);
+      });
+      const last = docs.at(-1);
+      if (!last || docs.length < batch) return;
+      const value: unknown = last.get(range);
+      if (!(value instanceof Timestamp)) return; // cannot happen: the query matched a timestamp range
+      cursor = { value, ref: last.ref };
+    }
+    this.truncated.push(name);
+  }
+
+  private async settle(name: SweepQueryName, doc: QueryDocumentSnapshot, handle: (doc: QueryDocumentSnapshot) => Promise<Outcome>): Promise<void> {
+    let outcome: Outcome;
+    try {
+      outcome = await handle(doc);
+    } catch (error) {
+      if (error instanceof OwnershipLostError) {
+        this.counts.skipped += 1;
+        return;
+      }
+      this.counts.errors += 1;
+      this.log('sweep could not handle a document', { query: name, path: doc.ref.path, error: describeError(error) });
+      return;
+    }
+    this.counts[outcome.counter] += 1;
+    if ('enqueue' in outcome) await this.enqueue(outcome.enqueue.task, outcome.enqueue.id);
+  }
+
+  private async enqueue(task: StepTask, id: string): Promise<void> {
+    try {
+      await this.deps.queue.enqueue(task, { id });
+      this.counts.enqueued += 1;
+    } catch (error) {
+      // The state change is durable; rule 3 dispatches the step again after the grace period.
+      this.counts.enqueueFailures += 1;
+      this.log('sweep: enqueue failed; the next sweeps re-dispatch it', { task, id, error: describeError(error) });
+    }
+  }
+}
+
+/** Runs one sweep at `nowMs`. Never throws for a single document, query or enqueue: see the report. */
+export async function sweep(deps: SweepDeps, nowMs: number): Promise<SweepReport> {
+  const run = new Sweep(deps, nowMs);
+  const byDocument = (doc: QueryDocumentSnapshot) => doc.ref.path;
+  const byJob = (doc: QueryDocumentSnapshot) => doc.ref.parent.parent?.path ?? doc.ref.path;
+  const lostBefore = nowMs - deps.store.options.lostTaskGraceSeconds * 1000;
+
+  await run.scan('expiredJobLeases', nowMs, (doc) => reclaimJobLease(run, doc), byDocument);
+  await run.scan('expiredUnitLeases', nowMs, (doc) => reclaimUnitLease(run, doc), byJob);
+  await run.scan('lostJobTasks', lostBefore, (doc) => redispatchJob(run, doc, lostBefore), byDocument);
+  await run.scan('lostUnitTasks', lostBefore, (doc) => redispatchUnit(run, doc, lostBefore), byJob);
+  await run.scan('waitsOver', nowMs, (doc) => resumeWait(run, doc), byDocument);
+  return run.report();
+}
+
+const iso = (ms: number): string => new Date(ms).toISOString();
+
+// ---- Rule 1: expired job leases ----------------------------------------------------------------
+
+async function reclaimJobLease(run: Sweep, doc: QueryDocumentSnapshot): Promise<Outcome> {
+  const { store, nowMs } = run;
+  const seen = decodeJob(doc.id, doc.data()).lease;
+  if (!seen) throw new OwnershipLostError('the job has no lease');
+  return store.transact<Outcome>(
+    doc.id,
+    (job) => {
+      run.read(1);
+      if (job.status !== 'running') return `job is ${job.status} now`;
+      if (job.lease?.epoch !== seen.epoch) return 'the lease changed hands since the query';
+      if (job.lease.expiresAtMs > nowMs) return 'the lease was extended since the query';
+      return null;
+    },
+    ({ job }) => {
+      const lease = job.lease;
+      if (!lease) throw new OwnershipLostError('the lease is gone');
+      const decision = decideExpiredLease(job, store.options);
+      if (decision.action === 'quarantine') {
+        const next: JobRecord = {
+          ...job,
+          status: 'quarantined',
+          lease: null,
+          staleReclaims: decision.staleReclaims,
+          quarantine: { reason: decision.reason, atMs: nowMs },
+          finishedAtMs: nowMs,
+        };
+        return Promise.resolve({ next, events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}` }], value: { counter: 'quarantined' as const } });
+      }
+      const step = job.step + 1;
+      const next: JobRecord = { ...job, status: 'queued', lease: null, staleReclaims: decision.staleReclaims, step, dispatch: 0, nextRunAtMs: nowMs };
+      const event: EventDraft = {
+        kind: 'reclaimed',
+        message:
+          `The lease of epoch ${lease.epoch} held by ${lease.worker} expired at ${iso(lease.expiresAtMs)}; ` +
+          `requeued at step ${step} (stale reclaim ${decision.staleReclaims} of at most ${store.options.maxStaleReclaims})`,
+      };
+      return Promise.resolve({ next, events: [event], value: { counter: 'reclaimed' as const, enqueue: { task: { jobId: job.id, step }, id: stepTaskId(job.id, step, 0) } } });
+    },
+  );
+}
+
+// ---- Units: a transaction over the job and one unit -------------------------------------------
+
+interface UnitTransaction {
+  readonly tx: Transaction;
+  readonly job: JobRecord | null;
+  readonly jobSnapshot: DocumentSnapshot;
+  readonly unit: UnitRecord;
+  readonly unitSnapshot: DocumentSnapshot;
+}
+
+async function inUnitTransaction(run: Sweep, doc: QueryDocumentSnapshot, body: (context: UnitTransaction) => Outcome): Promise<Outcome> {
+  const { store } = run;
+  const unitRef = doc.ref;
+  const jobRef = unitRef.parent.parent;
+  if (!jobRef) throw new Error(`Unit ${unitRef.path} is not under a job`);
+  return store.retryingWrite(`sweep of unit ${unitRef.path}`, () =>
+    store.db.runTransaction(async (tx): Promise<Outcome> => {
+      const [jobSnapshot, unitSnapshot] = await tx.getAll(jobRef, unitRef);
+      run.read(2);
+      if (!jobSnapshot || !unitSnapshot?.exists) return { counter: 'skipped', reason: 'the unit is gone' };
+      const job = jobSnapshot.exists ? decodeJob(jobRef.id, jobSnapshot.data()) : null;
+      return body({ tx, job, jobSnapshot, unit: decodeUnit(unitRef.path, unitSnapshot.data()), unitSnapshot });
+    }),
+  );
+}
+
+/**
+ * A unit whose fan-out can never resume: its job is gone or finished, or has been claimed again
+ * (a later epoch) without being in this unit's fan-out. Left as it is, such a unit would match the
+ * sweep queries on every run, and enough of them would crowd out live work.
+ */
+function fanOutEnded(job: JobRecord | null, unit: UnitRecord): boolean {
+  if (job === null || TERMINAL_STATUSES.has(job.status)) return true;
+  return job.epoch > unit.fanoutEpoch && job.fanout?.epoch !== unit.fanoutEpoch;
+}
+
+/** Parks a leftover unit: no lease, not queued, so no query matches it; the reason is on the unit. */
+function park(run: Sweep, context: UnitTransaction): Outcome {
+  const { job, unit } = context;
+  const why = job === null ? 'its job no longer exists' : TERMINAL_STATUSES.has(job.status) ? `its job is ${job.status}` : `its job left fan-out epoch ${unit.fanoutEpoch}`;
+  run.store.commitUnit(context.tx, context.unitSnapshot, {
+    ...unit,
+    status: 'running',
+    lease: null,
+    lastError: { code: 'parked', message: `Parked by the sweeper: ${why}`, atMs: run.nowMs },
+  });
+  return { counter: 'parkedUnits' };
+}
+
+function inFanOut(job: JobRecord, unit: UnitRecord): boolean {
+  return job.status === 'running' && job.fanout?.epoch === unit.fanoutEpoch;
+}
+
+// ---- Rule 2: expired unit leases ---------------------------------------------------------------
+
+async function reclaimUnitLease(run: Sweep, doc: QueryDocumentSnapshot): Promise<Outcome> {
+  const { store, nowMs } = run;
+  const seen = decodeUnit(doc.ref.path, doc.data()).lease;
+  if (!seen) throw new OwnershipLostError('the unit has no lease');
+  return inUnitTransaction(run, doc, (context) => {
+    const { tx, job, unit } = context;
+    const lease = unit.lease;
+    if (unit.status !== 'running' || lease?.epoch !== seen.epoch) return { counter: 'skipped', reason: 'the unit changed since the query' };
+    if (lease.expiresAtMs > nowMs) return { counter: 'skipped', reason: 'the lease was extended since the query' };
+    if (fanOutEnded(job, unit)) return park(run, context);
+    if (job === null || !inFanOut(job, unit)) return { counter: 'skipped', reason: `the job is ${job?.status ?? 'gone'}, not in this unit's fan-out` };
+
+    // The budget is the unit's own; the pure rule is the same as for a job.
+    const decision = decideExpiredLease({ ...job, staleReclaims: unit.staleReclaims }, store.options);
+    if (decision.action === 'quarantine') {
+      const reason = `unit ${unit.unit}: ${decision.reason}`;
+      store.commitUnit(tx, context.unitSnapshot, { ...unit, lease: null, staleReclaims: decision.staleReclaims });
+      const next: JobRecord = { ...job, status: 'quarantined', lease: null, quarantine: { reason, atMs: nowMs }, finishedAtMs: nowMs };
+      store.commitJob(tx, context.jobSnapshot, job, next, [{ kind: 'quarantined', message: `Quarantined: ${reason}`, unit: unit.unit }]);
+      return { counter: 'quarantined' };
+    }
+    // Unit task IDs do not carry the step, so a reclaimed unit needs a dispatch number never used in this fan-out.
+    const nextUnit: UnitRecord = {
+      ...unit,
+      status: 'queued',
+      lease: null,
+      staleReclaims: decision.staleReclaims,
+      step: unit.step + 1,
+      dispatch: unit.dispatch + 1,
+      nextRunAtMs: nowMs,
+    };
+    store.commitUnit(tx, context.unitSnapshot, nextUnit);
+    const message =
+      `Unit ${unit.unit}: the lease of epoch ${lease.epoch} held by ${lease.worker} expired at ${iso(lease.expiresAtMs)}; ` +
+      `requeued at step ${nextUnit.step} (stale reclaim ${decision.staleReclaims} of at most ${store.options.maxStaleReclaims})`;
+    store.commitJob(tx, context.jobSnapshot, job, job, [{ kind: 'reclaimed', message, unit: unit.unit }]);
+    return { counter: 'unitsReclaimed', enqueue: unitTask(nextUnit) };
+  });
+}
+
+function unitTask(unit: UnitRecord): { task: StepTask; id: string } {
+  return { task: { jobId: unit.jobId, step: unit.step, unit: unit.unit }, id: unitTaskId(unit.jobId, unit.fanoutEpoch, unit.unit, unit.step, unit.dispatch) };
+}
+
+// ---- Rule 3: lost tasks ------------------------------------------------------------------------
+
+async function redispatchJob(run: Sweep, doc: QueryDocumentSnapshot, lostBefore: number): Promise<Outcome> {
+  const { store, nowMs } = run;
+  const seen = decodeJob(doc.id, doc.data());
+  return store.transact<Outcome>(
+    doc.id,
+    (job) => {
+      run.read(1);
+      if (job.status !== 'queued') return `job is ${job.status} now`;
+      if (job.step !== seen.step || job.dispatch !== seen.dispatch) return 'the job was dispatched again since the query';
+      if (job.nextRunAtMs > lostBefore) return 'the job is not overdue any more';
+      return null;
+    },
+    ({ job }) => {
+      const dispatch = job.dispatch + 1;
+      const next: JobRecord = { ...job, dispatch, nextRunAtMs: nowMs };
+      const event: EventDraft = {
+        kind: 'redispatched',
+        message: `No task claimed step ${job.step} since ${iso(job.nextRunAtMs)}; dispatched again (dispatch ${dispatch})`,
+      };
+      return Promise.resolve({
+        next,
+        events: [event],
+        value: { counter: 'redispatched' as const, enqueue: { task: { jobId: job.id, step: job.step }, id: stepTaskId(job.id, job.step, dispatch) } },
+      });
+    },
+  );
+}
+
+async function redispatchUnit(run: Sweep, doc: QueryDocumentSnapshot, lostBefore: number): Promise<Outcome> {
+  const { store, nowMs } = run;
+  const seen = decodeUnit(doc.ref.path, doc.data());
+  return inUnitTransaction(run, doc, (context) => {
+    const { tx, job, unit } = context;
+    if (unit.status !== 'queued' || unit.step !== seen.step || unit.dispatch !== seen.dispatch || unit.fanoutEpoch !== seen.fanoutEpoch) {
+      return { counter: 'skipped', reason: 'the unit changed since the query' };
+    }
+    if (unit.nextRunAtMs > lostBefore) return { counter: 'skipped', reason: 'the unit is not overdue any more' };
+    if (fanOutEnded(job, unit)) return park(run, context);
+    if (job === null || !inFanOut(job, unit)) return { counter: 'skipped', reason: `the job is ${job?.status ?? 'gone'}, not in this unit's fan-out` };
+    const nextUnit: UnitRecord = { ...unit, dispatch: unit.dispatch + 1, nextRunAtMs: nowMs };
+    store.commitUnit(tx, context.unitSnapshot, nextUnit);
+    const message = `Unit ${unit.unit}: no task claimed step ${unit.step} since ${iso(unit.nextRunAtMs)}; dispatched again (dispatch ${nextUnit.dispatch})`;
+    store.commitJob(tx, context.jobSnapshot, job, job, [{ kind: 'redispatched', message, unit: unit.unit }]);
+    return { counter: 'unitsRedispatched', enqueue: unitTask(nextUnit) };
+  });
+}
+
+// ---- Rule 4: provider waits that are over ------------------------------------------------------
+
+async function resumeWait(run: Sweep, doc: QueryDocumentSnapshot): Promise<Outcome> {
+  const { store, nowMs } = run;
+  return store.transact<Outcome>(
+    doc.id,
+    (job) => {
+      run.read(1);
+      if (job.status !== 'waiting') return `job is ${job.status} now`;
+      const until = job.waiting?.untilMs ?? null;
+      if (until === null) return 'the job waits for a person';
+      if (until > nowMs) return 'the wait was extended since the query';
+      return null;
+    },
+    ({ job }) => {
+      const until = job.waiting?.untilMs ?? null;
+      if (until === null) throw new OwnershipLostError('the job waits for a person');
+      const step = job.step + 1;
+      const next: JobRecord = { ...job, status: 'queued', waiting: null, step, dispatch: 0, nextRunAtMs: nowMs };
+      const event: EventDraft = { kind: 'resumed', message: `The provider wait ended at ${iso(until)}; resuming at step ${step}` };
+      return Promise.resolve({ next, events: [event], value: { counter: 'resumed' as const, enqueue: { task: { jobId: job.id, step }, id: stepTaskId(job.id, step, 0) } } });
+    },
+  );
+}
+
+// ---- Helpers -----------------------------------------------------------------------------------
+
+async function forEachLimited<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const lane = async (): Promise<void> => {
+    while (next < items.length) {
+      const item = items[next] as T;
+      next += 1;
+      await work(item);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+}

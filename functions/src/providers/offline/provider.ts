@@ -1,0 +1,219 @@
+/**
+ * The offline model provider: the embedded default. No network; the scripted agent in `agent.ts`
+ * decides each message, and the simulator settings add latency and faults that replay for a seed.
+ * Faults are thrown as the port's error classes, exactly as a real provider adapter would throw
+ * them, so recovery code is exercised without a model or a network.
+ */
+import {
+  ContextWindowError,
+  MalformedResponseError,
+  ProviderRateLimitedError,
+  ProviderRequestError,
+  ProviderTimeoutError,
+  ProviderUnavailableError,
+  type ChatMessage,
+  type ChatRequest,
+  type ChatResponse,
+  type ModelProvider,
+  type ToolSpec,
+} from '../../agent/provider';
+import type { Clock } from '../../core/clock';
+import { nextAgentTurn } from './agent';
+import { activeErrorWave, parseOfflineSettings, type OfflineSettings, type OfflineSettingsInput } from './settings';
+import { digest, unitInterval } from './text';
+
+/** Waits `ms`, or rejects with the signal's reason as soon as it is aborted. */
+export type Sleep = (ms: number, signal: AbortSignal) => Promise<void>;
+
+export const realSleep: Sleep = (ms, signal) =>
+  new Promise<void>((resolve, reject) => {
+    if (signal.aborted) {
+      reject(signal.reason as Error);
+      return;
+    }
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(signal.reason as Error);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+
+export type OfflineFaultKind = 'rate_limited' | 'unavailable' | 'timeout' | 'context_window' | 'malformed' | 'rejected';
+
+export interface OfflineProviderStats {
+  /** Every call to `chat`, whatever its outcome. */
+  readonly calls: number;
+  /** Calls that returned a message. */
+  readonly responses: number;
+  readonly faults: Readonly<Record<OfflineFaultKind, number>>;
+}
+
+export interface OfflineProvider extends ModelProvider {
+  readonly seed: number;
+  readonly settings: OfflineSettings;
+  stats(): OfflineProviderStats;
+}
+
+export interface OfflineProviderOptions {
+  readonly seed: number;
+  readonly settings?: OfflineSettingsInput;
+  readonly clock: Clock;
+  /** Defaults to a real timer; tests pass one that records the wait and returns at once. */
+  readonly sleep?: Sleep;
+}
+
+/** The estimate every offline figure uses: four characters a token, rounded up. */
+export function estimateTokens(text: string): number {
+  return Math.ceil(text.length / 4);
+}
+
+const MESSAGE_OVERHEAD_TOKENS = 4;
+
+/** Input tokens of a request: message text, tool calls and tool specs, plus a small overhead per message. */
+export function estimateRequestTokens(messages: readonly ChatMessage[], tools: readonly ToolSpec[]): number {
+  let tokens = estimateTokens(JSON.stringify(tools));
+  for (const message of messages) {
+    tokens += MESSAGE_OVERHEAD_TOKENS + estimateTokens(message.content ?? '');
+    if (message.role === 'assistant') {
+      for (const call of message.toolCalls ?? []) tokens += estimateTokens(call.id + call.name + call.arguments);
+    }
+  }
+  return tokens;
+}
+
+/** A key for "this exact request", independent of how the message objects were built. */
+function requestKey(request: ChatRequest): string {
+  const canonical = request.messages.map((message) => {
+    switch (message.role) {
+      case 'assistant':
+        return ['assistant', message.content, (message.toolCalls ?? []).map((call) => [call.id, call.name, call.arguments])];
+      case 'tool':
+        return ['tool', message.toolCallId, message.name, message.content];
+      default:
+        return [message.role, message.content];
+    }
+  });
+  return digest(JSON.stringify([canonical, request.tools.map((tool) => tool.name), request.maxOutputTokens ?? null]));
+}
+
+/** Bounds the memory of requests seen (for attempt numbers) in a long-lived process. */
+const MAX_REMEMBERED_REQUESTS = 10_000;
+
+class OfflineProviderImpl implements OfflineProvider {
+  readonly name = 'offline';
+  readonly contextWindowTokens: number;
+  private readonly attempts = new Map<string, number>();
+  private calls = 0;
+  private responses = 0;
+  private readonly faults: Record<OfflineFaultKind, number> = {
+    rate_limited: 0,
+    unavailable: 0,
+    timeout: 0,
+    context_window: 0,
+    malformed: 0,
+    rejected: 0,
+  };
+
+  constructor(
+    readonly seed: number,
+    readonly settings: OfflineSettings,
+    private readonly clock: Clock,
+    private readonly sleep: Sleep,
+  ) {
+    this.contextWindowTokens = settings.contextWindowTokens;
+  }
+
+  stats(): OfflineProviderStats {
+    return { calls: this.calls, responses: this.responses, faults: { ...this.faults } };
+  }
+
+  async chat(request: ChatRequest): Promise<ChatResponse> {
+    this.calls += 1;
+    request.signal.throwIfAborted();
+    const nowMs = this.clock.now();
+    const key = requestKey(request);
+    const attempt = this.nextAttempt(key);
+    const settings = this.settings;
+
+    const wave = activeErrorWave(settings, nowMs);
+    if (wave !== undefined) {
+      await this.latency(request.signal);
+      const offsetMs = nowMs - settings.epochMs;
+      const hint = wave.retryAfterMs === undefined ? {} : { retryAfterMs: wave.retryAfterMs };
+      if (wave.status === 429) {
+        this.faults.rate_limited += 1;
+        throw new ProviderRateLimitedError(`Offline simulator: 429 rate limited (error wave ${wave.startMs}-${wave.endMs} ms, now at ${offsetMs} ms)`, wave.retryAfterMs);
+      }
+      this.faults.unavailable += 1;
+      throw new ProviderUnavailableError(`Offline simulator: 503 unavailable (error wave ${wave.startMs}-${wave.endMs} ms, now at ${offsetMs} ms)`, hint);
+    }
+
+    const inputTokens = estimateRequestTokens(request.messages, request.tools);
+    if (inputTokens > settings.contextWindowTokens) {
+      await this.latency(request.signal);
+      this.faults.context_window += 1;
+      throw new ContextWindowError(`Offline simulator: request of about ${inputTokens} tokens exceeds the context window of ${settings.contextWindowTokens}`);
+    }
+
+    if (settings.timeoutRate > 0 && unitInterval(this.seed, 'timeout', key, attempt) < settings.timeoutRate) {
+      if (settings.timeoutMs > 0) await this.sleep(settings.timeoutMs, request.signal);
+      this.faults.timeout += 1;
+      throw new ProviderTimeoutError(`Offline simulator: no answer within ${settings.timeoutMs} ms`);
+    }
+
+    await this.latency(request.signal);
+    if (settings.malformedRate > 0 && unitInterval(this.seed, 'malformed', key, attempt) < settings.malformedRate) {
+      this.faults.malformed += 1;
+      throw new MalformedResponseError('Offline simulator: the response body was not a valid chat completion');
+    }
+
+    let turn;
+    try {
+      turn = nextAgentTurn(this.seed, request.messages, request.tools);
+    } catch (error) {
+      if (error instanceof ProviderRequestError) this.faults.rejected += 1;
+      throw error;
+    }
+
+    let content = turn.content;
+    let finishReason: ChatResponse['finishReason'] = turn.toolCalls.length > 0 ? 'tool_calls' : 'stop';
+    const maxOutputTokens = request.maxOutputTokens;
+    if (turn.toolCalls.length === 0 && content !== null && maxOutputTokens !== undefined && estimateTokens(content) > maxOutputTokens) {
+      content = content.slice(0, maxOutputTokens * 4);
+      finishReason = 'length';
+    }
+    const outputTokens = estimateTokens((content ?? '') + turn.toolCalls.map((call) => call.id + call.name + call.arguments).join(''));
+    this.responses += 1;
+    return {
+      message: turn.toolCalls.length > 0 ? { role: 'assistant', content, toolCalls: turn.toolCalls } : { role: 'assistant', content },
+      finishReason,
+      usage: { inputTokens, outputTokens },
+      costUsd: (inputTokens / 1000) * settings.inputUsdPer1kTokens + (outputTokens / 1000) * settings.outputUsdPer1kTokens,
+    };
+  }
+
+  private async latency(signal: AbortSignal): Promise<void> {
+    if (this.settings.latencyMs > 0) await this.sleep(this.settings.latencyMs, signal);
+  }
+
+  /** 0 the first time this instance sees a request, 1 the second, ... */
+  private nextAttempt(key: string): number {
+    const attempt = this.attempts.get(key) ?? 0;
+    this.attempts.delete(key);
+    this.attempts.set(key, attempt + 1);
+    if (this.attempts.size > MAX_REMEMBERED_REQUESTS) {
+      const oldest = this.attempts.keys().next();
+      if (oldest.done !== true) this.attempts.delete(oldest.value);
+    }
+    return attempt;
+  }
+}
+
+/** The offline provider. Settings are validated here (TerminalError `invalid_input` on nonsense). */
+export function createOfflineProvider(options: OfflineProviderOptions): OfflineProvider {
+  return new OfflineProviderImpl(options.seed, parseOfflineSettings(options.settings ?? {}), options.clock, options.sleep ?? realSleep);
+}

@@ -1,0 +1,261 @@
+/**
+ * A model provider for any OpenAI-compatible Chat Completions endpoint (OpenAI, and the many
+ * servers that copy its wire format), over the global `fetch`. It maps the port's messages to the
+ * wire format and back, validates every response body with zod, and translates every failure into
+ * the port's error classes, so no caller ever matches on an HTTP status or a message string.
+ *
+ * The API key goes in the Authorization header and nowhere else: it is never logged, and any
+ * error text that happens to echo it is redacted.
+ */
+import { z } from 'zod';
+import {
+  ContextWindowError,
+  MalformedResponseError,
+  ProviderRateLimitedError,
+  ProviderRequestError,
+  ProviderTimeoutError,
+  ProviderUnavailableError,
+  type ChatMessage,
+  type ChatRequest,
+  type ChatResponse,
+  type ModelProvider,
+  type ToolCall,
+  type ToolSpec,
+} from '../agent/provider';
+import { systemClock, type Clock } from '../core/clock';
+import { TerminalError } from '../core/errors';
+
+export const openAiCompatibleConfigSchema = z.strictObject({
+  /** e.g. `https://api.openai.com/v1`; `/chat/completions` is appended. */
+  baseUrl: z.url({ protocol: /^https?$/ }),
+  model: z.string().trim().min(1),
+  apiKey: z.string().min(1).optional(),
+  timeoutMs: z.int().min(1).max(3_600_000),
+  contextWindowTokens: z.int().min(1),
+  inputUsdPer1kTokens: z.number().min(0),
+  outputUsdPer1kTokens: z.number().min(0),
+});
+
+export type OpenAiCompatibleConfig = Readonly<z.output<typeof openAiCompatibleConfigSchema>>;
+
+export interface OpenAiCompatibleDependencies {
+  /** Resolves `Retry-After` dates; defaults to the system clock. */
+  readonly clock?: Clock;
+  /** Defaults to the global `fetch`. */
+  readonly fetch?: typeof fetch;
+}
+
+/** The longest provider error text carried into an error message. */
+const MAX_ERROR_DETAIL_CHARS = 300;
+
+const wireToolCallSchema = z.looseObject({
+  id: z.string().min(1),
+  type: z.literal('function').optional(),
+  function: z.looseObject({ name: z.string().min(1), arguments: z.string() }),
+});
+
+const completionSchema = z.looseObject({
+  choices: z
+    .array(
+      z.looseObject({
+        message: z.looseObject({
+          role: z.literal('assistant').optional(),
+          content: z.string().nullish(),
+          tool_calls: z.array(wireToolCallSchema).nullish(),
+        }),
+        finish_reason: z.string().nullish(),
+      }),
+    )
+    .min(1),
+  usage: z
+    .looseObject({
+      prompt_tokens: z.int().min(0),
+      completion_tokens: z.int().min(0),
+    })
+    .nullish(),
+});
+
+const errorBodySchema = z.looseObject({
+  error: z.union([
+    z.looseObject({
+      message: z.string().nullish(),
+      code: z.union([z.string(), z.number()]).nullish(),
+      type: z.string().nullish(),
+    }),
+    z.string(),
+  ]),
+});
+
+type WireMessage =
+  | { role: 'system' | 'user'; content: string }
+  | { role: 'assistant'; content: string | null; tool_calls?: { id: string; type: 'function'; function: { name: string; arguments: string } }[] }
+  | { role: 'tool'; tool_call_id: string; content: string };
+
+/** The port's messages in the Chat Completions wire format. */
+export function toWireMessages(messages: readonly ChatMessage[]): WireMessage[] {
+  return messages.map((message): WireMessage => {
+    switch (message.role) {
+      case 'system':
+        return { role: 'system', content: message.content };
+      case 'user':
+        return { role: 'user', content: message.content };
+      case 'assistant':
+        return message.toolCalls === undefined || message.toolCalls.length === 0
+          ? { role: 'assistant', content: message.content }
+          : {
+              role: 'assistant',
+              content: message.content,
+              tool_calls: message.toolCalls.map((call) => ({ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } })),
+            };
+      case 'tool':
+        return { role: 'tool', tool_call_id: message.toolCallId, content: message.content };
+    }
+  });
+}
+
+export function toWireTools(tools: readonly ToolSpec[]): { type: 'function'; function: { name: string; description: string; parameters: Readonly<Record<string, unknown>> } }[] {
+  return tools.map((tool) => ({ type: 'function', function: { name: tool.name, description: tool.description, parameters: tool.parameters } }));
+}
+
+/**
+ * `Retry-After` as milliseconds from now: delta-seconds (`"7"`, `"1.5"`) or an HTTP date. A date in
+ * the past gives 0; anything unreadable gives undefined.
+ */
+export function parseRetryAfter(value: string | null, nowMs: number): number | undefined {
+  if (value === null) return undefined;
+  const text = value.trim();
+  if (/^\d+(\.\d+)?$/.test(text)) return Math.round(Number(text) * 1000);
+  const dateMs = Date.parse(text);
+  if (Number.isNaN(dateMs)) return undefined;
+  return Math.max(0, dateMs - nowMs);
+}
+
+function isContextLengthError(code: string | undefined, message: string): boolean {
+  if (code !== undefined && /context_length|context_window|too_many_tokens/i.test(code)) return true;
+  return /context (length|window)|maximum context|too many tokens|prompt is too long|reduce the length of the messages/i.test(message);
+}
+
+function finishReasonOf(reason: string | null | undefined, hasToolCalls: boolean): ChatResponse['finishReason'] {
+  if (hasToolCalls) return 'tool_calls';
+  return reason === 'length' ? 'length' : 'stop';
+}
+
+class OpenAiCompatibleProvider implements ModelProvider {
+  readonly name: string;
+  readonly contextWindowTokens: number;
+  private readonly url: string;
+
+  constructor(
+    private readonly config: OpenAiCompatibleConfig,
+    private readonly clock: Clock,
+    private readonly fetchImpl: typeof fetch,
+  ) {
+    this.name = `openai-compatible:${config.model}`;
+    this.contextWindowTokens = config.contextWindowTokens;
+    this.url = `${config.baseUrl.replace(/\/+$/, '')}/chat/completions`;
+  }
+
+  async chat(request: ChatRequest): Promise<ChatResponse> {
+    request.signal.throwIfAborted();
+    const body: Record<string, unknown> = { model: this.config.model, messages: toWireMessages(request.messages) };
+    // An empty `tools` array is rejected by OpenAI itself: leave the field out instead.
+    if (request.tools.length > 0) body['tools'] = toWireTools(request.tools);
+    if (request.maxOutputTokens !== undefined) body['max_tokens'] = request.maxOutputTokens;
+    const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
+    if (this.config.apiKey !== undefined) headers['authorization'] = `Bearer ${this.config.apiKey}`;
+
+    const timeout = AbortSignal.timeout(this.config.timeoutMs);
+    const signal = AbortSignal.any([request.signal, timeout]);
+    let status: number;
+    let responseHeaders: Headers;
+    let text: string;
+    try {
+      const response = await this.fetchImpl(this.url, { method: 'POST', headers, body: JSON.stringify(body), signal });
+      status = response.status;
+      responseHeaders = response.headers;
+      text = await response.text();
+    } catch (error) {
+      // The caller's abort wins: it is theirs to interpret (cancellation, lost claim), not a provider fault.
+      if (request.signal.aborted) throw request.signal.reason as Error;
+      if (timeout.aborted) throw new ProviderTimeoutError(`${this.name}: no answer within ${this.config.timeoutMs} ms`, { cause: error });
+      throw new ProviderUnavailableError(`${this.name}: request failed: ${this.redact(error instanceof Error ? error.message : String(error))}`, { cause: error });
+    }
+
+    if (status < 200 || status >= 300) throw this.httpError(status, responseHeaders, text);
+    return this.parseCompletion(text);
+  }
+
+  private parseCompletion(text: string): ChatResponse {
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch (error) {
+      throw new MalformedResponseError(`${this.name}: response body is not JSON`, { cause: error });
+    }
+    const parsed = completionSchema.safeParse(json);
+    if (!parsed.success) {
+      throw new MalformedResponseError(`${this.name}: response body is not a chat completion: ${z.prettifyError(parsed.error).replace(/\s*\n\s*/g, '; ')}`);
+    }
+    const choice = parsed.data.choices[0];
+    if (choice === undefined) throw new MalformedResponseError(`${this.name}: response has no choices`);
+    if (choice.finish_reason === 'content_filter') {
+      throw new ProviderRequestError(`${this.name}: the provider's content filter stopped the answer`);
+    }
+    const toolCalls: ToolCall[] = (choice.message.tool_calls ?? []).map((call) => ({ id: call.id, name: call.function.name, arguments: call.function.arguments }));
+    const content = choice.message.content ?? null;
+    if (content === null && toolCalls.length === 0) {
+      throw new MalformedResponseError(`${this.name}: the message has neither content nor tool calls`);
+    }
+    const usage = parsed.data.usage;
+    const inputTokens = usage?.prompt_tokens ?? 0;
+    const outputTokens = usage?.completion_tokens ?? 0;
+    return {
+      message: toolCalls.length > 0 ? { role: 'assistant', content, toolCalls } : { role: 'assistant', content },
+      finishReason: finishReasonOf(choice.finish_reason, toolCalls.length > 0),
+      usage: { inputTokens, outputTokens },
+      costUsd: (inputTokens / 1000) * this.config.inputUsdPer1kTokens + (outputTokens / 1000) * this.config.outputUsdPer1kTokens,
+    };
+  }
+
+  private httpError(status: number, headers: Headers, text: string): Error {
+    const { code, message } = this.errorDetail(text);
+    const described = `${this.name}: HTTP ${status}${message === '' ? '' : `: ${message}`}`;
+    const retryAfterMs = parseRetryAfter(headers.get('retry-after'), this.clock.now());
+    if (status === 429) return new ProviderRateLimitedError(described, retryAfterMs);
+    if (status >= 500) return new ProviderUnavailableError(described, retryAfterMs === undefined ? {} : { retryAfterMs });
+    if (status === 408) return new ProviderTimeoutError(described);
+    if (status === 400 && isContextLengthError(code, message)) return new ContextWindowError(described);
+    return new ProviderRequestError(described);
+  }
+
+  /** The provider's error code and message from an error body, if it has the usual shape; else the text itself. */
+  private errorDetail(text: string): { code: string | undefined; message: string } {
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      return { code: undefined, message: this.redact(text.trim().slice(0, MAX_ERROR_DETAIL_CHARS)) };
+    }
+    const parsed = errorBodySchema.safeParse(json);
+    if (!parsed.success) return { code: undefined, message: this.redact(text.trim().slice(0, MAX_ERROR_DETAIL_CHARS)) };
+    const error = parsed.data.error;
+    if (typeof error === 'string') return { code: undefined, message: this.redact(error.slice(0, MAX_ERROR_DETAIL_CHARS)) };
+    const code = error.code ?? undefined;
+    return { code: code === undefined ? undefined : String(code), message: this.redact((error.message ?? '').slice(0, MAX_ERROR_DETAIL_CHARS)) };
+  }
+
+  private redact(text: string): string {
+    const key = this.config.apiKey;
+    return key === undefined ? text : text.split(key).join('[redacted]');
+  }
+}
+
+/** Validates the config (TerminalError `invalid_input` on a bad one; the key is never echoed) and builds the provider. */
+export function createOpenAiCompatibleProvider(config: OpenAiCompatibleConfig, dependencies: OpenAiCompatibleDependencies = {}): ModelProvider {
+  const parsed = openAiCompatibleConfigSchema.safeParse(config);
+  if (!parsed.success) {
+    const problems = parsed.error.issues.map((issue) => `${issue.path.join('.') || '(config)'}: ${issue.code}`).join('; ');
+    throw new TerminalError(`Invalid openai-compatible provider config: ${problems}`, { code: 'invalid_input' });
+  }
+  return new OpenAiCompatibleProvider(parsed.data, dependencies.clock ?? systemClock, dependencies.fetch ?? fetch);
+}

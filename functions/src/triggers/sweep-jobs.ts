@@ -1,0 +1,41 @@
+import { logger } from 'firebase-functions';
+import { onSchedule } from 'firebase-functions/v2/scheduler';
+import { systemClock } from '../core/clock';
+import { sweep, type SweepDeps } from '../engine/sweeper';
+import { cloudTasksQueue } from '../store/cloud-tasks-queue';
+import { JobStore } from '../store/job-store';
+import { adminApp, firestore } from './admin';
+import { engineOptionsFromEnv } from './config';
+
+/** The sweep's "now": the time the run was scheduled for (Cloud Scheduler's header), else the wall clock. */
+export function scheduledNowMs(scheduleTime: string | undefined, fallback: () => number = Date.now): number {
+  const parsed = scheduleTime === undefined ? Number.NaN : Date.parse(scheduleTime);
+  return Number.isFinite(parsed) ? parsed : fallback();
+}
+
+/** The handler, apart from the trigger so tests call it with their own store and queue. */
+export function sweepHandler(deps: () => SweepDeps): (event: { readonly scheduleTime?: string }) => Promise<void> {
+  return async (event) => {
+    const report = await sweep(deps(), scheduledNowMs(event.scheduleTime));
+    const entry = { ...report, now: new Date(report.nowMs).toISOString() };
+    if (report.errors > 0 || report.enqueueFailures > 0) logger.warn('sweepJobs finished with failures', entry);
+    else logger.info('sweepJobs finished', entry);
+  };
+}
+
+let deps: SweepDeps | undefined;
+function sweepDeps(): SweepDeps {
+  // The same options as the step runner (engineOptionsFromEnv), so both agree on budgets and grace periods.
+  deps ??= {
+    store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
+    queue: cloudTasksQueue(adminApp()),
+    log: (message, detail) => logger.warn(message, detail),
+  };
+  return deps;
+}
+
+/**
+ * Every minute. Runs may overlap (a slow run and the next one): every change is re-checked in its
+ * own transaction, so two sweeps never act on the same document twice.
+ */
+export const sweepJobs = onSchedule({ schedule: 'every 1 minutes', timeoutSeconds: 300, retryCount: 0 }, sweepHandler(sweepDeps));
