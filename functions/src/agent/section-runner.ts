@@ -18,14 +18,12 @@
  */
 import pRetry from 'p-retry';
 import type { RandomSource } from '../core/clock';
-import { describeError } from '../core/errors';
+import { describeError, PhaselineError } from '../core/errors';
 import { realTimers, type Timers } from '../core/flusher';
 import {
   ContextWindowError,
+  isProviderOutage,
   MalformedResponseError,
-  ProviderRateLimitedError,
-  ProviderTimeoutError,
-  ProviderUnavailableError,
   type ChatMessage,
   type ChatResponse,
   type ModelProvider,
@@ -186,11 +184,6 @@ export class SectionAttemptError extends Error {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'SectionAttemptError';
   }
-}
-
-/** Rate limits, outages and timeouts: retried in the call, then thrown out of the section. */
-export function isTransientProviderError(error: unknown): error is ProviderRateLimitedError | ProviderUnavailableError | ProviderTimeoutError {
-  return error instanceof ProviderRateLimitedError || error instanceof ProviderUnavailableError || error instanceof ProviderTimeoutError;
 }
 
 /** Failures that spend one of the section's attempts; everything else is thrown out of runSection. */
@@ -420,7 +413,7 @@ class SectionRun {
         } catch (error) {
           // A failed call may still have been billed; its (unknown) output is thrown away.
           this.count('model_call', { modelCalls: 1, wastedModelCalls: 1 }, `${this.deps.provider.name} failed: ${describeError(error)}`);
-          if (this.signal.aborted || !isTransientProviderError(error)) return { ok: false, error };
+          if (this.signal.aborted || !isProviderOutage(error)) return { ok: false, error };
           throw error;
         }
       },
@@ -432,7 +425,7 @@ class SectionRun {
         signal: this.signal,
         onFailedAttempt: async ({ error, attemptNumber, retriesLeft }) => {
           if (retriesLeft <= 0) return;
-          const retryAfterMs = isTransientProviderError(error) ? (error.retryAfterMs ?? 0) : 0;
+          const retryAfterMs = error instanceof PhaselineError ? (error.retryAfterMs ?? 0) : 0;
           // Throwing here ends the retries with this error: a long retry-after is the engine's to wait out.
           if (retryAfterMs > this.policy.transientMaxDelayMs) throw error;
           await this.sleep(Math.max(retryAfterMs, this.backoffMs(attemptNumber)));

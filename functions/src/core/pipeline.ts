@@ -38,6 +38,10 @@ export interface StepContext<TInput> {
   reportProgress(values: Readonly<Record<string, number>>): void;
   /** Money or calls spent, as increments; also coalesced. */
   addCost(increments: Readonly<Record<string, number>>): void;
+  /** The persisted working state (a tool-calling transcript) of a section in flight, or null. */
+  loadTranscript(sectionId: string): Promise<unknown>;
+  /** Persists a section's working state. Owner-checked; throws if this worker no longer owns the claim. */
+  saveTranscript(sectionId: string, transcript: unknown): Promise<void>;
   /** Appends a line to the job's timeline with the next coalesced write. */
   note(kind: string, message: string): void;
   /** True once most of this step's time budget is used: finish the section at hand, then yield. */
@@ -58,7 +62,14 @@ export type PhaseOutcome<TState> =
       readonly untilMs?: number;
     };
 
-export type UnitOutcome<TUnitState> = { readonly kind: 'done'; readonly state: TUnitState } | { readonly kind: 'yield' };
+export type UnitOutcome<TUnitState> =
+  | { readonly kind: 'done'; readonly state: TUnitState }
+  | { readonly kind: 'yield' }
+  /**
+   * A dependency is down for everyone (the provider circuit is open): the whole job waits until
+   * `untilMs`, then the fan-out restarts, reusing finished units and recorded sections.
+   */
+  | { readonly kind: 'wait'; readonly reason: 'provider'; readonly question: string; readonly untilMs: number };
 
 export interface FanOut<TInput, TState, TUnitState> {
   /** Unit IDs, derived deterministically from earlier checkpoints. */

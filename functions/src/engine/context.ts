@@ -16,8 +16,20 @@ export interface ContextParts<TInput> {
   readonly flusher: CoalescingFlusher | null;
   readonly deadlineMs: number;
   readonly budgetMs: number;
-  /** Writes one section durably (owner-checked); resolves false when it was recorded already. */
-  readonly writeSection: (section: SectionRecord) => Promise<boolean>;
+  readonly durable: DurableWrites;
+}
+
+/** The owner-checked writes a context can make; absent for coordinator, join and publish contexts. */
+export interface DurableWrites {
+  /** Writes one section durably; resolves false when it was recorded already. */
+  writeSection(section: SectionRecord): Promise<boolean>;
+  loadTranscript(sectionId: string): Promise<unknown>;
+  saveTranscript(sectionId: string, transcript: unknown): Promise<void>;
+}
+
+export function noDurableWrites(who: string): DurableWrites {
+  const refuse = () => Promise.reject(new Error(`${who} records no sections or transcripts`));
+  return { writeSection: refuse, loadTranscript: refuse, saveTranscript: refuse };
 }
 
 /** Share of the step budget after which a phase should stop starting new sections. */
@@ -51,8 +63,13 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
         seq: parts.sections.length,
         recordedAtMs: parts.clock.now(),
       };
-      await parts.writeSection(section);
+      await parts.durable.writeSection(section);
       parts.sections.push(section);
+    },
+    loadTranscript: (sectionId) => parts.durable.loadTranscript(sectionId),
+    saveTranscript: (sectionId, transcript) => {
+      parts.signal.throwIfAborted();
+      return parts.durable.saveTranscript(sectionId, transcript);
     },
     reportProgress: (values) => parts.flusher?.reportProgress(values),
     addCost: (increments) => parts.flusher?.addCost(increments),

@@ -12,13 +12,13 @@ import { describeError, OwnershipLostError, PhaselineError, TerminalError, toPha
 import { addCounts, CoalescingFlusher, type FlushPayload, type Timers } from '../core/flusher';
 import { stepTaskId, unitTaskId, type JobRecord, type StepTask } from '../core/job';
 import { decideAfterError, decideClaim } from '../core/lifecycle';
-import { resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, type SectionRecord } from '../core/pipeline';
+import { resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type PipelineRegistry } from '../core/pipeline';
 import { decodeJob, decodeUnit, encodeUnit, type UnitRecord } from '../store/codec';
 import type { EventDraft, JobClaim, JobStore, UnitClaim } from '../store/job-store';
-import { messagePath, REJECTED_TASKS, resultPath, sectionKey, sectionPath } from '../store/paths';
+import { messagePath, REJECTED_TASKS, resultPath, sectionKey, sectionPath, transcriptPath } from '../store/paths';
 import type { TaskQueuePort } from '../store/task-queue';
 import { checkpointDocumentFor, loadCheckpoints, loadSections } from './checkpoints';
-import { createStepContext } from './context';
+import { createStepContext, noDurableWrites, type DurableWrites } from './context';
 
 export interface RunnerDeps {
   readonly store: JobStore;
@@ -193,7 +193,7 @@ async function runPhase(
     flusher,
     deadlineMs: store.clock.now() + store.options.stepBudgetSeconds * 1000,
     budgetMs: store.options.stepBudgetSeconds * 1000,
-    writeSection: (section) => writeSection(running, { kind: 'job', claim }, section),
+    durable: durableWrites(running, { kind: 'job', claim }, phase.name, null),
   });
 
   let outcome: Awaited<ReturnType<NonNullable<typeof phase.run>>>;
@@ -261,23 +261,39 @@ function lost(running: Running, reason: unknown): StepOutcome {
 
 type SectionOwner = { readonly kind: 'job'; readonly claim: JobClaim } | { readonly kind: 'unit'; readonly claim: UnitClaim };
 
-/** One section document, written only while the writer still holds its claim. First write wins. */
-async function writeSection(running: Running, owner: SectionOwner, section: SectionRecord): Promise<boolean> {
+/** Section and transcript writes, each made only while the writer still holds its claim. */
+function durableWrites(running: Running, owner: SectionOwner, phase: string, unit: string | null): DurableWrites {
   const { store } = running.deps;
-  const ref = store.db.doc(sectionPath(owner.claim.jobId, sectionKey(section.phase, section.unit, section.id)));
-  const document = { ...section, epoch: owner.claim.epoch };
-  const body = async ({ tx }: { tx: FirebaseFirestore.Transaction }) => {
-    const existing = await tx.get(ref);
-    if (existing.exists) return { value: false };
-    tx.create(ref, document);
-    return { value: true };
+  const asOwner = async <T>(body: (context: { tx: FirebaseFirestore.Transaction }) => Promise<{ value: T }>): Promise<T> => {
+    try {
+      return owner.kind === 'job' ? await store.asOwner(owner.claim, body) : await store.asUnitOwner(owner.claim, body);
+    } catch (error) {
+      if (error instanceof OwnershipLostError) running.controller.abort(error);
+      throw error;
+    }
   };
-  try {
-    return owner.kind === 'job' ? await store.asOwner(owner.claim, body) : await store.asUnitOwner(owner.claim, body);
-  } catch (error) {
-    if (error instanceof OwnershipLostError) running.controller.abort(error);
-    throw error;
-  }
+  const transcriptRef = (sectionId: string) => store.db.doc(transcriptPath(owner.claim.jobId, sectionKey(phase, unit, sectionId)));
+  return {
+    // First write wins: a section is never rewritten.
+    writeSection: (section) => {
+      const ref = store.db.doc(sectionPath(owner.claim.jobId, sectionKey(section.phase, section.unit, section.id)));
+      return asOwner(async ({ tx }) => {
+        const existing = await tx.get(ref);
+        if (existing.exists) return { value: false };
+        tx.create(ref, { ...section, epoch: owner.claim.epoch });
+        return { value: true };
+      });
+    },
+    loadTranscript: async (sectionId) => {
+      const snapshot = await transcriptRef(sectionId).get();
+      return snapshot.exists ? (snapshot.get('transcript') as unknown) : null;
+    },
+    saveTranscript: (sectionId, transcript) =>
+      asOwner(({ tx }) => {
+        tx.set(transcriptRef(sectionId), { phase, unit, id: sectionId, transcript, epoch: owner.claim.epoch, savedAtMs: store.clock.now() });
+        return Promise.resolve({ value: undefined });
+      }),
+  };
 }
 
 interface HandOff {
@@ -379,7 +395,7 @@ async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<s
     flusher: null,
     deadlineMs: Number.POSITIVE_INFINITY,
     budgetMs: 0,
-    writeSection: () => Promise.reject(new Error('publish cannot record sections')),
+    durable: noDurableWrites('publication'),
   });
   let result;
   try {
@@ -442,7 +458,7 @@ async function startFanOut(
     flusher: null,
     deadlineMs: Number.POSITIVE_INFINITY,
     budgetMs: 0,
-    writeSection: () => Promise.reject(new Error('a fan-out coordinator records no sections')),
+    durable: noDurableWrites('a fan-out coordinator'),
   });
   let unitIds: readonly string[];
   try {
@@ -570,7 +586,7 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string): Pr
     flusher,
     deadlineMs: store.clock.now() + store.options.stepBudgetSeconds * 1000,
     budgetMs: store.options.stepBudgetSeconds * 1000,
-    writeSection: (section) => writeSection(running, { kind: 'unit', claim }, section),
+    durable: durableWrites(running, { kind: 'unit', claim }, phase.name, unit.unit),
   });
 
   let outcome: Awaited<ReturnType<typeof fanOut.runUnit>>;
@@ -592,6 +608,27 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string): Pr
       });
       await enqueueQuietly(deps, { jobId: job.id, step: next.step, unit: next.unit }, unitTaskId(job.id, next.fanoutEpoch, next.unit, next.step, 0), 0);
       return { kind: 'unit-yielded', unit: unit.unit };
+    }
+    if (outcome.kind === 'wait') {
+      await store.asUnitOwner(claim, ({ job, unit: current }) =>
+        Promise.resolve({
+          // The fan-out ends here; on resume it starts again, reusing finished units and recorded sections.
+          next: {
+            ...job,
+            status: 'waiting' as const,
+            fanout: null,
+            lease: null,
+            step: job.step + 1,
+            dispatch: 0,
+            waiting: { reason: outcome.reason, question: outcome.question, options: [], untilMs: outcome.untilMs },
+            nextRunAtMs: outcome.untilMs,
+          },
+          nextUnit: { ...withPayload(current, pending), status: 'queued' as const, lease: null },
+          events: [...pending.notes, { kind: 'waiting', message: `${unit.unit}: ${outcome.question}` }],
+          value: undefined,
+        }),
+      );
+      return { kind: 'waiting', reason: outcome.reason };
     }
     const parsed = fanOut.unitState.safeParse(outcome.state);
     if (!parsed.success) {
@@ -650,7 +687,7 @@ async function joinFanOut(
         flusher: null,
         deadlineMs: Number.POSITIVE_INFINITY,
         budgetMs: 0,
-        writeSection: () => Promise.reject(new Error('a join records no sections')),
+        durable: noDurableWrites('a join'),
       });
       const state = phase.state.parse(fanOut.join(results, context));
       tx.set(store.checkpointRef(jobId, phase.name), checkpointDocumentFor(phase, state, fanoutEpoch, nowMs));

@@ -164,13 +164,14 @@ class OpenAiCompatibleProvider implements ModelProvider {
     const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
     if (this.config.apiKey !== undefined) headers['authorization'] = `Bearer ${this.config.apiKey}`;
 
+    const bodyText = JSON.stringify(body);
     const timeout = AbortSignal.timeout(this.config.timeoutMs);
     const signal = AbortSignal.any([request.signal, timeout]);
     let status: number;
     let responseHeaders: Headers;
     let text: string;
     try {
-      const response = await this.fetchImpl(this.url, { method: 'POST', headers, body: JSON.stringify(body), signal });
+      const response = await this.fetchImpl(this.url, { method: 'POST', headers, body: bodyText, signal });
       status = response.status;
       responseHeaders = response.headers;
       text = await response.text();
@@ -182,10 +183,10 @@ class OpenAiCompatibleProvider implements ModelProvider {
     }
 
     if (status < 200 || status >= 300) throw this.httpError(status, responseHeaders, text);
-    return this.parseCompletion(text);
+    return this.parseCompletion(text, bodyText.length);
   }
 
-  private parseCompletion(text: string): ChatResponse {
+  private parseCompletion(text: string, requestChars: number): ChatResponse {
     let json: unknown;
     try {
       json = JSON.parse(text);
@@ -207,8 +208,9 @@ class OpenAiCompatibleProvider implements ModelProvider {
       throw new MalformedResponseError(`${this.name}: the message has neither content nor tool calls`);
     }
     const usage = parsed.data.usage;
-    const inputTokens = usage?.prompt_tokens ?? 0;
-    const outputTokens = usage?.completion_tokens ?? 0;
+    // Some compatible servers omit usage: estimate at four characters a token rather than report zero.
+    const inputTokens = usage?.prompt_tokens ?? Math.ceil(requestChars / 4);
+    const outputTokens = usage?.completion_tokens ?? Math.ceil(((content ?? '').length + toolCalls.reduce((sum, call) => sum + call.name.length + call.arguments.length, 0)) / 4);
     return {
       message: toolCalls.length > 0 ? { role: 'assistant', content, toolCalls } : { role: 'assistant', content },
       finishReason: finishReasonOf(choice.finish_reason, toolCalls.length > 0),
@@ -254,7 +256,7 @@ class OpenAiCompatibleProvider implements ModelProvider {
 export function createOpenAiCompatibleProvider(config: OpenAiCompatibleConfig, dependencies: OpenAiCompatibleDependencies = {}): ModelProvider {
   const parsed = openAiCompatibleConfigSchema.safeParse(config);
   if (!parsed.success) {
-    const problems = parsed.error.issues.map((issue) => `${issue.path.join('.') || '(config)'}: ${issue.code}`).join('; ');
+    const problems = parsed.error.issues.map((issue) => `${issue.path.join('.') || '(config)'}: ${issue.message}`).join('; ');
     throw new TerminalError(`Invalid openai-compatible provider config: ${problems}`, { code: 'invalid_input' });
   }
   return new OpenAiCompatibleProvider(parsed.data, dependencies.clock ?? systemClock, dependencies.fetch ?? fetch);

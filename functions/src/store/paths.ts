@@ -4,6 +4,8 @@ export const jobPath = (jobId: string): string => `${JOBS}/${jobId}`;
 export const unitPath = (jobId: string, unit: string): string => `${JOBS}/${jobId}/units/${unit}`;
 export const checkpointPath = (jobId: string, phase: string): string => `${JOBS}/${jobId}/checkpoints/${phase}`;
 export const sectionPath = (jobId: string, sectionKey: string): string => `${JOBS}/${jobId}/sections/${sectionKey}`;
+export const transcriptPath = (jobId: string, sectionKeyValue: string): string => `${JOBS}/${jobId}/transcripts/${sectionKeyValue}`;
+export const circuitPath = (name: string): string => `circuits/${name}`;
 export const eventPath = (jobId: string, eventId: string): string => `${JOBS}/${jobId}/events/${eventId}`;
 export const resultPath = (jobId: string): string => `${JOBS}/${jobId}/results/final`;
 export const conversationPath = (conversationId: string): string => `conversations/${conversationId}`;

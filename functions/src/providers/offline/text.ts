@@ -26,11 +26,6 @@ export function stem(word: string): string {
   return word;
 }
 
-/** Every word of the text as a stem, in order, stopwords and numbers included. */
-export function allTerms(text: string): string[] {
-  return (text.toLowerCase().match(/[a-z0-9]+/g) ?? []).map(stem);
-}
-
 /** The content terms of a text: stems of words of three letters or more that are not stopwords or numbers. */
 export function contentTerms(text: string): string[] {
   return (text.toLowerCase().match(/[a-z][a-z0-9-]*[a-z0-9]|[a-z]/g) ?? [])

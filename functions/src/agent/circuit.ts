@@ -1,0 +1,59 @@
+/**
+ * A provider circuit shared by every worker: when outages pile up it opens, and new work waits
+ * (visibly, `waiting` with "provider unavailable") instead of hammering the provider. Once the
+ * cool-down passes, the next calls are probes: a success closes it, an outage opens it again.
+ */
+export interface CircuitState {
+  readonly open: boolean;
+  /** When an open circuit lets probes through; null when closed. */
+  readonly untilMs: number | null;
+}
+
+export interface ProviderCircuit {
+  check(nowMs: number): Promise<CircuitState>;
+  /** Counts an outage seen by a worker (after its own in-call retries); may open the circuit. */
+  recordOutage(nowMs: number, detail: string): Promise<CircuitState>;
+  /** A call succeeded: closes a circuit that was open or counting. Writes only when something changes. */
+  recordSuccess(nowMs: number): Promise<void>;
+}
+
+export interface CircuitPolicy {
+  /** Outages within `windowMs` that open the circuit. */
+  readonly failureThreshold: number;
+  readonly windowMs: number;
+  readonly coolDownMs: number;
+}
+
+export const DEFAULT_CIRCUIT_POLICY: CircuitPolicy = { failureThreshold: 3, windowMs: 60_000, coolDownMs: 60_000 };
+
+export interface CircuitRecord {
+  readonly state: 'closed' | 'open';
+  /** Times of recent outages, newest last, within the window. */
+  readonly failuresMs: readonly number[];
+  readonly untilMs: number | null;
+  readonly opens: number;
+  readonly lastDetail: string | null;
+}
+
+export const CLOSED_CIRCUIT: CircuitRecord = { state: 'closed', failuresMs: [], untilMs: null, opens: 0, lastDetail: null };
+
+export function circuitState(record: CircuitRecord, nowMs: number): CircuitState {
+  const open = record.state === 'open' && record.untilMs !== null && nowMs < record.untilMs;
+  return { open, untilMs: open ? record.untilMs : null };
+}
+
+/** The record after one more outage: opened when the window holds enough of them, or when a probe failed. */
+export function afterOutage(record: CircuitRecord, nowMs: number, policy: CircuitPolicy, detail: string): CircuitRecord {
+  const failuresMs = [...record.failuresMs.filter((at) => at > nowMs - policy.windowMs), nowMs].slice(-policy.failureThreshold * 4);
+  const probing = record.state === 'open' && record.untilMs !== null && nowMs >= record.untilMs;
+  const stillOpen = record.state === 'open' && !probing;
+  if (stillOpen) return { ...record, failuresMs, lastDetail: detail };
+  if (probing || failuresMs.length >= policy.failureThreshold) {
+    return { state: 'open', failuresMs, untilMs: nowMs + policy.coolDownMs, opens: record.opens + 1, lastDetail: detail };
+  }
+  return { ...record, failuresMs, lastDetail: detail };
+}
+
+export function needsCloseOnSuccess(record: CircuitRecord): boolean {
+  return record.state === 'open' || record.failuresMs.length > 0;
+}

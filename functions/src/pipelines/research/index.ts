@@ -1,0 +1,2 @@
+export { createResearchPipeline, researchInput, listItems, type ResearchInput } from './pipeline';
+export type { ResearchDeps } from './agent-section';

@@ -1,0 +1,261 @@
+/**
+ * `research`: outline → expert perspectives → expert content (one fan-out unit per expert, its
+ * sections in order, each given a rolling summary of the ones before) → the final document,
+ * section by section → publication. Every section is a checkpoint; a section that fails all its
+ * attempts is recorded as skipped and named in the report, which then completes as partial.
+ */
+import { z } from 'zod';
+import type { SectionOutcome } from '../../agent/section-runner';
+import { defineFanOutPhase, definePhase, definePipeline, type PhaseOutcome, type StepContext, type UnitOutcome } from '../../core/pipeline';
+import { runAgentSection, type ResearchDeps } from './agent-section';
+
+export const researchInput = z.strictObject({
+  question: z.string().trim().min(10, 'question must be at least 10 characters').max(2_000),
+  /** Breadth: how many expert perspectives. */
+  experts: z.number().int().min(1).max(5).default(3),
+  /** Depth: how many sections the report has. */
+  sections: z.number().int().min(1).max(6).default(3),
+  /** Length: about how many words each section runs to. */
+  wordsPerSection: z.number().int().min(50).max(800).default(150),
+});
+export type ResearchInput = z.output<typeof researchInput>;
+
+const SYSTEM = [
+  'You are a careful research assistant working in a pipeline that writes a report section by section.',
+  'Use the search and read tools to find evidence before writing; cite the titles of what you read.',
+  'Answer with the section text only.',
+].join(' ');
+
+const FALLBACK_HEADINGS = ['Background', 'What the evidence says', 'Open questions', 'Practical implications', 'Risks and trade-offs', 'Outlook'];
+const FALLBACK_EXPERTS = ['a historian of the field', 'a practising engineer', 'an economist', 'a sceptical reviewer', 'a policy analyst'];
+const MAX_TOOL_ROUNDS = 6;
+
+/** List items ("1. x", "- x", "* x") of a sensible length, in order. */
+export function listItems(text: string): string[] {
+  return text
+    .split('\n')
+    .map((line) => /^\s*(?:\d+[.)]|[-*•])\s+(.{3,80})$/.exec(line)?.[1]?.trim())
+    .filter((item): item is string => item !== undefined && item.length > 0);
+}
+
+function pad(items: readonly string[], fallback: readonly string[], count: number): string[] {
+  const chosen = [...new Set(items)].slice(0, count);
+  for (const candidate of fallback) {
+    if (chosen.length >= count) break;
+    if (!chosen.includes(candidate)) chosen.push(candidate);
+  }
+  while (chosen.length < count) chosen.push(`Part ${chosen.length + 1}`);
+  return chosen;
+}
+
+function firstWords(text: string, words: number): string {
+  const parts = text.split(/\s+/).filter(Boolean);
+  return parts.length <= words ? parts.join(' ') : `${parts.slice(0, words).join(' ')} …`;
+}
+
+type Heading = { id: string; heading: string };
+type Expert = { id: string; name: string };
+
+const outlineState = z.object({ title: z.string(), headings: z.array(z.object({ id: z.string(), heading: z.string() })).min(1) });
+const perspectivesState = z.object({ experts: z.array(z.object({ id: z.string(), name: z.string() })).min(1) });
+const expertSection = z.discriminatedUnion('skipped', [
+  z.object({ skipped: z.literal(false), headingId: z.string(), text: z.string().min(1) }),
+  z.object({ skipped: z.literal(true), headingId: z.string(), reason: z.string() }),
+]);
+type ExpertSection = z.infer<typeof expertSection>;
+const expertResult = z.object({ sections: z.array(expertSection) });
+type ExpertResult = z.infer<typeof expertResult>;
+const contentState = z.object({ experts: z.record(z.string(), expertResult) });
+const finalSection = z.object({ headingId: z.string(), heading: z.string(), text: z.string(), missing: z.boolean(), note: z.string().nullable() });
+const documentState = z.object({ sections: z.array(finalSection) });
+
+/** A section outcome that ended in a provider wait becomes the phase's wait. */
+function providerWait(outcome: { readonly untilMs: number; readonly question: string }) {
+  return { kind: 'wait' as const, reason: 'provider' as const, questionId: 'provider', question: outcome.question, options: [], untilMs: outcome.untilMs };
+}
+
+export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
+  const outline = definePhase<ResearchInput, z.infer<typeof outlineState>>({
+    name: 'outline',
+    state: outlineState,
+    run: async (context) => {
+      const { question, sections } = context.input;
+      const outcome = await runAgentSection(context, resolveDeps(), {
+        sectionId: 'outline',
+        promptId: 'outline',
+        system: SYSTEM,
+        prompt: `Plan a report answering: "${question}". List exactly ${sections} section headings, one per line, each starting with "- ".`,
+        coldContext: '',
+        maxToolRounds: MAX_TOOL_ROUNDS,
+      });
+      if (outcome.kind === 'provider-wait') return providerWait(outcome);
+      const proposed = outcome.kind === 'written' ? listItems(outcome.text) : [];
+      const headings = pad(proposed, FALLBACK_HEADINGS, sections).map((heading, index) => ({ id: `h${index + 1}`, heading }));
+      context.reportProgress({ sectionsTotal: sections });
+      return { kind: 'done', state: { title: `Research report: ${question}`, headings } };
+    },
+  });
+
+  const perspectives = definePhase<ResearchInput, z.infer<typeof perspectivesState>>({
+    name: 'perspectives',
+    state: perspectivesState,
+    needs: [outline],
+    run: async (context) => {
+      const { question, experts } = context.input;
+      const outcome = await runAgentSection(context, resolveDeps(), {
+        sectionId: 'perspectives',
+        promptId: 'perspectives',
+        system: SYSTEM,
+        prompt: `Who should be consulted on "${question}"? Name exactly ${experts} distinct expert perspectives, one per line, each starting with "- ".`,
+        coldContext: '',
+        maxToolRounds: MAX_TOOL_ROUNDS,
+      });
+      if (outcome.kind === 'provider-wait') return providerWait(outcome);
+      const proposed = outcome.kind === 'written' ? listItems(outcome.text) : [];
+      const names = pad(proposed, FALLBACK_EXPERTS, experts);
+      return { kind: 'done', state: { experts: names.map((name, index) => ({ id: `e${index + 1}`, name })) } };
+    },
+  });
+
+  const expertContent = defineFanOutPhase<ResearchInput, z.infer<typeof contentState>, ExpertResult>({
+    name: 'expert-content',
+    state: contentState,
+    section: expertSection,
+    needs: [outline, perspectives],
+    fanOut: {
+      units: (context) => context.checkpoint(perspectives).experts.map((expert) => expert.id),
+      unitState: expertResult,
+      runUnit: async (context, unit): Promise<UnitOutcome<ExpertResult>> => {
+        const expert = context.checkpoint(perspectives).experts.find((candidate) => candidate.id === unit) as Expert;
+        const { headings } = context.checkpoint(outline);
+        const recorded = () => context.sections().map((section) => section.data as ExpertSection);
+        for (const heading of headings) {
+          if (recorded().some((section) => section.headingId === heading.id)) continue; // finished before: reused
+          if (context.shouldYield()) return { kind: 'yield' };
+          const outcome = await writeExpertSection(context, resolveDeps(), expert, heading, recorded());
+          if (outcome.kind === 'provider-wait') return { kind: 'wait', reason: 'provider', question: outcome.question, untilMs: outcome.untilMs };
+          const section: ExpertSection =
+            outcome.kind === 'written'
+              ? { skipped: false, headingId: heading.id, text: outcome.text }
+              : { skipped: true, headingId: heading.id, reason: outcome.reason };
+          await context.recordSection(heading.id, section);
+          if (section.skipped) context.note('section-skipped', `${expert.name} · ${heading.heading}: skipped after every retry (${section.reason})`);
+          const done = recorded();
+          context.reportProgress({ sectionsDone: done.length, sectionsTotal: headings.length, sectionsSkipped: done.filter((item) => item.skipped).length });
+        }
+        return { kind: 'done', state: { sections: recorded() } };
+      },
+      join: (results) => ({ experts: Object.fromEntries(results) }),
+    },
+  });
+
+  const finalDocument = definePhase<ResearchInput, z.infer<typeof documentState>>({
+    name: 'final-document',
+    state: documentState,
+    section: finalSection,
+    needs: [outline, perspectives, expertContent],
+    run: async (context): Promise<PhaseOutcome<z.infer<typeof documentState>>> => {
+      const { headings } = context.checkpoint(outline);
+      const { experts } = context.checkpoint(perspectives);
+      const contributions = context.checkpoint(expertContent).experts;
+      const total = headings.length;
+      for (const heading of headings) {
+        if (context.sections().some((section) => section.id === heading.id)) continue;
+        if (context.shouldYield()) return { kind: 'yield' };
+        const written = experts.flatMap((expert) => {
+          const section = contributions[expert.id]?.sections.find((item) => item.headingId === heading.id);
+          return section && !section.skipped ? [{ expert, text: section.text }] : [];
+        });
+        let record: z.infer<typeof finalSection>;
+        if (written.length === 0) {
+          const reasons = experts.map((expert) => {
+            const section = contributions[expert.id]?.sections.find((item) => item.headingId === heading.id);
+            return `${expert.name}: ${section?.skipped ? section.reason : 'no contribution'}`;
+          });
+          record = { headingId: heading.id, heading: heading.heading, text: `*No expert produced this section.* ${reasons.join('; ')}.`, missing: true, note: 'no expert contribution' };
+        } else {
+          const outcome = await runAgentSection(context, resolveDeps(), {
+            sectionId: heading.id,
+            promptId: `final-${heading.id}`,
+            system: SYSTEM,
+            prompt: [
+              `Write the section "${heading.heading}" of the report on "${context.input.question}", about ${context.input.wordsPerSection} words,`,
+              'combining these expert notes:',
+              ...written.map(({ expert, text }) => `\n[${expert.name}]\n${firstWords(text, 400)}`),
+            ].join(' '),
+            coldContext: `Report so far: ${context.sections().map((section) => (section.data as { heading: string }).heading).join(', ') || 'nothing yet'}.`,
+            maxToolRounds: MAX_TOOL_ROUNDS,
+          });
+          if (outcome.kind === 'provider-wait') return providerWait(outcome);
+          record =
+            outcome.kind === 'written'
+              ? { headingId: heading.id, heading: heading.heading, text: outcome.text, missing: false, note: null }
+              : {
+                  // Synthesis failed: the expert notes themselves stand in, and the report says so.
+                  headingId: heading.id,
+                  heading: heading.heading,
+                  text: `*Synthesis skipped (${outcome.reason}); the experts' notes follow.*\n\n${written.map(({ expert, text }) => `**${expert.name}:** ${text}`).join('\n\n')}`,
+                  missing: false,
+                  note: `synthesis skipped: ${outcome.reason}`,
+                };
+        }
+        await context.recordSection(heading.id, record);
+        context.reportProgress({ documentSectionsDone: context.sections().length, sectionsTotal: total });
+      }
+      return { kind: 'done', state: { sections: context.sections().map((section) => section.data as z.infer<typeof finalSection>) } };
+    },
+  });
+
+  return definePipeline<ResearchInput>({
+    name: 'research',
+    description: 'Deep research: an outline, expert perspectives researched in parallel, then a report written section by section.',
+    input: researchInput,
+    phases: [outline, perspectives, expertContent, finalDocument],
+    publish: (context: StepContext<ResearchInput>) => {
+      const { title } = context.checkpoint(outline);
+      const { experts } = context.checkpoint(perspectives);
+      const contributions = context.checkpoint(expertContent).experts;
+      const { sections } = context.checkpoint(finalDocument);
+      const missing: string[] = [];
+      for (const expert of experts) {
+        for (const section of contributions[expert.id]?.sections ?? []) {
+          if (section.skipped) missing.push(`${expert.name} · ${sections.find((item) => item.headingId === section.headingId)?.heading ?? section.headingId}`);
+        }
+      }
+      for (const section of sections) if (section.missing) missing.push(`section "${section.heading}"`);
+      const markdown = [
+        `# ${title}`,
+        '',
+        `*Perspectives: ${experts.map((expert) => expert.name).join('; ')}.*`,
+        '',
+        ...sections.flatMap((section) => [`## ${section.heading}`, '', section.text, '']),
+        ...(missing.length > 0 ? ['## Missing from this report', '', ...missing.map((item) => `- ${item}`), ''] : []),
+      ].join('\n');
+      return { outcome: missing.length > 0 ? 'partial' : 'complete', title, markdown, missing };
+    },
+  });
+}
+
+async function writeExpertSection(
+  context: StepContext<ResearchInput>,
+  deps: ResearchDeps,
+  expert: Expert,
+  heading: Heading,
+  earlier: readonly ExpertSection[],
+): Promise<SectionOutcome | { kind: 'provider-wait'; untilMs: number; question: string }> {
+  const rolling = earlier
+    .map((section) => (section.skipped ? `(${section.headingId} skipped)` : firstWords(section.text, 60)))
+    .join('\n');
+  return runAgentSection(context, deps, {
+    sectionId: heading.id,
+    promptId: `${expert.id}-${heading.id}`,
+    system: SYSTEM,
+    prompt: [
+      `You are ${expert.name}. For the report on "${context.input.question}", write the section "${heading.heading}"`,
+      `from your perspective, about ${context.input.wordsPerSection} words.`,
+      rolling ? `Your earlier sections, in brief:\n${rolling}` : '',
+    ].join(' '),
+    coldContext: rolling ? `Summary of your earlier sections:\n${rolling}` : 'This is your first section.',
+    maxToolRounds: MAX_TOOL_ROUNDS,
+  });
+}

@@ -1,0 +1,599 @@
+/**
+ * runSection against a scripted provider (a queue of answers and errors), a counting toolbox and
+ * an in-memory transcript store. Assertions are on what the provider was sent, what the tools
+ * executed, what was saved, and the cost tally. Backoff waits go through injected timers: no sleeps.
+ */
+import type { Timers } from '../../functions/src/core/flusher';
+import {
+  ContextWindowError,
+  MalformedResponseError,
+  ProviderRateLimitedError,
+  ProviderRequestError,
+  ProviderUnavailableError,
+  type ChatMessage,
+  type ChatRequest,
+  type ChatResponse,
+  type ModelProvider,
+  type ToolCall,
+} from '../../functions/src/agent/provider';
+import {
+  addTallies,
+  EMPTY_TALLY,
+  resolveSectionPolicy,
+  runSection,
+  type CostTally,
+  type SectionDeps,
+  type SectionSpec,
+  type StoredTranscript,
+  type TranscriptPort,
+  type UsageEntry,
+} from '../../functions/src/agent/section-runner';
+import type { Toolbox, ToolResult } from '../../functions/src/agent/tools';
+import { ManualTimers } from '../support/timers';
+
+// ---------------------------------------------------------------- fakes
+
+type Step = ChatResponse | Error | ((request: ChatRequest) => ChatResponse);
+
+class ScriptedProvider implements ModelProvider {
+  readonly name = 'scripted';
+  /** The messages of every call, copied at call time. */
+  readonly received: ChatMessage[][] = [];
+
+  constructor(
+    private readonly steps: Step[],
+    readonly contextWindowTokens = 100_000,
+  ) {}
+
+  get calls(): number {
+    return this.received.length;
+  }
+
+  chat(request: ChatRequest): Promise<ChatResponse> {
+    this.received.push(structuredClone([...request.messages]));
+    const step = this.steps.shift();
+    if (step === undefined) return Promise.reject(new Error('the script ran out'));
+    if (step instanceof Error) return Promise.reject(step);
+    return Promise.resolve(typeof step === 'function' ? step(request) : step);
+  }
+
+  get remaining(): number {
+    return this.steps.length;
+  }
+}
+
+class CountingToolbox implements Toolbox {
+  readonly specs = [{ name: 'search', description: 'Searches the web', parameters: { type: 'object' } }];
+  readonly executions = new Map<string, number>();
+  readonly contents = new Map<string, string>();
+  readonly throwFor = new Set<string>();
+  beforeExecute: (call: ToolCall) => void = () => undefined;
+
+  execute(call: ToolCall): Promise<ToolResult> {
+    this.beforeExecute(call);
+    this.executions.set(call.id, (this.executions.get(call.id) ?? 0) + 1);
+    if (this.throwFor.has(call.id)) return Promise.reject(new Error(`search backend crashed on ${call.id}`));
+    return Promise.resolve({ ok: true, content: this.contents.get(call.id) ?? `result of ${call.id}` });
+  }
+
+  total(): number {
+    return [...this.executions.values()].reduce((sum, count) => sum + count, 0);
+  }
+}
+
+class MemoryTranscripts implements TranscriptPort {
+  readonly saves: StoredTranscript[] = [];
+  /** Rejects the save with this number (1-based), once. */
+  failSave: { readonly at: number; readonly error: Error } | null = null;
+
+  constructor(private stored: StoredTranscript | null = null) {}
+
+  load(): Promise<StoredTranscript | null> {
+    return Promise.resolve(this.stored === null ? null : structuredClone(this.stored));
+  }
+
+  save(_sectionId: string, transcript: StoredTranscript): Promise<void> {
+    if (this.failSave !== null && this.failSave.at === this.saves.length + 1) return Promise.reject(this.failSave.error);
+    const copy = structuredClone(transcript);
+    this.saves.push(copy);
+    this.stored = copy;
+    return Promise.resolve();
+  }
+
+  get last(): StoredTranscript {
+    const last = this.saves.at(-1);
+    if (last === undefined) throw new Error('nothing saved');
+    return last;
+  }
+}
+
+/** Timers that fire on the next macrotask and remember every requested delay. */
+class RecordingTimers implements Timers {
+  readonly delays: number[] = [];
+  setTimeout(callback: () => void, ms: number): unknown {
+    this.delays.push(ms);
+    return setImmediate(callback);
+  }
+  clearTimeout(handle: unknown): void {
+    clearImmediate(handle as NodeJS.Immediate);
+  }
+}
+
+// ---------------------------------------------------------------- builders
+
+const spec: SectionSpec = {
+  sectionId: 'sec-1',
+  promptId: 'prompt-sec-1',
+  system: 'You write one section of a research report.',
+  prompt: 'Write the section on battery recycling.',
+  coldContext: 'Done so far: the introduction and the section on mining.',
+  maxToolRounds: 4,
+};
+
+const SYSTEM: ChatMessage = { role: 'system', content: spec.system };
+const PROMPT: ChatMessage = { role: 'user', content: spec.prompt, promptId: spec.promptId };
+const COLD_PROMPT: ChatMessage = { role: 'user', content: `${spec.prompt}\n\n${spec.coldContext}`, promptId: spec.promptId };
+
+const call = (id: string): ToolCall => ({ id, name: 'search', arguments: `{"q":"${id}"}` });
+const ask = (...ids: string[]): ChatMessage => ({ role: 'assistant', content: null, toolCalls: ids.map(call) });
+const result = (id: string, content = `result of ${id}`): ChatMessage => ({ role: 'tool', toolCallId: id, name: 'search', content });
+const say = (content: string): ChatMessage => ({ role: 'assistant', content });
+
+/** A tool-calling turn: 100 in, 10 out, $0.25. */
+const toolTurn = (...ids: string[]): ChatResponse => ({
+  message: { role: 'assistant', content: null, toolCalls: ids.map(call) },
+  finishReason: 'tool_calls',
+  usage: { inputTokens: 100, outputTokens: 10 },
+  costUsd: 0.25,
+});
+/** A final answer: 200 in, 50 out, $0.5. */
+const answer = (text: string): ChatResponse => ({
+  message: { role: 'assistant', content: text },
+  finishReason: 'stop',
+  usage: { inputTokens: 200, outputTokens: 50 },
+  costUsd: 0.5,
+});
+
+const tally = (fields: Partial<CostTally>): CostTally => addTallies(EMPTY_TALLY, fields);
+
+const stored = (messages: ChatMessage[], fields: Partial<StoredTranscript> = {}): StoredTranscript => ({
+  generation: 0,
+  messages,
+  attempts: { warm: 0, cold: 0 },
+  tally: tally({ modelCalls: 1, toolCalls: 1 }),
+  ...fields,
+});
+
+interface Harness {
+  readonly provider: ScriptedProvider;
+  readonly toolbox: CountingToolbox;
+  readonly transcripts: MemoryTranscripts;
+  readonly timers: RecordingTimers;
+  readonly usage: UsageEntry[];
+  readonly controller: AbortController;
+  readonly deps: SectionDeps;
+}
+
+function harness(steps: Step[], options: { stored?: StoredTranscript; contextWindowTokens?: number; policy?: SectionDeps['policy']; timers?: Timers } = {}): Harness {
+  const provider = new ScriptedProvider(steps, options.contextWindowTokens);
+  const toolbox = new CountingToolbox();
+  const transcripts = new MemoryTranscripts(options.stored ?? null);
+  const timers = new RecordingTimers();
+  const usage: UsageEntry[] = [];
+  const controller = new AbortController();
+  const deps: SectionDeps = {
+    provider,
+    toolbox,
+    transcripts,
+    signal: controller.signal,
+    policy: { transientMinDelayMs: 100, transientMaxDelayMs: 5_000, ...options.policy },
+    random: () => 0.5,
+    timers: options.timers ?? timers,
+    onUsage: (entry) => usage.push(entry),
+  };
+  return { provider, toolbox, transcripts, timers, usage, controller, deps };
+}
+
+function sumOfUsage(usage: readonly UsageEntry[]): CostTally {
+  return usage.reduce((sum, entry) => addTallies(sum, entry.delta), EMPTY_TALLY);
+}
+
+// ---------------------------------------------------------------- tests
+
+describe('runSection: first attempt', () => {
+  test('two tool rounds then an answer: every step saved, each tool run once, after its call was recorded', async () => {
+    const h = harness([toolTurn('c1'), toolTurn('c2', 'c3'), answer('Recycling recovers 95% of cobalt.')]);
+    h.toolbox.beforeExecute = (toolCall) => {
+      const lastSaved = h.transcripts.last.messages.at(-1);
+      // The assistant message or a sibling's result is the last thing saved: the call is on record.
+      expect(h.transcripts.last.messages.some((m) => m.role === 'assistant' && m.toolCalls?.some((c) => c.id === toolCall.id))).toBe(true);
+      expect(lastSaved?.role === 'tool' && lastSaved.toolCallId === toolCall.id).toBe(false);
+    };
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(outcome).toEqual({
+      kind: 'written',
+      text: 'Recycling recovers 95% of cobalt.',
+      tally: tally({ modelCalls: 3, toolCalls: 3, inputTokens: 400, outputTokens: 70, usd: 1 }),
+      attempts: { warm: 0, cold: 0, generation: 0 },
+    });
+    expect(h.provider.received).toEqual([
+      [SYSTEM, PROMPT],
+      [SYSTEM, PROMPT, ask('c1'), result('c1')],
+      [SYSTEM, PROMPT, ask('c1'), result('c1'), ask('c2', 'c3'), result('c2'), result('c3')],
+    ]);
+    expect(Object.fromEntries(h.toolbox.executions)).toEqual({ c1: 1, c2: 1, c3: 1 });
+    // Fresh thread saved before the first call; then each answer and each result.
+    expect(h.transcripts.saves.map((save) => save.messages.length)).toEqual([2, 3, 4, 5, 6, 7, 8]);
+    expect(h.transcripts.saves[0]).toEqual({ generation: 0, messages: [SYSTEM, PROMPT], attempts: { warm: 0, cold: 0 }, tally: EMPTY_TALLY });
+    expect(h.transcripts.last.messages.at(-1)).toEqual(say('Recycling recovers 95% of cobalt.'));
+    expect(h.usage.map((entry) => entry.kind)).toEqual(['model_call', 'tool_call', 'model_call', 'tool_call', 'tool_call', 'model_call']);
+    expect(sumOfUsage(h.usage)).toEqual(outcome.tally);
+  });
+
+  test('ProviderRequestError is terminal: thrown out, no attempt spent', async () => {
+    const rejected = new ProviderRequestError('unknown model');
+    const h = harness([toolTurn('c1'), rejected, answer('never')]);
+    await expect(runSection(spec, h.deps)).rejects.toBe(rejected);
+    expect(h.provider.calls).toBe(2);
+    expect(h.transcripts.last.attempts).toEqual({ warm: 0, cold: 0 });
+    expect(h.transcripts.last.messages).toEqual([SYSTEM, PROMPT, ask('c1'), result('c1')]);
+  });
+
+  test('an unclassified provider error is thrown out as it is', async () => {
+    const bug = new TypeError('cannot read properties of undefined');
+    const h = harness([bug]);
+    await expect(runSection(spec, h.deps)).rejects.toBe(bug);
+    expect(h.provider.calls).toBe(1);
+  });
+});
+
+describe('runSection: crash resume', () => {
+  test('a stored transcript ending with a complete group: no tool re-run, no prompt re-sent, the next step is a model call', async () => {
+    const before = stored([SYSTEM, PROMPT, ask('c1'), result('c1')]);
+    const h = harness([answer('Done.')], { stored: before });
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(outcome).toEqual({
+      kind: 'written',
+      text: 'Done.',
+      tally: tally({ modelCalls: 2, toolCalls: 1, inputTokens: 200, outputTokens: 50, usd: 0.5 }),
+      attempts: { warm: 0, cold: 0, generation: 0 },
+    });
+    expect(h.provider.received).toEqual([[SYSTEM, PROMPT, ask('c1'), result('c1')]]);
+    expect(h.toolbox.total()).toBe(0);
+  });
+
+  test('an incomplete multi-tool group: the complete part is kept, the incomplete group dropped and counted wasted', async () => {
+    const before = stored([SYSTEM, PROMPT, ask('c1'), result('c1'), ask('c2', 'c3'), result('c2')], {
+      tally: tally({ modelCalls: 2, toolCalls: 2, inputTokens: 200, outputTokens: 20, usd: 0.5 }),
+    });
+    const h = harness([toolTurn('c4'), answer('Done.')], { stored: before });
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(h.transcripts.saves[0]?.messages).toEqual([SYSTEM, PROMPT, ask('c1'), result('c1')]);
+    expect(h.provider.received[0]).toEqual([SYSTEM, PROMPT, ask('c1'), result('c1')]);
+    expect(Object.fromEntries(h.toolbox.executions)).toEqual({ c4: 1 });
+    expect(outcome.kind).toBe('written');
+    // The dropped answer came from storage: its call is counted, its tokens are not on record.
+    expect(outcome.tally).toEqual(
+      tally({ modelCalls: 4, toolCalls: 3, inputTokens: 500, outputTokens: 80, usd: 1.25, wastedModelCalls: 1, wastedToolCalls: 1 }),
+    );
+    expect(h.usage[0]).toEqual({
+      sectionId: 'sec-1',
+      generation: 0,
+      kind: 'wasted',
+      delta: tally({ wastedModelCalls: 1, wastedToolCalls: 1 }),
+      detail: 'calls cut off by a crash',
+    });
+  });
+
+  test('results recorded out of order are reused in call order', async () => {
+    const h = harness([answer('Done.')], { stored: stored([SYSTEM, PROMPT, ask('c1', 'c2'), result('c2'), result('c1')]) });
+    await runSection(spec, h.deps);
+    expect(h.provider.received).toEqual([[SYSTEM, PROMPT, ask('c1', 'c2'), result('c1'), result('c2')]]);
+    expect(h.toolbox.total()).toBe(0);
+  });
+
+  test('an answer recorded before the crash is returned without another call', async () => {
+    const before = stored([SYSTEM, PROMPT, ask('c1'), result('c1'), say('The recorded section.')], { attempts: { warm: 1, cold: 0 } });
+    const h = harness([], { stored: before });
+    const outcome = await runSection(spec, h.deps);
+    expect(outcome).toEqual({ kind: 'written', text: 'The recorded section.', tally: before.tally, attempts: { warm: 1, cold: 0, generation: 0 } });
+    expect(h.provider.calls).toBe(0);
+    expect(h.transcripts.saves).toEqual([]);
+  });
+
+  test('an unsound stored transcript: a clean generation 1 from the prompt and the rolling context, no cold retry spent', async () => {
+    const before = stored([SYSTEM, result('ghost'), PROMPT, ask('c1'), result('c1')]);
+    const h = harness([answer('Done cold.')], { stored: before });
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(outcome).toEqual({
+      kind: 'written',
+      text: 'Done cold.',
+      tally: tally({ modelCalls: 2, toolCalls: 1, inputTokens: 200, outputTokens: 50, usd: 0.5, wastedModelCalls: 1, wastedToolCalls: 2 }),
+      attempts: { warm: 0, cold: 0, generation: 1 },
+    });
+    expect(h.transcripts.saves[0]).toEqual({
+      generation: 1,
+      messages: [SYSTEM, COLD_PROMPT],
+      attempts: { warm: 0, cold: 0 },
+      tally: tally({ modelCalls: 1, toolCalls: 1, wastedModelCalls: 1, wastedToolCalls: 2 }),
+    });
+    expect(h.provider.received).toEqual([[SYSTEM, COLD_PROMPT]]);
+    expect(h.toolbox.total()).toBe(0);
+  });
+
+  test('a stored transcript of another prompt is not continued', async () => {
+    const other: ChatMessage = { role: 'user', content: 'Another section.', promptId: 'prompt-sec-0' };
+    const h = harness([answer('Done.')], { stored: stored([SYSTEM, other, ask('c1'), result('c1')], { generation: 3 }) });
+    const outcome = await runSection(spec, h.deps);
+    expect(outcome.attempts).toEqual({ warm: 0, cold: 0, generation: 4 });
+    expect(h.provider.received).toEqual([[SYSTEM, COLD_PROMPT]]);
+  });
+
+  test('spent retries survive the crash: with warm retries used up, the next failure goes cold', async () => {
+    const before = stored([SYSTEM, PROMPT, ask('c1'), result('c1')], { attempts: { warm: 2, cold: 0 } });
+    const h = harness([new MalformedResponseError('bad json'), answer('Done.')], { stored: before });
+    const outcome = await runSection(spec, h.deps);
+    expect(outcome.attempts).toEqual({ warm: 2, cold: 1, generation: 1 });
+    expect(h.provider.received[1]).toEqual([SYSTEM, COLD_PROMPT]);
+  });
+});
+
+describe('runSection: warm retries', () => {
+  test('a malformed response then success: the same thread continues, the prompt is not re-sent', async () => {
+    const h = harness([toolTurn('c1'), new MalformedResponseError('not JSON'), answer('Done.')]);
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(outcome.kind).toBe('written');
+    expect(outcome.attempts).toEqual({ warm: 1, cold: 0, generation: 0 });
+    expect(h.provider.received).toEqual([
+      [SYSTEM, PROMPT],
+      [SYSTEM, PROMPT, ask('c1'), result('c1')],
+      [SYSTEM, PROMPT, ask('c1'), result('c1')],
+    ]);
+    expect(h.toolbox.executions.get('c1')).toBe(1);
+    expect(outcome.tally).toEqual(tally({ modelCalls: 3, toolCalls: 1, inputTokens: 300, outputTokens: 60, usd: 0.75, wastedModelCalls: 1 }));
+  });
+
+  test('a tool that throws: its group is dropped (recorded sibling results included) and counted wasted', async () => {
+    const h = harness([toolTurn('c1', 'c2'), toolTurn('c3'), answer('Done.')]);
+    h.toolbox.throwFor.add('c2');
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(h.provider.received).toEqual([
+      [SYSTEM, PROMPT],
+      [SYSTEM, PROMPT],
+      [SYSTEM, PROMPT, ask('c3'), result('c3')],
+    ]);
+    expect(outcome.attempts).toEqual({ warm: 1, cold: 0, generation: 0 });
+    expect(outcome.tally).toEqual(
+      tally({
+        modelCalls: 3,
+        toolCalls: 3,
+        inputTokens: 400,
+        outputTokens: 70,
+        usd: 1,
+        wastedModelCalls: 1,
+        wastedToolCalls: 2,
+        wastedInputTokens: 100,
+        wastedOutputTokens: 10,
+        wastedUsd: 0.25,
+      }),
+    );
+  });
+
+  test('too many tool rounds: the extra round is not executed, the thread is kept', async () => {
+    const h = harness([toolTurn('c1'), toolTurn('c2'), answer('Done.')]);
+    const outcome = await runSection({ ...spec, maxToolRounds: 1 }, h.deps);
+    expect(h.toolbox.executions.has('c2')).toBe(false);
+    expect(h.provider.received[2]).toEqual([SYSTEM, PROMPT, ask('c1'), result('c1')]);
+    expect(outcome.attempts.warm).toBe(1);
+    expect(outcome.tally.wastedModelCalls).toBe(1);
+    expect(outcome.tally.wastedOutputTokens).toBe(10);
+  });
+
+  test('an empty answer is a failed attempt, not a written section', async () => {
+    const h = harness([answer('   '), answer('Done.')]);
+    const outcome = await runSection(spec, h.deps);
+    expect(outcome).toMatchObject({ kind: 'written', text: 'Done.', attempts: { warm: 1, cold: 0, generation: 0 } });
+    expect(h.provider.received[1]).toEqual([SYSTEM, PROMPT]);
+  });
+
+  test('an answer cut off at the output limit is a failed attempt', async () => {
+    const cutOff: ChatResponse = { ...answer('The section begins but'), finishReason: 'length' };
+    const h = harness([cutOff, answer('Done.')]);
+    const outcome = await runSection(spec, h.deps);
+    expect(outcome).toMatchObject({ kind: 'written', text: 'Done.', attempts: { warm: 1, cold: 0, generation: 0 } });
+  });
+
+  test('a tool call ID the thread already used is refused before anything runs', async () => {
+    const h = harness([toolTurn('c1'), toolTurn('c1'), answer('Done.')]);
+    const outcome = await runSection(spec, h.deps);
+    expect(h.toolbox.executions.get('c1')).toBe(1);
+    expect(h.provider.received[2]).toEqual([SYSTEM, PROMPT, ask('c1'), result('c1')]);
+    expect(outcome.attempts.warm).toBe(1);
+  });
+
+  test('a context-window error: sanitise, compact (older results first), continue the same thread', async () => {
+    const h = harness([toolTurn('c1'), toolTurn('c2'), new ContextWindowError('too long'), answer('Done.')], { contextWindowTokens: 2_000 });
+    h.toolbox.contents.set('c1', 'x'.repeat(20_000));
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(outcome).toMatchObject({ kind: 'written', text: 'Done.', attempts: { warm: 1, cold: 0, generation: 0 } });
+    const compacted = [SYSTEM, PROMPT, ask('c1'), result('c1', '[compacted: 20000 characters of search results]'), ask('c2'), result('c2')];
+    expect(h.provider.received[3]).toEqual(compacted);
+    expect(h.transcripts.saves.find((save) => save.attempts.warm === 1)?.messages).toEqual(compacted);
+    expect(h.toolbox.executions.get('c1')).toBe(1);
+  });
+
+  test('a context-window error that compaction cannot fix goes cold instead', async () => {
+    const h = harness([toolTurn('c1'), new ContextWindowError('too long'), answer('Done.')], { contextWindowTokens: 10 });
+    const outcome = await runSection(spec, h.deps);
+    expect(outcome.attempts).toEqual({ warm: 0, cold: 1, generation: 1 });
+    expect(h.provider.received[2]).toEqual([SYSTEM, COLD_PROMPT]);
+  });
+});
+
+describe('runSection: exhausted retries', () => {
+  test('warm x2, then cold x2, then skipped with the last error and the waste counted', async () => {
+    const h = harness([
+      toolTurn('c1'),
+      new MalformedResponseError('bad json 1'),
+      new MalformedResponseError('bad json 2'),
+      new MalformedResponseError('bad json 3'),
+      new MalformedResponseError('bad json 4'),
+      new MalformedResponseError('bad json 5'),
+    ]);
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(outcome).toEqual({
+      kind: 'skipped',
+      reason: 'retries exhausted (warm 2/2, cold 2/2); last error: MalformedResponseError: bad json 5',
+      tally: tally({
+        modelCalls: 6,
+        toolCalls: 1,
+        inputTokens: 100,
+        outputTokens: 10,
+        usd: 0.25,
+        wastedModelCalls: 6,
+        wastedToolCalls: 1,
+        wastedInputTokens: 100,
+        wastedOutputTokens: 10,
+        wastedUsd: 0.25,
+      }),
+      attempts: { warm: 2, cold: 2, generation: 2 },
+    });
+    const thread = [SYSTEM, PROMPT, ask('c1'), result('c1')];
+    expect(h.provider.received).toEqual([[SYSTEM, PROMPT], thread, thread, thread, [SYSTEM, COLD_PROMPT], [SYSTEM, COLD_PROMPT]]);
+    expect(h.toolbox.executions.get('c1')).toBe(1);
+    expect(h.transcripts.saves.map((save) => [save.generation, save.attempts.warm, save.attempts.cold])).toContainEqual([2, 2, 2]);
+    expect(sumOfUsage(h.usage)).toEqual(outcome.tally);
+  });
+
+  test('no retries configured: the first failure skips the section', async () => {
+    const h = harness([new ContextWindowError('too long')], { policy: { warmRetries: 0, coldRetries: 0 } });
+    const outcome = await runSection(spec, h.deps);
+    expect(outcome).toMatchObject({ kind: 'skipped', reason: 'retries exhausted (warm 0/0, cold 0/0); last error: ContextWindowError: too long' });
+    expect(h.provider.calls).toBe(1);
+  });
+});
+
+describe('runSection: transient provider errors', () => {
+  test('a 429 with retry-after: waited out in the call, no attempt spent', async () => {
+    const h = harness([new ProviderRateLimitedError('slow down', 1_500), answer('Done.')]);
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(outcome).toMatchObject({ kind: 'written', text: 'Done.', attempts: { warm: 0, cold: 0, generation: 0 } });
+    // Full jitter would have waited 50 ms (0.5 x 100); the provider asked for 1500.
+    expect(h.timers.delays).toEqual([1_500]);
+    expect(h.provider.received).toEqual([
+      [SYSTEM, PROMPT],
+      [SYSTEM, PROMPT],
+    ]);
+    expect(outcome.tally).toEqual(tally({ modelCalls: 2, inputTokens: 200, outputTokens: 50, usd: 0.5, wastedModelCalls: 1 }));
+  });
+
+  test('without retry-after the wait is full jitter, doubling its ceiling', async () => {
+    const h = harness([new ProviderUnavailableError('503'), new ProviderUnavailableError('503'), answer('Done.')]);
+    await runSection(spec, h.deps);
+    expect(h.timers.delays).toEqual([50, 100]);
+  });
+
+  test('a persistent 503 is thrown out after the in-call retries, spending no attempt', async () => {
+    const last = new ProviderUnavailableError('503 #4');
+    const h = harness([new ProviderUnavailableError('503 #1'), new ProviderUnavailableError('503 #2'), new ProviderUnavailableError('503 #3'), last]);
+    await expect(runSection(spec, h.deps)).rejects.toBe(last);
+    expect(h.provider.calls).toBe(4);
+    expect(h.timers.delays).toHaveLength(3);
+    expect(h.transcripts.last.attempts).toEqual({ warm: 0, cold: 0 });
+    expect(h.transcripts.last.generation).toBe(0);
+  });
+
+  test('a retry-after longer than the in-call ceiling is handed to the engine at once', async () => {
+    const limited = new ProviderRateLimitedError('come back in a minute', 60_000);
+    const h = harness([limited, answer('never')]);
+    await expect(runSection(spec, h.deps)).rejects.toBe(limited);
+    expect(h.provider.calls).toBe(1);
+    expect(h.timers.delays).toEqual([]);
+  });
+
+  test('the transient retry budget comes from the policy', async () => {
+    const h = harness([new ProviderUnavailableError('503'), answer('never')], { policy: { transientRetries: 0 } });
+    await expect(runSection(spec, h.deps)).rejects.toBeInstanceOf(ProviderUnavailableError);
+    expect(h.provider.calls).toBe(1);
+  });
+});
+
+describe('runSection: stops', () => {
+  test('a failed save is thrown as it is and nothing runs after it', async () => {
+    const failure = new Error('ownership lost');
+    const h = harness([toolTurn('c1', 'c2'), answer('never')]);
+    h.transcripts.failSave = { at: 3, error: failure }; // 1: fresh thread, 2: the answer, 3: c1's result
+    await expect(runSection(spec, h.deps)).rejects.toBe(failure);
+    expect(Object.fromEntries(h.toolbox.executions)).toEqual({ c1: 1 });
+    expect(h.provider.calls).toBe(1);
+  });
+
+  test('a failed first save means no model call at all', async () => {
+    const failure = new Error('disk full');
+    const h = harness([answer('never')]);
+    h.transcripts.failSave = { at: 1, error: failure };
+    await expect(runSection(spec, h.deps)).rejects.toBe(failure);
+    expect(h.provider.calls).toBe(0);
+  });
+
+  test('abort during a tool call throws the signal reason and stops at once', async () => {
+    const reason = new Error('lease lost');
+    const h = harness([toolTurn('c1', 'c2'), answer('never')]);
+    h.toolbox.beforeExecute = () => h.controller.abort(reason);
+    await expect(runSection(spec, h.deps)).rejects.toBe(reason);
+    expect(Object.fromEntries(h.toolbox.executions)).toEqual({ c1: 1 });
+    expect(h.provider.calls).toBe(1);
+  });
+
+  test('abort during a backoff wait throws the signal reason', async () => {
+    const timers = new ManualTimers();
+    const reason = new Error('step deadline');
+    const h = harness([new ProviderUnavailableError('503'), answer('never')], { timers });
+    const running = runSection(spec, h.deps);
+    while (timers.size === 0) {
+      await new Promise<void>((resolve) => {
+        setImmediate(resolve);
+      });
+    }
+    h.controller.abort(reason);
+    await expect(running).rejects.toBe(reason);
+    expect(h.provider.calls).toBe(1);
+    expect(timers.size).toBe(0);
+  });
+
+  test('an already aborted signal stops before anything is read', async () => {
+    const reason = new Error('cancelled');
+    const h = harness([answer('never')]);
+    h.controller.abort(reason);
+    await expect(runSection(spec, h.deps)).rejects.toBe(reason);
+    expect(h.transcripts.saves).toEqual([]);
+    expect(h.provider.calls).toBe(0);
+  });
+});
+
+describe('resolveSectionPolicy', () => {
+  test('fills defaults and refuses nonsense', () => {
+    expect(resolveSectionPolicy({ warmRetries: 1 })).toMatchObject({ warmRetries: 1, coldRetries: 2, transientRetries: 3 });
+    expect(() => resolveSectionPolicy({ coldRetries: -1 })).toThrow('coldRetries');
+    expect(() => resolveSectionPolicy({ transientMinDelayMs: 10, transientMaxDelayMs: 5 })).toThrow('transientMinDelayMs');
+    expect(() => resolveSectionPolicy({ compactToWindowShare: 0 })).toThrow('compactToWindowShare');
+  });
+});
