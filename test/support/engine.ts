@@ -27,9 +27,14 @@ export interface EngineHarness {
   drain(maxTasks?: number): Promise<StepOutcome[]>;
 }
 
-export function engineHarness(label: string, pipelines: PipelineRegistry, overrides: Partial<EngineOptions> = {}): EngineHarness {
+export function engineHarness(
+  label: string,
+  pipelinesOrFactory: PipelineRegistry | ((firestore: TestFirestore, clock: ManualClock) => PipelineRegistry),
+  overrides: Partial<EngineOptions> = {},
+): EngineHarness {
   const firestore = openTestFirestore(label);
   const clock = new ManualClock();
+  const pipelines = typeof pipelinesOrFactory === 'function' ? pipelinesOrFactory(firestore, clock) : pipelinesOrFactory;
   const queue = new RecordingTaskQueue();
   const options = resolveEngineOptions({ backoffBaseSeconds: 1, backoffMaxSeconds: 10, ...overrides });
   const store = new JobStore(firestore.db, clock, options);

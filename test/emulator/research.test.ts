@@ -1,0 +1,198 @@
+import { MalformedResponseError } from '../../functions/src/agent/provider';
+import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { sweep } from '../../functions/src/engine/sweeper';
+import { decodeJob } from '../../functions/src/store/codec';
+import { JOBS } from '../../functions/src/store/paths';
+import { engineHarness, type EngineHarness } from '../support/engine';
+import { hangForever, promptIdOf, researchSetup, type ResearchSetup } from '../support/research';
+
+let harness: EngineHarness;
+let research: ResearchSetup;
+const waveStartMs = Date.UTC(2026, 0, 1); // the harness clock's start
+
+beforeAll(() => {
+  harness = engineHarness('research', (firestore, clock) => {
+    research = researchSetup(firestore.db, clock, { epochMs: waveStartMs });
+    return research.registry;
+  });
+});
+beforeEach(async () => {
+  research.provider.intercept = null;
+  research.provider.requests.length = 0;
+  harness.queue.drain();
+  await harness.firestore.reset();
+});
+afterAll(() => harness.firestore.close());
+
+const db = () => harness.firestore.db;
+const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
+const report = async (jobId: string) => (await db().doc(`${JOBS}/${jobId}/results/final`).get()).get('markdown') as string;
+const question = { question: 'How do leases and fencing tokens keep stale workers from corrupting results?', experts: 2, sections: 2, wordsPerSection: 60 };
+
+/**
+ * Runs queued tasks; a task whose worker "dies" (its provider call never returns) is abandoned
+ * where it stands, as a killed process would be. Returns when the queue is empty.
+ */
+async function drainSurvivingCrashes(crashed: { nextCrash: () => Promise<void> }): Promise<StepOutcome[]> {
+  const outcomes: StepOutcome[] = [];
+  for (let round = 0; round < 300; round += 1) {
+    const next = harness.queue.tasks.shift();
+    if (!next) return outcomes;
+    harness.clock.advance(next.delaySeconds * 1000);
+    const result = await Promise.race([runStep(harness.deps(), next.task), crashed.nextCrash().then(() => 'crashed' as const)]);
+    if (result !== 'crashed') outcomes.push(result);
+  }
+  throw new Error('queue never emptied');
+}
+
+/** A one-shot crash: the first request matching `where` never returns (the worker is gone). */
+function crashOnce(where: (promptId: string, lastRole: string) => boolean) {
+  const waiting: (() => void)[] = [];
+  const crashed = {
+    happened: false,
+    at: '',
+    /** Settles when a crash happens from now on (never, once the one crash is spent). */
+    nextCrash: () => new Promise<void>((resolve) => waiting.push(resolve)),
+  };
+  const signal = () => {
+    for (const resolve of waiting.splice(0)) resolve();
+  };
+  research.provider.intercept = (request, call) => {
+    const promptId = promptIdOf(request);
+    if (!crashed.happened && where(promptId, request.messages.at(-1)?.role ?? '')) {
+      crashed.happened = true;
+      crashed.at = `${promptId}@${request.messages.length}`;
+      signal();
+      return hangForever();
+    }
+    return call();
+  };
+  return crashed;
+}
+
+async function reclaimAfterLease(): Promise<void> {
+  harness.clock.advance(harness.options.leaseSeconds * 1000 + 1);
+  await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+}
+
+test('a research job completes offline: every section in the report, spent cost on the job document', async () => {
+  const jobId = await harness.submit('research', question);
+  const outcomes = await harness.drain();
+
+  expect(outcomes.at(-1)?.kind).toBe('completed');
+  const job = await readJob(jobId);
+  expect(job).toMatchObject({ status: 'completed', outcome: 'complete' });
+  expect(job.cost.modelCalls).toBeGreaterThan(8);
+  expect(job.cost.toolCalls).toBeGreaterThan(4);
+  expect(job.cost.spentUsd).toBeGreaterThan(0);
+  expect(job.cost.wastedModelCalls).toBe(0);
+  const markdown = await report(jobId);
+  expect(markdown.match(/^## /gm)).toHaveLength(2);
+  expect(markdown).toContain('Offline simulator');
+  expect(markdown).not.toContain('Missing from this report');
+  expect((await db().collection(`${JOBS}/${jobId}/sections`).where('phase', '==', 'expert-content').get()).size).toBe(4);
+});
+
+test('a worker killed right after a tool returns: the resumed section does not call that tool again', async () => {
+  const before = { ...research.toolbox.stats().byCallId };
+  const crashed = crashOnce((promptId, lastRole) => promptId === 'e1-h1' && lastRole === 'tool');
+  const jobId = await harness.submit('research', question);
+  await drainSurvivingCrashes(crashed);
+  expect(crashed.happened).toBe(true);
+  expect((await readJob(jobId)).status).toBe('running'); // waiting on the dead unit
+
+  await reclaimAfterLease();
+  research.provider.intercept = null;
+  await harness.drain();
+
+  expect((await readJob(jobId)).status).toBe('completed');
+  // Executions during this test only (the toolbox is shared across the file's tests).
+  const executions = Object.entries(research.toolbox.stats().byCallId).map(([id, count]) => [id, count - (before[id] ?? 0)] as const);
+  expect(executions.filter(([, count]) => count > 0).length).toBeGreaterThan(4);
+  expect(executions.filter(([, count]) => count > 1)).toEqual([]);
+  // The only request made twice is the model call the worker died in.
+  expect(research.provider.repeatedRequests()).toEqual([crashed.at]);
+});
+
+test('an expert killed mid-way: only its in-flight section runs again; other experts are not repeated', async () => {
+  const crashed = crashOnce((promptId) => promptId === 'e1-h2');
+  const jobId = await harness.submit('research', question);
+  await drainSurvivingCrashes(crashed);
+  await reclaimAfterLease();
+  research.provider.intercept = null;
+  await harness.drain();
+
+  expect((await readJob(jobId)).status).toBe('completed');
+  expect(research.provider.repeatedRequests()).toEqual([crashed.at]);
+  const e1h1Calls = research.provider.requests.filter((request) => promptIdOf(request) === 'e1-h1').length;
+  const e2h1Calls = research.provider.requests.filter((request) => promptIdOf(request) === 'e2-h1').length;
+  expect(e1h1Calls).toBeGreaterThan(0);
+  expect(e2h1Calls).toBeGreaterThan(0);
+  const sections = await db().collection(`${JOBS}/${jobId}/sections`).where('phase', '==', 'expert-content').get();
+  expect(sections.size).toBe(4);
+});
+
+test('a section that fails every attempt is skipped and named; the job completes as partial with the wasted cost counted', async () => {
+  research.provider.intercept = (request, call) =>
+    promptIdOf(request) === 'e2-h1' ? Promise.reject(new MalformedResponseError('garbled answer (injected)')) : call();
+  const jobId = await harness.submit('research', question);
+  await harness.drain();
+
+  const job = await readJob(jobId);
+  expect(job).toMatchObject({ status: 'completed', outcome: 'partial' });
+  // One first attempt, two warm and two cold retries: five model calls, all wasted.
+  expect(research.provider.requests.filter((request) => promptIdOf(request) === 'e2-h1')).toHaveLength(5);
+  expect(job.cost.wastedModelCalls).toBeGreaterThanOrEqual(5);
+  const message = (await db().doc(`${JOBS}/${jobId}/results/final`).get()).data();
+  expect(message?.missing).toHaveLength(1);
+  expect((message?.missing as string[])[0]).toMatch(/^a historian of the field · |· /);
+  expect(await report(jobId)).toContain('## Missing from this report');
+  const timeline = (await db().collection(`${JOBS}/${jobId}/events`).get()).docs.map((doc) => doc.get('kind') as string);
+  expect(timeline).toContain('section-skipped');
+});
+
+describe('a provider error wave across all workers', () => {
+  let waveHarness: EngineHarness;
+  let waveResearch: ResearchSetup;
+  const waveMinutes = 5;
+  beforeAll(() => {
+    waveHarness = engineHarness('research-wave', (firestore, clock) => {
+      waveResearch = researchSetup(firestore.db, clock, { epochMs: waveStartMs, errorWaves: [{ startMs: 0, endMs: waveMinutes * 60_000, status: 503 }] });
+      return waveResearch.registry;
+    });
+  });
+  beforeEach(() => waveHarness.firestore.reset());
+  afterAll(() => waveHarness.firestore.close());
+
+  test('sends the jobs to waiting ("provider unavailable") and they resume and complete when it clears', async () => {
+    const jobs = [await waveHarness.submit('research', question), await waveHarness.submit('research', { ...question, experts: 1 })];
+    await waveHarness.drain();
+    const waiting = await Promise.all(jobs.map(async (jobId) => decodeJob(jobId, (await waveHarness.firestore.db.doc(`${JOBS}/${jobId}`).get()).data())));
+    for (const job of waiting) {
+      expect(job.status).toBe('waiting');
+      expect(job.waiting).toMatchObject({ reason: 'provider', options: [] });
+      expect(job.waiting?.question).toMatch(/unavailable/);
+      expect(job.waiting?.untilMs).toBeGreaterThan(waveHarness.clock.now());
+    }
+    const circuit = await waveHarness.firestore.db.doc('circuits/offline').get();
+    expect(circuit.get('state')).toBe('open');
+
+    // Time passes; the sweeper lets probes through every cool-down until the wave is over.
+    let callsDuringWave = 0;
+    for (let minute = 0; minute < waveMinutes + 5; minute += 1) {
+      if (waveHarness.clock.now() < waveStartMs + waveMinutes * 60_000) callsDuringWave = waveResearch.provider.requests.length;
+      waveHarness.clock.advance(61_000);
+      await sweep({ store: waveHarness.store, queue: waveHarness.queue, log: () => undefined }, waveHarness.clock.now());
+      await waveHarness.drain();
+    }
+    for (const jobId of jobs) {
+      const job = decodeJob(jobId, (await waveHarness.firestore.db.doc(`${JOBS}/${jobId}`).get()).data());
+      expect(job.status).toBe('completed');
+      expect(job.attempts).toBeLessThan(waveHarness.options.maxAttempts);
+    }
+    expect((await waveHarness.firestore.db.doc('circuits/offline').get()).get('state')).toBe('closed');
+    // The provider was probed, not hammered: a handful of calls in five minutes of outage.
+    expect(callsDuringWave).toBeGreaterThan(0);
+    expect(callsDuringWave).toBeLessThanOrEqual(20);
+  });
+});
