@@ -195,7 +195,7 @@ describe('expired job leases', () => {
   test('two sweeps at the same time act on each job once, with one task each', async () => {
     const jobs = await Promise.all(Array.from({ length: 6 }, () => runningJob(T0 - SECOND)));
     const lost = await Promise.all(Array.from({ length: 2 }, async () => putJob(await newJob(), { nextRunAtMs: T0 - GRACE_MS })));
-    const waiting = await putJob(await newJob(), { status: 'waiting', step: 1, waiting: { reason: 'provider', question: 'Provider down', options: [], untilMs: T0 } });
+    const waiting = await putJob(await newJob(), { status: 'waiting', step: 1, waiting: { reason: 'provider', questionId: 'provider', question: 'Provider down', options: [], untilMs: T0 } });
 
     const reports = await Promise.all([sweepAt(T0), sweepAt(T0)]);
 
@@ -238,7 +238,7 @@ describe('bounded, index-backed paging', () => {
       ...Array.from({ length: 15 }, () => newJob(small)), // queued and due now: their tasks are on their way
       ...Array.from({ length: 10 }, async () => putJob(await newJob(small), { status: 'completed', outcome: 'complete', finishedAtMs: T0 })),
       ...Array.from({ length: 5 }, async () =>
-        putJob(await newJob(small), { status: 'waiting', waiting: { reason: 'decision', question: 'Which source?', options: ['a', 'b'], untilMs: null } }),
+        putJob(await newJob(small), { status: 'waiting', waiting: { reason: 'decision', questionId: 'q1', question: 'Which source?', options: ['a', 'b'], untilMs: null } }),
       ),
     ]);
 
@@ -448,12 +448,12 @@ describe('waits', () => {
     const provider = await putJob(await newJob(), {
       status: 'waiting',
       step: 5,
-      waiting: { reason: 'provider', question: 'The model provider is down', options: [], untilMs: T0 + 10 * SECOND },
+      waiting: { reason: 'provider', questionId: 'provider', question: 'The model provider is down', options: [], untilMs: T0 + 10 * SECOND },
     });
     const decision = await putJob(await newJob(), {
       status: 'waiting',
       step: 5,
-      waiting: { reason: 'decision', question: 'Send the email?', options: ['yes', 'no'], untilMs: null },
+      waiting: { reason: 'decision', questionId: 'q1', question: 'Send the email?', options: ['yes', 'no'], untilMs: null },
     });
 
     expect(await sweepAt(T0 + 10 * SECOND - 1)).toMatchObject({ resumed: 0 });

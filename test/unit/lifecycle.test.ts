@@ -35,6 +35,8 @@ function job(overrides: Partial<JobRecord> = {}): JobRecord {
     input: { sections: 3 },
     conversationId: null,
     idempotencyKey: null,
+    decisions: {},
+    cancellation: null,
     status: 'queued',
     outcome: null,
     phase: null,

@@ -24,6 +24,8 @@ export interface JobError {
 export interface JobWait {
   /** `decision`: a person must answer; `provider`: a dependency is down and the job resumes by itself. */
   readonly reason: 'decision' | 'provider';
+  /** Names the question, so an answer is filed under it and a stale answer is refused. */
+  readonly questionId: string;
   readonly question: string;
   readonly options: readonly string[];
   /** When the sweeper requeues the job by itself; null waits for a person, however long. */
@@ -64,6 +66,10 @@ export interface JobRecord {
   readonly lastError: JobError | null;
   readonly waiting: JobWait | null;
   readonly quarantine: { readonly reason: string; readonly atMs: number } | null;
+  /** Answers people gave, by question ID; phases read them through their context. */
+  readonly decisions: Readonly<Record<string, string>>;
+  /** Set when the owner cancelled: when, and what the job had done by then. */
+  readonly cancellation: { readonly atMs: number; readonly reason: string; readonly report: string } | null;
   readonly fanout: FanOutState | null;
   readonly eventSeq: number;
   readonly createdAtMs: number;

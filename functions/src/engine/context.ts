@@ -7,6 +7,7 @@ export interface ContextParts<TInput> {
   readonly jobId: string;
   readonly input: TInput;
   readonly unit: string | null;
+  readonly decisions: Readonly<Record<string, string>>;
   readonly signal: AbortSignal;
   readonly clock: Clock;
   readonly random: RandomSource;
@@ -44,7 +45,7 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
     clock: parts.clock,
     random: parts.random,
     unit: parts.unit,
-    decisions: {},
+    decisions: parts.decisions,
     checkpoint<TState>(phase: PhaseDefinition<TInput, TState>): TState {
       if (!needs.has(phase.name)) throw new Error(`Phase ${parts.phase.name} reads ${phase.name} without declaring it in needs`);
       if (!parts.states.has(phase.name)) throw new Error(`Phase ${parts.phase.name} needs ${phase.name}, which has no valid checkpoint`);

@@ -83,6 +83,8 @@ interface Running {
   readonly worker: string;
   readonly pipeline: PipelineDefinition<unknown>;
   readonly input: unknown;
+  /** Answers people gave, as the job held them when this step claimed it. */
+  readonly decisions: Readonly<Record<string, string>>;
   readonly controller: AbortController;
 }
 
@@ -119,7 +121,7 @@ async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<StepOutcome
   if (!input.success) {
     return settleError(deps, claim, new TerminalError(`Stored input fails the ${pipeline.name} schema: ${z.prettifyError(input.error)}`), emptyPayload());
   }
-  const running: Running = { deps, worker, pipeline, input: input.data, controller: new AbortController() };
+  const running: Running = { deps, worker, pipeline, input: input.data, decisions: job.decisions, controller: new AbortController() };
 
   const loaded = await loadCheckpoints(store.db, job.id, pipeline);
   const refusedNotes: EventDraft[] = loaded.refused.map((refusal) => ({
@@ -183,6 +185,7 @@ async function runPhase(
   const context = createStepContext({
     jobId: claim.jobId,
     input: running.input,
+    decisions: running.decisions,
     unit: null,
     signal: running.controller.signal,
     clock: store.clock,
@@ -238,7 +241,7 @@ async function runPhase(
               lease: null,
               step: job.step + 1,
               dispatch: 0,
-              waiting: { reason: outcome.reason, question: outcome.question, options: outcome.options, untilMs: outcome.untilMs ?? null },
+              waiting: { reason: outcome.reason, questionId: outcome.questionId, question: outcome.question, options: outcome.options, untilMs: outcome.untilMs ?? null },
               nextRunAtMs: outcome.untilMs ?? nowMs,
             },
             events: [...allNotes, { kind: 'waiting', message: outcome.question }],
@@ -385,6 +388,7 @@ async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<s
   const context = createStepContext({
     jobId: claim.jobId,
     input: running.input,
+    decisions: running.decisions,
     unit: null,
     signal: running.controller.signal,
     clock: store.clock,
@@ -448,6 +452,7 @@ async function startFanOut(
   const context = createStepContext({
     jobId: claim.jobId,
     input: running.input,
+    decisions: running.decisions,
     unit: null,
     signal: running.controller.signal,
     clock: store.clock,
@@ -561,7 +566,7 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string): Pr
     return failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit}: pipeline ${job.pipeline} has no fan-out phase ${unit.phase}, or the stored input no longer validates`));
   }
   const fanOut = phase.fanOut;
-  const running: Running = { deps, worker, pipeline, input: input.data, controller: new AbortController() };
+  const running: Running = { deps, worker, pipeline, input: input.data, decisions: job.decisions, controller: new AbortController() };
   const loaded = await loadCheckpoints(store.db, job.id, pipeline);
   const sections = await loadSections(store.db, job.id, phase, unit.unit);
   const flusher = startFlusher(running, (payload) =>
@@ -576,6 +581,7 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string): Pr
   const context = createStepContext({
     jobId: job.id,
     input: input.data,
+    decisions: job.decisions,
     unit: unit.unit,
     signal: running.controller.signal,
     clock: store.clock,
@@ -620,7 +626,7 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string): Pr
             lease: null,
             step: job.step + 1,
             dispatch: 0,
-            waiting: { reason: outcome.reason, question: outcome.question, options: [], untilMs: outcome.untilMs },
+            waiting: { reason: outcome.reason, questionId: 'provider', question: outcome.question, options: [], untilMs: outcome.untilMs },
             nextRunAtMs: outcome.untilMs,
           },
           nextUnit: { ...withPayload(current, pending), status: 'queued' as const, lease: null },
@@ -677,6 +683,7 @@ async function joinFanOut(
       const context = createStepContext({
         jobId,
         input: running.input,
+        decisions: running.decisions,
         unit: null,
         signal: running.controller.signal,
         clock: store.clock,

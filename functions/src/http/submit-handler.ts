@@ -72,7 +72,7 @@ function rejection(status: number, error: string, message: string, headers?: Rea
   return { ok: false, rejection: headers ? { status, error, message, headers } : { status, error, message } };
 }
 
-function unauthenticated(message: string, tokenError = false): { ok: false; rejection: Rejection } {
+export function unauthenticated(message: string, tokenError = false): { ok: false; rejection: Rejection } {
   const challenge = tokenError ? 'Bearer realm="phaseline", error="invalid_token"' : 'Bearer realm="phaseline"';
   return rejection(401, 'unauthenticated', message, { 'WWW-Authenticate': challenge });
 }
@@ -153,7 +153,7 @@ export function readJsonBody(request: Pick<HttpRequest, 'body' | 'rawBody'>, lim
   return { ok: true, value: body };
 }
 
-function reply(response: HttpResponse, refusal: Rejection): void {
+export function reply(response: HttpResponse, refusal: Rejection): void {
   for (const [name, value] of Object.entries(refusal.headers ?? {})) response.set(name, value);
   response.status(refusal.status).json({ error: refusal.error, message: refusal.message });
 }

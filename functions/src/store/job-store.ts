@@ -150,6 +150,8 @@ export class JobStore {
         lastError: null,
         waiting: null,
         quarantine: null,
+        decisions: {},
+        cancellation: null,
         fanout: null,
         eventSeq: 1,
         createdAtMs: nowMs,

@@ -1,0 +1,130 @@
+/**
+ * What a job's owner can do to it after submitting: cancel it, and answer the question it waits
+ * on. Each is one transaction on the job document.
+ */
+import { PhaselineError } from '../core/errors';
+import { stepTaskId, TERMINAL_STATUSES, type JobRecord } from '../core/job';
+import type { JobStore } from '../store/job-store';
+import type { TaskQueuePort } from '../store/task-queue';
+
+/** Why an owner action was refused; `status` is the HTTP status that says it. */
+export class OwnerActionError extends PhaselineError {
+  constructor(
+    readonly status: 404 | 409 | 400,
+    message: string,
+  ) {
+    super('invalid_input', false, message);
+  }
+}
+
+/** Effect states as the ledger records them (see the effects module). */
+export const IN_FLIGHT_EFFECT_STATE = 'applying';
+export const UNKNOWN_EFFECT_STATE = 'unknown';
+
+export interface CancelResult {
+  readonly job: JobRecord;
+  /** Effects that were in flight and are now `unknown` until reconciled. */
+  readonly unknownEffects: number;
+}
+
+function ownedJob(job: JobRecord, owner: string): void {
+  // A job someone else owns is reported as missing: its existence is not theirs to learn.
+  if (job.owner !== owner) throw new OwnerActionError(404, `No job ${job.id}`);
+}
+
+export async function cancelJob(store: JobStore, request: { jobId: string; owner: string; reason: string }): Promise<CancelResult> {
+  const nowMs = store.clock.now();
+  const effects = store.jobRef(request.jobId).collection('effects');
+  try {
+    return await store.transact(
+      request.jobId,
+      () => null,
+      async ({ tx, job }) => {
+        ownedJob(job, request.owner);
+        if (TERMINAL_STATUSES.has(job.status)) throw new OwnerActionError(409, `Job ${job.id} is already ${job.status}`);
+        const ledger = await tx.get(effects);
+        const counts = new Map<string, number>();
+        let unknownEffects = 0;
+        for (const effect of ledger.docs) {
+          let state = String(effect.get('state'));
+          if (state === IN_FLIGHT_EFFECT_STATE) {
+            // Its outcome is not known until someone checks with the system of record.
+            tx.update(effect.ref, { state: UNKNOWN_EFFECT_STATE, unknownSinceMs: nowMs, unknownBecause: 'cancelled while in flight' });
+            state = UNKNOWN_EFFECT_STATE;
+            unknownEffects += 1;
+          }
+          counts.set(state, (counts.get(state) ?? 0) + 1);
+        }
+        const sections = job.progress.sectionsDone;
+        const parts = [
+          `Cancelled by its owner during ${job.phase ?? 'its first step'} (${request.reason}).`,
+          ...(sections === undefined ? [] : [`${sections} sections were finished.`]),
+          ...(ledger.empty
+            ? []
+            : [
+                `Effects: ${counts.get('applied') ?? 0} applied, ${(counts.get('planned') ?? 0) + (counts.get('failed') ?? 0)} not applied, ${counts.get(UNKNOWN_EFFECT_STATE) ?? 0} unknown (being checked).`,
+                'Effects already applied (messages sent, payments made) cannot be undone by cancelling.',
+              ]),
+        ];
+        const next: JobRecord = {
+          ...job,
+          status: 'cancelled',
+          lease: null,
+          fanout: null,
+          waiting: null,
+          finishedAtMs: nowMs,
+          cancellation: { atMs: nowMs, reason: request.reason, report: parts.join(' ') },
+        };
+        return { next, events: [{ kind: 'cancelled', message: parts.join(' ') }], value: { job: next, unknownEffects } };
+      },
+    );
+  } catch (error) {
+    if (error instanceof PhaselineError && error.code === 'ownership_lost') throw new OwnerActionError(404, `No job ${request.jobId}`);
+    throw error;
+  }
+}
+
+export async function decideJob(
+  store: JobStore,
+  queue: TaskQueuePort,
+  request: { jobId: string; owner: string; questionId: string; answer: string },
+): Promise<JobRecord> {
+  const nowMs = store.clock.now();
+  let decided: JobRecord;
+  try {
+    decided = await store.transact(
+      request.jobId,
+      () => null,
+      ({ job }) => {
+        ownedJob(job, request.owner);
+        const waiting = job.waiting;
+        if (job.status !== 'waiting' || waiting?.reason !== 'decision') throw new OwnerActionError(409, `Job ${job.id} is not waiting for a decision (it is ${job.status})`);
+        if (waiting.questionId !== request.questionId) {
+          throw new OwnerActionError(409, `Job ${job.id} is waiting on question ${waiting.questionId}, not ${request.questionId}`);
+        }
+        if (!waiting.options.includes(request.answer)) {
+          throw new OwnerActionError(400, `"${request.answer}" is not one of the options: ${waiting.options.map((option) => `"${option}"`).join(', ')}`);
+        }
+        const next: JobRecord = {
+          ...job,
+          status: 'queued',
+          waiting: null,
+          decisions: { ...job.decisions, [request.questionId]: request.answer },
+          step: job.step + 1,
+          dispatch: 0,
+          nextRunAtMs: nowMs,
+        };
+        return Promise.resolve({ next, events: [{ kind: 'decided', message: `${waiting.question} → ${request.answer}` }], value: next });
+      },
+    );
+  } catch (error) {
+    if (error instanceof PhaselineError && error.code === 'ownership_lost') throw new OwnerActionError(404, `No job ${request.jobId}`);
+    throw error;
+  }
+  try {
+    await queue.enqueue({ jobId: decided.id, step: decided.step }, { id: stepTaskId(decided.id, decided.step, 0) });
+  } catch {
+    // Durable already; the sweeper re-dispatches a queued job whose task went missing.
+  }
+  return decided;
+}

@@ -1,0 +1,78 @@
+/**
+ * The owner's actions on a job over HTTP: `cancelJob` (`{ jobId, reason? }`) and `decideJob`
+ * (`{ jobId, questionId, answer }`). Same checks and error shape as submitJob; answers 200 with
+ * `{ jobId, status }`.
+ */
+import { z } from 'zod';
+import { describeError } from '../core/errors';
+import { cancelJob, decideJob, OwnerActionError } from '../engine/owner-actions';
+import type { JobStore } from '../store/job-store';
+import type { TaskQueuePort } from '../store/task-queue';
+import { answerPreflight, applyCorsHeaders, CORS_ALLOWED_METHODS } from './cors';
+import { bearerToken, checkContentType, readJsonBody, reply, unauthenticated, type HttpRequest, type HttpResponse, type VerifyToken } from './submit-handler';
+
+const jobId = z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'jobId must be the task ID submitJob returned');
+const cancelBody = z.strictObject({ jobId, reason: z.string().trim().min(1).max(500).default('no reason given') });
+const decideBody = z.strictObject({ jobId, questionId: z.string().min(1).max(128), answer: z.string().min(1).max(500) });
+
+export interface JobActionDeps {
+  readonly store: JobStore;
+  readonly queue: TaskQueuePort;
+  readonly verifyToken: VerifyToken;
+  readonly logger?: { warn(message: string, fields?: Record<string, unknown>): void; error(message: string, fields?: Record<string, unknown>): void };
+}
+
+type Action = 'cancel' | 'decide';
+
+export function createJobActionHandler(action: Action, deps: JobActionDeps): (request: HttpRequest, response: HttpResponse) => Promise<void> {
+  const logger = deps.logger ?? { warn: console.warn, error: console.error };
+
+  async function handle(request: HttpRequest, response: HttpResponse): Promise<void> {
+    if (request.method === 'OPTIONS') return answerPreflight(response);
+    if (request.method !== 'POST') {
+      return reply(response, { status: 405, error: 'method_not_allowed', message: `Method ${request.method} is not allowed: use POST`, headers: { Allow: CORS_ALLOWED_METHODS } });
+    }
+    const token = bearerToken(request.get('authorization'));
+    if (!token.ok) return reply(response, token.rejection);
+    let owner: string;
+    try {
+      owner = (await deps.verifyToken(token.value)).uid;
+    } catch (error) {
+      logger.warn(`${action}Job: ID token rejected`, { reason: describeError(error) });
+      return reply(response, unauthenticated('The ID token was rejected: sign in again', true).rejection);
+    }
+    const contentType = checkContentType(request.get('content-type'));
+    if (contentType) return reply(response, contentType);
+    const body = readJsonBody(request, 8 * 1024);
+    if (!body.ok) return reply(response, body.rejection);
+    try {
+      if (action === 'cancel') {
+        const parsed = cancelBody.safeParse(body.value);
+        if (!parsed.success) return reply(response, { status: 400, error: 'invalid_request', message: z.prettifyError(parsed.error) });
+        const { job, unknownEffects } = await cancelJob(deps.store, { ...parsed.data, owner });
+        response.status(200).json({ jobId: job.id, status: job.status, unknownEffects, report: job.cancellation?.report ?? null });
+        return;
+      }
+      const parsed = decideBody.safeParse(body.value);
+      if (!parsed.success) return reply(response, { status: 400, error: 'invalid_request', message: z.prettifyError(parsed.error) });
+      const job = await decideJob(deps.store, deps.queue, { ...parsed.data, owner });
+      response.status(200).json({ jobId: job.id, status: job.status });
+    } catch (error) {
+      if (error instanceof OwnerActionError) {
+        const code = error.status === 404 ? 'not_found' : error.status === 409 ? 'conflict' : 'invalid_request';
+        return reply(response, { status: error.status, error: code, message: error.message });
+      }
+      throw error;
+    }
+  }
+
+  return async (request, response) => {
+    applyCorsHeaders(request, response);
+    try {
+      await handle(request, response);
+    } catch (error) {
+      logger.error(`${action}Job: internal error`, { error: describeError(error) });
+      reply(response, { status: 500, error: 'internal', message: `The ${action} request failed because of an internal error; it is safe to retry` });
+    }
+  };
+}

@@ -1,0 +1,29 @@
+import { getAuth } from 'firebase-admin/auth';
+import { logger } from 'firebase-functions/logger';
+import { onRequest } from 'firebase-functions/v2/https';
+import { systemClock } from '../core/clock';
+import { createJobActionHandler, type JobActionDeps } from '../http/job-actions-handler';
+import { cloudTasksQueue } from '../store/cloud-tasks-queue';
+import { JobStore } from '../store/job-store';
+import { adminApp, firestore } from './admin';
+import { engineOptionsFromEnv } from './config';
+
+let deps: JobActionDeps | undefined;
+function actionDeps(): JobActionDeps {
+  deps ??= {
+    store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
+    queue: cloudTasksQueue(adminApp()),
+    verifyToken: async (token) => ({ uid: (await getAuth(adminApp()).verifyIdToken(token)).uid }),
+    logger,
+  };
+  return deps;
+}
+
+let cancel: ReturnType<typeof createJobActionHandler> | undefined;
+let decide: ReturnType<typeof createJobActionHandler> | undefined;
+
+/** The owner stops a job: no new actions from now on; in-flight effects become `unknown` until checked. */
+export const cancelJob = onRequest((request, response) => (cancel ??= createJobActionHandler('cancel', actionDeps()))(request, response));
+
+/** The owner answers the question a waiting job asks; the job is requeued with the answer. */
+export const decideJob = onRequest((request, response) => (decide ??= createJobActionHandler('decide', actionDeps()))(request, response));

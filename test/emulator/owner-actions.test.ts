@@ -1,0 +1,157 @@
+import { createJobActionHandler } from '../../functions/src/http/job-actions-handler';
+import { cancelJob, decideJob, OwnerActionError } from '../../functions/src/engine/owner-actions';
+import { runStep } from '../../functions/src/engine/runner';
+import { sweep } from '../../functions/src/engine/sweeper';
+import { decodeJob } from '../../functions/src/store/codec';
+import { JOBS } from '../../functions/src/store/paths';
+import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { behaviour, resetBehaviour, testPipelines } from '../support/test-pipeline';
+
+let harness: EngineHarness;
+beforeAll(() => {
+  harness = engineHarness('owner-actions', testPipelines);
+});
+beforeEach(async () => {
+  resetBehaviour();
+  harness.queue.drain();
+  await harness.firestore.reset();
+});
+afterAll(() => harness.firestore.close());
+
+const db = () => harness.firestore.db;
+const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
+
+/** The first phase asks the owner which way to go, and obeys the answer. */
+function askFirst(): void {
+  behaviour.first = (context) => {
+    const answer = context.decisions.scope;
+    if (answer === undefined) {
+      return Promise.resolve({ kind: 'wait', reason: 'decision', questionId: 'scope', question: 'How many sections?', options: ['one', 'three'] });
+    }
+    return Promise.resolve({ kind: 'done', state: { sections: answer === 'one' ? 1 : 3 } });
+  };
+}
+
+describe('decisions', () => {
+  test('a waiting job carries its question; only a valid answer from its owner requeues it, and the phase reads the answer', async () => {
+    askFirst();
+    const jobId = await harness.submit('two-phase', { sections: 2 }, 'owner-1');
+    expect((await harness.drain()).map((outcome) => outcome.kind)).toEqual(['waiting']);
+    expect((await readJob(jobId)).waiting).toEqual({ reason: 'decision', questionId: 'scope', question: 'How many sections?', options: ['one', 'three'], untilMs: null });
+
+    const attempt = (request: Partial<{ owner: string; questionId: string; answer: string }>) =>
+      decideJob(harness.store, harness.queue, { jobId, owner: 'owner-1', questionId: 'scope', answer: 'three', ...request });
+    await expect(attempt({ owner: 'someone-else' })).rejects.toMatchObject({ status: 404 });
+    await expect(attempt({ questionId: 'budget' })).rejects.toMatchObject({ status: 409 });
+    await expect(attempt({ answer: 'seven' })).rejects.toThrow(/not one of the options/);
+    expect(harness.queue.tasks).toHaveLength(0);
+
+    await attempt({});
+    expect(await readJob(jobId)).toMatchObject({ status: 'queued', waiting: null, decisions: { scope: 'three' } });
+    await expect(attempt({})).rejects.toMatchObject({ status: 409 }); // answered already
+    await harness.drain();
+    expect((await db().doc(`${JOBS}/${jobId}/results/final`).get()).get('markdown')).toBe('total 30');
+  });
+
+  test('a wait for a person never times out into a default answer', async () => {
+    askFirst();
+    const jobId = await harness.submit('two-phase', { sections: 2 });
+    await harness.drain();
+    harness.clock.advance(30 * 24 * 3_600_000);
+    await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+    expect(harness.queue.tasks).toHaveLength(0);
+    expect((await readJob(jobId)).status).toBe('waiting');
+  });
+});
+
+describe('cancellation', () => {
+  test('stops a running job at once: its worker is refused and aborted, in-flight effects become unknown, and the report says what was done', async () => {
+    const hold = gate();
+    let abortedAfterCancel = false;
+    behaviour.first = async (context) => {
+      await hold.promise;
+      await context.recordSection('late', { value: 1 }).catch(() => undefined);
+      abortedAfterCancel = context.signal.aborted;
+      return { kind: 'done', state: { sections: 1 } };
+    };
+    const jobId = await harness.submit('two-phase', { sections: 1 }, 'owner-1');
+    await db().doc(`${JOBS}/${jobId}/effects/fx-sent`).set({ state: 'applied' });
+    await db().doc(`${JOBS}/${jobId}/effects/fx-flight`).set({ state: 'applying' });
+    await db().doc(`${JOBS}/${jobId}/effects/fx-later`).set({ state: 'planned' });
+    const [task] = harness.queue.drain();
+    const worker = runStep(harness.deps(), task!.task);
+    for (let tries = 0; tries < 200 && (await readJob(jobId)).status !== 'running'; tries += 1) await new Promise((resolve) => setImmediate(resolve));
+
+    await expect(cancelJob(harness.store, { jobId, owner: 'someone-else', reason: 'x' })).rejects.toBeInstanceOf(OwnerActionError);
+    const { job, unknownEffects } = await cancelJob(harness.store, { jobId, owner: 'owner-1', reason: 'changed my mind' });
+    expect(unknownEffects).toBe(1);
+    expect(job.status).toBe('cancelled');
+    expect(job.cancellation?.report).toMatch(/1 applied, 1 not applied, 1 unknown/);
+    expect(job.cancellation?.report).toMatch(/cannot be undone/);
+    expect((await db().doc(`${JOBS}/${jobId}/effects/fx-flight`).get()).get('state')).toBe('unknown');
+
+    hold.open();
+    expect((await worker).kind).toBe('ownership-lost');
+    expect(abortedAfterCancel).toBe(true);
+    expect((await readJob(jobId)).status).toBe('cancelled');
+    expect(harness.queue.tasks).toHaveLength(0);
+    await expect(cancelJob(harness.store, { jobId, owner: 'owner-1', reason: 'again' })).rejects.toMatchObject({ status: 409 });
+  });
+});
+
+describe('over HTTP', () => {
+  const call = async (action: 'cancel' | 'decide', body: unknown, token = 'token-of-owner-1') => {
+    const handler = createJobActionHandler(action, {
+      store: harness.store,
+      queue: harness.queue,
+      verifyToken: (value) => (value === 'token-of-owner-1' ? Promise.resolve({ uid: 'owner-1' }) : Promise.reject(new Error('bad token'))),
+      logger: { warn: () => undefined, error: () => undefined },
+    });
+    const sent: { status: number; body: unknown; headers: Record<string, string> } = { status: 0, body: undefined, headers: {} };
+    const response = {
+      status(code: number) {
+        sent.status = code;
+        return response;
+      },
+      set(name: string, value: string) {
+        sent.headers[name] = value;
+        return response;
+      },
+      json(value: unknown) {
+        sent.body = value;
+      },
+      end() {
+        return undefined;
+      },
+    };
+    const headers: Record<string, string> = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+    await handler({ method: 'POST', get: (name) => headers[name.toLowerCase()], rawBody: Buffer.from(JSON.stringify(body)) }, response);
+    return sent;
+  };
+
+  test.each([
+    ['cancel', { jobId: '../x' }, 400, /jobId/],
+    ['cancel', { jobId: 'nope' }, 404, /No job nope/],
+    ['decide', { jobId: 'nope', questionId: 'q' }, 400, /answer/],
+    ['decide', { jobId: 'nope', questionId: 'q', answer: 'a' }, 404, /No job/],
+  ] as const)('%s %j answers %i', async (action, body, status, message) => {
+    const sent = await call(action, body);
+    expect(sent.status).toBe(status);
+    expect(JSON.stringify(sent.body)).toMatch(message);
+  });
+
+  test('a bad token is a 401 and changes nothing', async () => {
+    const jobId = await harness.submit('two-phase', { sections: 1 }, 'owner-1');
+    const sent = await call('cancel', { jobId }, 'forged');
+    expect(sent.status).toBe(401);
+    expect((await readJob(jobId)).status).toBe('queued');
+  });
+
+  test('the owner cancels over HTTP and gets the report back', async () => {
+    const jobId = await harness.submit('two-phase', { sections: 1 }, 'owner-1');
+    const sent = await call('cancel', { jobId, reason: 'testing' });
+    expect(sent.status).toBe(200);
+    expect(sent.body).toMatchObject({ jobId, status: 'cancelled', unknownEffects: 0 });
+    expect((sent.body as { report: string }).report).toMatch(/Cancelled by its owner .*\(testing\)/);
+  });
+});
