@@ -35,9 +35,9 @@ async function expireAndRequeue(jobId: string): Promise<number> {
 }
 
 async function waitUntil(probe: () => Promise<boolean>): Promise<void> {
-  for (let tries = 0; tries < 500; tries += 1) {
+  for (let tries = 0; tries < 5_000; tries += 1) {
     if (await probe()) return;
-    await new Promise((resolve) => setImmediate(resolve));
+    await new Promise((resolve) => setTimeout(resolve, 5));
   }
   throw new Error('condition never held');
 }
@@ -67,12 +67,24 @@ test('with a conversation, the answer is published as the assistant message of t
 });
 
 test('ten concurrent claimers of one queued job: exactly one wins, the others are cleanly not claimable', async () => {
+  const hold = gate();
+  let runs = 0;
+  behaviour.first = async () => {
+    runs += 1;
+    await hold.promise; // the winner keeps the job running while the others try
+    return { kind: 'done', state: { sections: 1 } };
+  };
   const jobId = await harness.submit('two-phase', { sections: 1 });
   const [task] = harness.queue.drain();
-  const outcomes = await Promise.all(Array.from({ length: 10 }, (_, index) => runStep(harness.deps(`claimer-${index}`), task!.task)));
+  const settled: StepOutcome[] = [];
+  const claimers = Array.from({ length: 10 }, (_, index) => runStep(harness.deps(`claimer-${index}`), task!.task).then((outcome) => settled.push(outcome)));
+  await waitUntil(() => Promise.resolve(settled.length === 9));
 
-  expect(outcomes.filter((outcome) => outcome.kind === 'handed-off')).toHaveLength(1);
-  expect(outcomes.filter((outcome) => outcome.kind === 'not-claimable')).toHaveLength(9);
+  expect(settled.map((outcome) => outcome.kind)).toEqual(Array<string>(9).fill('not-claimable'));
+  expect(runs).toBe(1);
+  hold.open();
+  await Promise.all(claimers);
+  expect(settled.filter((outcome) => outcome.kind === 'handed-off')).toHaveLength(1);
   const job = await readJob(jobId);
   expect(job.epoch).toBe(1);
   expect((await events(jobId)).filter((kind) => kind === 'claimed')).toHaveLength(1);
