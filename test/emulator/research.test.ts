@@ -196,3 +196,39 @@ describe('a provider error wave across all workers', () => {
     expect(callsDuringWave).toBeLessThanOrEqual(20);
   });
 });
+
+describe('only part of a multi-tool result set is delivered', () => {
+  let partialHarness: EngineHarness;
+  let partial: ResearchSetup;
+  beforeAll(() => {
+    partialHarness = engineHarness('research-partial', (firestore, clock) => {
+      partial = researchSetup(firestore.db, clock, { epochMs: waveStartMs, partialToolResultsRate: 0.5 });
+      return partial.registry;
+    });
+  });
+  afterAll(() => partialHarness.firestore.close());
+
+  test('warm repair keeps the complete groups, drops the broken one, and the section goes on from there', async () => {
+    const jobId = await partialHarness.submit('research', question);
+    await partialHarness.drain();
+    expect(decodeJob(jobId, (await partialHarness.firestore.db.doc(`${JOBS}/${jobId}`).get()).data()).status).toBe('completed');
+
+    // A warm retry is a request of the same section, on the same thread (same prompt message), whose
+    // thread is no longer than the one before it. (A cold retry starts a new thread with a new prompt.)
+    const requests = partial.provider.requests;
+    const repairs = requests.flatMap((request, index) => {
+      const earlier = requests.slice(0, index).filter((candidate) => promptIdOf(candidate) === promptIdOf(request));
+      const previous = earlier.at(-1);
+      const sameThread = previous !== undefined && JSON.stringify(previous.messages.slice(0, 2)) === JSON.stringify(request.messages.slice(0, 2));
+      return previous && sameThread && request.messages.length <= previous.messages.length ? [{ request, previous }] : [];
+    });
+    expect(repairs.length).toBeGreaterThan(0);
+    for (const { request, previous } of repairs) {
+      // Kept: a prefix of what the worker had, ending with the prompt or a complete group.
+      expect(previous.messages.slice(0, request.messages.length)).toEqual(request.messages);
+      const calls = request.messages.flatMap((message) => (message.role === 'assistant' ? (message.toolCalls ?? []).map((call) => call.id) : []));
+      const results = request.messages.flatMap((message) => (message.role === 'tool' ? [message.toolCallId] : []));
+      expect(results.sort()).toEqual(calls.sort());
+    }
+  });
+});
