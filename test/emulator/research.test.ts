@@ -93,7 +93,7 @@ test('a research job completes offline: every section in the report, spent cost 
   expect((await db().collection(`${JOBS}/${jobId}/sections`).where('phase', '==', 'expert-content').get()).size).toBe(4);
 });
 
-test('a worker killed right after a tool returns: the resumed section does not call that tool again', async () => {
+test('fault 1: a worker killed right after a tool returns: the resumed section does not call that tool again', async () => {
   const before = { ...research.toolbox.stats().byCallId };
   const crashed = crashOnce((promptId, lastRole) => promptId === 'e1-h1' && lastRole === 'tool');
   const jobId = await harness.submit('research', question);
@@ -151,7 +151,7 @@ test('a section that fails every attempt is skipped and named; the job completes
   expect(timeline).toContain('section-skipped');
 });
 
-describe('a provider error wave across all workers', () => {
+describe('fault 8: a provider error wave across all workers', () => {
   let waveHarness: EngineHarness;
   let waveResearch: ResearchSetup;
   const waveMinutes = 5;
@@ -208,7 +208,7 @@ describe('only part of a multi-tool result set is delivered', () => {
   });
   afterAll(() => partialHarness.firestore.close());
 
-  test('warm repair keeps the complete groups, drops the broken one, and the section goes on from there', async () => {
+  test('fault 4: warm repair keeps the complete groups, drops the broken one, and the section goes on from there', async () => {
     const jobId = await partialHarness.submit('research', question);
     await partialHarness.drain();
     expect(decodeJob(jobId, (await partialHarness.firestore.db.doc(`${JOBS}/${jobId}`).get()).data()).status).toBe('completed');

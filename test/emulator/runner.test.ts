@@ -90,7 +90,7 @@ test('ten concurrent claimers of one queued job: exactly one wins, the others ar
   expect((await events(jobId)).filter((kind) => kind === 'claimed')).toHaveLength(1);
 });
 
-test('the same task delivered twice, concurrently and again later: one execution of each durable write, one result', async () => {
+test('fault 6: the same task delivered twice, concurrently and again later: one execution of each durable write, one result', async () => {
   const jobId = await harness.submit('two-phase', { sections: 2 });
   const outcomes: StepOutcome[] = [];
   for (let round = 0; round < 10; round += 1) {
@@ -109,7 +109,7 @@ test('the same task delivered twice, concurrently and again later: one execution
   expect((await db().collection(`${JOBS}/${jobId}/results`).get()).size).toBe(1);
 });
 
-describe('after a reclaim, every write of the old owner is refused and the new owner stands', () => {
+describe('fault 2: after a reclaim (the lease expired mid-step), every write of the old owner is refused and the new owner stands', () => {
   async function holdFirstOwner(jobId: string, afterGate: (context: Parameters<typeof behaviour.first>[0]) => Promise<unknown>) {
     const hold = gate();
     let calls = 0;
@@ -199,7 +199,7 @@ describe('after a reclaim, every write of the old owner is refused and the new o
     expect(job.status).toBe('queued');
   });
 
-  test('completion: refused, and the new owner publishes once', async () => {
+  test('fault 5: completion by the old worker after a reclaim: refused, and the new owner publishes once', async () => {
     const jobId = await harness.submit('two-phase', { sections: 1 });
     await harness.drain();
     // Rewind to "the last phase is checkpointed, completion pending" and let an old worker claim it.
@@ -286,7 +286,7 @@ test('a task for a job that does not exist is recorded and acknowledged', async 
   expect((await db().collection(REJECTED_TASKS).get()).docs[0]!.get('reason')).toMatch(/No such job/);
 });
 
-test('a checkpoint write that fails after retries stops the step and requeues it; nothing half-written is trusted', async () => {
+test('fault 3: a checkpoint write that fails after retries stops the step and requeues it; nothing half-written is trusted', async () => {
   const jobId = await harness.submit('two-phase', { sections: 3 });
   await harness.drain(1); // phase one
   let failing = false;

@@ -229,7 +229,7 @@ describe('Idempotency-Key', () => {
     body,
   });
 
-  test('a repeated submit answers the same and enqueues nothing more', async () => {
+  test('fault 10: a client that retries its submit (after a timeout) gets the same answer and nothing more is enqueued', async () => {
     const first = await submit(keyed('order-1'));
     const second = await submit(keyed('order-1'));
     expect(first.statusCode).toBe(202);

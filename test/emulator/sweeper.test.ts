@@ -148,7 +148,7 @@ describe('expired job leases', () => {
     expect(quarantined?.message).toContain(job.quarantine?.reason);
   });
 
-  test('the sweeper racing a heartbeat leaves the job alone', async () => {
+  test('fault 7: the sweeper racing a heartbeat leaves the job alone', async () => {
     const job = await runningJob(T0 - SECOND);
     /** Extends the lease, as the owner's heartbeat would, after the sweep's query and before its transaction. */
     class HeartbeatFirst extends JobStore {
