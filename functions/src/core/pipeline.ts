@@ -4,6 +4,7 @@
  * fan-out into units that run as separate tasks with their own leases and join exactly once.
  */
 import type { z } from 'zod';
+import type { EffectLedger } from '../effects/ledger';
 import type { Clock, RandomSource } from './clock';
 
 export interface SectionRecord<TData = unknown> {
@@ -46,6 +47,8 @@ export interface StepContext<TInput> {
   note(kind: string, message: string): void;
   /** True once most of this step's time budget is used: finish the section at hand, then yield. */
   shouldYield(): boolean;
+  /** The job's effect ledger (inside a unit: that unit's entries). Every write is owner-checked. */
+  readonly effects: EffectLedger;
 }
 
 export type PhaseOutcome<TState> =

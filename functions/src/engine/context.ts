@@ -2,6 +2,7 @@
 import type { Clock, RandomSource } from '../core/clock';
 import type { CoalescingFlusher } from '../core/flusher';
 import type { PhaseDefinition, SectionRecord, StepContext } from '../core/pipeline';
+import { refusingEffectLedger, type EffectLedger } from '../effects/ledger';
 
 export interface ContextParts<TInput> {
   readonly jobId: string;
@@ -26,11 +27,12 @@ export interface DurableWrites {
   writeSection(section: SectionRecord): Promise<boolean>;
   loadTranscript(sectionId: string): Promise<unknown>;
   saveTranscript(sectionId: string, transcript: unknown): Promise<void>;
+  readonly effects: EffectLedger;
 }
 
 export function noDurableWrites(who: string): DurableWrites {
   const refuse = () => Promise.reject(new Error(`${who} records no sections or transcripts`));
-  return { writeSection: refuse, loadTranscript: refuse, saveTranscript: refuse };
+  return { writeSection: refuse, loadTranscript: refuse, saveTranscript: refuse, effects: refusingEffectLedger(who) };
 }
 
 /** Share of the step budget after which a phase should stop starting new sections. */
@@ -76,5 +78,6 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
     addCost: (increments) => parts.flusher?.addCost(increments),
     note: (kind, message) => parts.flusher?.note(kind, message),
     shouldYield: () => parts.clock.now() >= parts.deadlineMs - parts.budgetMs * (1 - YIELD_AT_BUDGET_SHARE),
+    effects: parts.durable.effects,
   };
 }

@@ -13,6 +13,7 @@ import { addCounts, CoalescingFlusher, type FlushPayload, type Timers } from '..
 import { stepTaskId, unitTaskId, type JobRecord, type StepTask } from '../core/job';
 import { decideAfterError, decideClaim } from '../core/lifecycle';
 import { resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type PipelineRegistry } from '../core/pipeline';
+import { firestoreEffectLedger, unresolvedEffectKeys } from '../effects/firestore-ledger';
 import { decodeJob, decodeUnit, encodeUnit, type UnitRecord } from '../store/codec';
 import type { EventDraft, JobClaim, JobStore, UnitClaim } from '../store/job-store';
 import { messagePath, REJECTED_TASKS, resultPath, sectionKey, sectionPath, transcriptPath } from '../store/paths';
@@ -296,6 +297,15 @@ function durableWrites(running: Running, owner: SectionOwner, phase: string, uni
         tx.set(transcriptRef(sectionId), { phase, unit, id: sectionId, transcript, epoch: owner.claim.epoch, savedAtMs: store.clock.now() });
         return Promise.resolve({ value: undefined });
       }),
+    effects: firestoreEffectLedger({
+      db: store.db,
+      jobId: owner.claim.jobId,
+      unit,
+      epoch: owner.claim.epoch,
+      clock: store.clock,
+      signal: running.controller.signal,
+      owned: asOwner,
+    }),
   };
 }
 
@@ -381,6 +391,13 @@ async function settleError(deps: RunnerDeps, claim: JobClaim, error: PhaselineEr
   }
 }
 
+/** Completion found ledger entries whose outcome is unknown: a pipeline defect, reported as a terminal failure that names them. */
+class UnresolvedEffectsError extends TerminalError {
+  constructor(keys: readonly string[]) {
+    super(`Cannot complete while effects are unresolved (applying or unknown): ${keys.join(', ')}; the pipeline must reconcile them before it finishes`);
+  }
+}
+
 /** The last phase is checkpointed: publish the answer and complete, in one owner-checked transaction. */
 async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<string, unknown>, notes: readonly EventDraft[]): Promise<StepOutcome> {
   const { store } = running.deps;
@@ -409,7 +426,10 @@ async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<s
   }
   const nowMs = store.clock.now();
   try {
-    await store.asOwner(claim, ({ tx, job }) => {
+    await store.asOwner(claim, async ({ tx, job }) => {
+      // A job cannot complete while an effect's outcome is unknown: the pipeline must reconcile it first.
+      const unresolved = await unresolvedEffectKeys(tx, store.db, job.id);
+      if (unresolved.length > 0) throw new UnresolvedEffectsError(unresolved);
       const outbox = store.db.doc(job.conversationId ? messagePath(job.conversationId, job.id) : resultPath(job.id));
       // create(): if a result were somehow there already, the whole completion fails rather than publish twice.
       tx.create(outbox, {
@@ -425,10 +445,11 @@ async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<s
       });
       const next: JobRecord = { ...job, status: 'completed', outcome: result.outcome, lease: null, finishedAtMs: nowMs, phase: null };
       const summary = result.missing.length > 0 ? `Completed (partial; missing: ${result.missing.join(', ')})` : 'Completed';
-      return Promise.resolve({ next, events: [...notes, { kind: 'completed', message: summary }], value: undefined });
+      return { next, events: [...notes, { kind: 'completed', message: summary }], value: undefined };
     });
   } catch (error) {
     if (error instanceof OwnershipLostError) return lost(running, error);
+    if (error instanceof UnresolvedEffectsError) return settleError(running.deps, claim, error, emptyPayload(), notes);
     throw error;
   }
   return { kind: 'completed', outcome: result.outcome };

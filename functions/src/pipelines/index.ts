@@ -3,6 +3,7 @@ import { pipelineRegistry } from '../core/pipeline';
 import { firestoreCircuit } from '../store/provider-circuit';
 import { firestore } from '../triggers/admin';
 import { canaryPipeline } from './canary';
+import { configuredNotifyDeps, createNotifyPipeline } from './notify';
 import { configuredProvider } from './providers';
 import { createResearchPipeline, type ResearchDeps } from './research';
 
@@ -18,4 +19,4 @@ function resolveResearchDeps(): ResearchDeps {
 }
 
 /** Every pipeline the deployed functions accept, by name. */
-export const pipelines = pipelineRegistry(canaryPipeline, createResearchPipeline(resolveResearchDeps));
+export const pipelines = pipelineRegistry(canaryPipeline, createResearchPipeline(resolveResearchDeps), createNotifyPipeline(configuredNotifyDeps));

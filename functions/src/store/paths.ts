@@ -6,6 +6,9 @@ export const checkpointPath = (jobId: string, phase: string): string => `${JOBS}
 export const sectionPath = (jobId: string, sectionKey: string): string => `${JOBS}/${jobId}/sections/${sectionKey}`;
 export const transcriptPath = (jobId: string, sectionKeyValue: string): string => `${JOBS}/${jobId}/transcripts/${sectionKeyValue}`;
 export const circuitPath = (name: string): string => `circuits/${name}`;
+/** The effect ledger: one entry per external effect, keyed by its idempotency key. */
+export const effectsPath = (jobId: string): string => `${JOBS}/${jobId}/effects`;
+export const effectPath = (jobId: string, effectKey: string): string => `${JOBS}/${jobId}/effects/${effectKey}`;
 export const eventPath = (jobId: string, eventId: string): string => `${JOBS}/${jobId}/events/${eventId}`;
 export const resultPath = (jobId: string): string => `${JOBS}/${jobId}/results/final`;
 export const conversationPath = (conversationId: string): string => `conversations/${conversationId}`;

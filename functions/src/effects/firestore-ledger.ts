@@ -1,0 +1,132 @@
+/**
+ * The effect ledger on Firestore, `jobs/{jobId}/effects/{effectKey}`. Every write runs inside the
+ * caller's owner-checked transaction (the runner passes `store.asOwner` or `store.asUnitOwner`),
+ * so a worker that lost its claim, or a job that was cancelled, cannot move an entry. Entries are
+ * zod-parsed on every read and every write.
+ */
+import type { Firestore, Query, Transaction } from 'firebase-admin/firestore';
+import { z } from 'zod';
+import type { Clock } from '../core/clock';
+import { CorruptCheckpointError } from '../core/errors';
+import { effectPath, effectsPath } from '../store/paths';
+import { deriveEffectKey, intentFingerprint } from './keys';
+import {
+  applyChange,
+  effectEntrySchema,
+  effectIntentSchema,
+  EffectStateConflictError,
+  UNRESOLVED_EFFECT_STATES,
+  type EffectEntry,
+  type EffectIntent,
+  type EffectLedger,
+} from './ledger';
+
+/** Runs a body in a transaction that first proves the caller still owns its claim. */
+export type OwnedTransaction = <T>(body: (context: { tx: Transaction }) => Promise<{ value: T }>) => Promise<T>;
+
+export interface FirestoreLedgerParts {
+  readonly db: Firestore;
+  readonly jobId: string;
+  /** The fan-out unit whose entries these are, or null for the job's own phases. */
+  readonly unit: string | null;
+  /** The writer's fencing epoch, stored on each entry it writes. */
+  readonly epoch: number;
+  readonly clock: Clock;
+  readonly signal: AbortSignal;
+  readonly owned: OwnedTransaction;
+}
+
+/** Entries planned per transaction: well inside Firestore's 500 writes per commit. */
+const PLAN_CHUNK = 100;
+
+export function parseEffectEntry(path: string, data: unknown): EffectEntry {
+  const parsed = effectEntrySchema.safeParse(data);
+  if (!parsed.success) throw new CorruptCheckpointError(`Effect ledger entry ${path} is malformed: ${z.prettifyError(parsed.error)}`);
+  return parsed.data;
+}
+
+export function firestoreEffectLedger(parts: FirestoreLedgerParts): EffectLedger {
+  const { db, jobId, unit, epoch, clock, signal, owned } = parts;
+  const ref = (key: string) => db.doc(effectPath(jobId, key));
+  return {
+    async entries() {
+      const snapshot = await db.collection(effectsPath(jobId)).where('unit', '==', unit).get();
+      return snapshot.docs.map((doc) => parseEffectEntry(doc.ref.path, doc.data()));
+    },
+
+    async plan(intents) {
+      const drafts = intents.map((intent) => {
+        const parsed: EffectIntent = effectIntentSchema.parse(intent);
+        return { intent: parsed, key: deriveEffectKey(jobId, unit, parsed) };
+      });
+      const keys = new Set(drafts.map((draft) => draft.key));
+      if (keys.size !== drafts.length) throw new Error('Two planned effects have the same kind and identity: they would share a key');
+      const stored: EffectEntry[] = [];
+      for (let start = 0; start < drafts.length; start += PLAN_CHUNK) {
+        signal.throwIfAborted();
+        const chunk = drafts.slice(start, start + PLAN_CHUNK);
+        const written = await owned(async ({ tx }) => {
+          const snapshots = await tx.getAll(...chunk.map((draft) => ref(draft.key)));
+          const nowMs = clock.now();
+          const value = chunk.map((draft, index) => {
+            const snapshot = snapshots[index];
+            // First write wins: an effect already recorded keeps its intent and state.
+            if (snapshot?.exists) return parseEffectEntry(snapshot.ref.path, snapshot.data());
+            const entry = effectEntrySchema.parse({
+              key: draft.key,
+              idempotencyKey: draft.key,
+              jobId,
+              unit,
+              intent: draft.intent,
+              intentHash: intentFingerprint(draft.intent),
+              state: 'planned',
+              attempts: 0,
+              unknowns: 0,
+              lookups: 0,
+              evidence: null,
+              reconciled: false,
+              lastOutcome: null,
+              question: null,
+              resolution: null,
+              epoch,
+              createdAtMs: nowMs,
+              updatedAtMs: nowMs,
+            } satisfies EffectEntry);
+            tx.create(ref(draft.key), entry);
+            return entry;
+          });
+          return { value };
+        });
+        stored.push(...written);
+      }
+      return stored;
+    },
+
+    transition(key, from, change) {
+      signal.throwIfAborted();
+      return owned(async ({ tx }) => {
+        const snapshot = await tx.get(ref(key));
+        if (!snapshot.exists) throw new EffectStateConflictError(`Effect ${key} of job ${jobId} is not in the ledger`);
+        const entry = parseEffectEntry(snapshot.ref.path, snapshot.data());
+        if (!from.includes(entry.state)) {
+          throw new EffectStateConflictError(`Effect ${key} is ${entry.state}, not ${from.join(' or ')}: the ledger moved under this step`);
+        }
+        const next = applyChange(entry, change, epoch, clock.now());
+        tx.set(snapshot.ref, next);
+        return { value: next };
+      });
+    },
+  };
+}
+
+/** Up to `limit` keys of entries whose outcome is unknown (or in flight), read inside a transaction. */
+export async function unresolvedEffectKeys(tx: Transaction, db: Firestore, jobId: string, limit = 5): Promise<string[]> {
+  const query: Query = db.collection(effectsPath(jobId)).where('state', 'in', [...UNRESOLVED_EFFECT_STATES]).limit(limit);
+  return (await tx.get(query)).docs.map((doc) => doc.id);
+}
+
+/** Every entry of a job, all units, validated. */
+export async function allEffectEntries(db: Firestore, jobId: string): Promise<EffectEntry[]> {
+  const snapshot = await db.collection(effectsPath(jobId)).get();
+  return snapshot.docs.map((doc) => parseEffectEntry(doc.ref.path, doc.data()));
+}

@@ -1,0 +1,4 @@
+export * from './pipeline';
+export * from './plan';
+export * from './counts';
+export * from './config';
