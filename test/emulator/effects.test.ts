@@ -173,7 +173,7 @@ describe('the receiver cannot be reached for the lookup: the job waits for its o
   });
 });
 
-test('a worker killed between apply and ledger write: the next owner reconciles it, and it is never applied twice', async () => {
+test('fault 9: a worker killed between apply and ledger write: the next owner reconciles it, and it is never applied twice', async () => {
   const { jobId, plan } = await submitNotify(4);
   const target = message(plan, 1).sendKey;
   const real = httpAdapter(receiver);
