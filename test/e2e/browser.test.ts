@@ -1,0 +1,261 @@
+/**
+ * The chat page in a real browser (Debian's Chromium driven by playwright-core), against the
+ * emulators this layer runs under: the page is built and served from here on a free port, with a
+ * /config.json that points it at them. A person's three paths: ask a question and read the report
+ * as the reply (through a dropped answer that the page retries with the same Idempotency-Key),
+ * answer the question a waiting job asks, and cancel a job (whose in-flight effect then shows as
+ * being checked).
+ *
+ * The waiting and the queued job are prepared with the engine's own store (the admin SDK), as the
+ * engine would leave them: no pipeline here asks a person anything, and a job the functions run
+ * would race the cancel button.
+ */
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { deleteApp, initializeApp, type App } from 'firebase-admin/app';
+import { getFirestore, type Firestore } from 'firebase-admin/firestore';
+import { chromium, type BrowserContext, type Locator, type Page } from 'playwright-core';
+import { systemClock } from '../../functions/src/core/clock';
+import type { JobRecord } from '../../functions/src/core/job';
+import { resolveEngineOptions } from '../../functions/src/core/options';
+import { jobIdForIdempotencyKey, JobStore } from '../../functions/src/store/job-store';
+import { buildWeb, serveWeb, webConfig, type WebServer } from '../../scripts/lib/local-stack';
+import { REPO_ROOT } from '../../scripts/lib/stack';
+import { E2E_PROJECT_ID, emulatorAddress } from '../support/emulators';
+
+const CHROMIUM = process.env.PHASELINE_CHROMIUM ?? '/usr/bin/chromium';
+const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+const OUTPUT_DIR = join(REPO_ROOT, 'test-output');
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+let server: WebServer;
+let context: BrowserContext;
+let page: Page;
+let userDataDir: string;
+let admin: App;
+let db: Firestore;
+let store: JobStore;
+let uid: string;
+const pageProblems: string[] = [];
+/** Console errors the tests cause on purpose (a dropped answer), each tolerated once. */
+const causedOnPurpose: string[] = [];
+
+jest.setTimeout(120_000);
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) {
+    throw new Error(`No Chromium at ${CHROMIUM}: install Debian's \`chromium\` (apt-get install chromium), as .ci/run does, or set PHASELINE_CHROMIUM.`);
+  }
+  // The page is built here, so a fresh clone's `npm test` needs no separate step.
+  await buildWeb();
+  const firestoreHost = process.env.FIRESTORE_EMULATOR_HOST;
+  if (!firestoreHost) throw new Error('FIRESTORE_EMULATOR_HOST is not set');
+  const config = webConfig({ functions: await emulatorAddress('functions'), auth: await emulatorAddress('auth'), firestore: firestoreHost }, E2E_PROJECT_ID);
+  server = await serveWeb({ config, port: 0 });
+
+  admin = initializeApp({ projectId: E2E_PROJECT_ID }, `browser-e2e-${process.pid}`);
+  db = getFirestore(admin);
+  store = new JobStore(db, systemClock, resolveEngineOptions());
+
+  userDataDir = mkdtempSync(join(tmpdir(), 'phaseline-chromium-'));
+  context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: CHROMIUM_ARGS,
+    viewport: { width: 1200, height: 900 },
+  });
+  page = await context.newPage();
+  page.on('pageerror', (error) => pageProblems.push(`page error: ${error.message}`));
+  page.on('console', (message) => {
+    if (message.type() === 'error') pageProblems.push(`console error: ${message.text()}`);
+  });
+  await page.goto(server.url);
+  await page.locator('body[data-ready="true"]').waitFor({ timeout: 30_000 });
+  uid = (await page.getByTestId('who').getAttribute('data-uid')) ?? '';
+  expect(uid).toMatch(/^\w{10,}$/);
+});
+
+afterAll(async () => {
+  await context.close();
+  await server.close();
+  await deleteApp(admin);
+  rmSync(userDataDir, { recursive: true, force: true });
+});
+
+async function until<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value)) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: not reached in ${timeoutMs} ms; last value ${JSON.stringify(value)}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+async function readJob(jobId: string): Promise<JobRecord> {
+  const job = await store.read(jobId);
+  if (!job) throw new Error(`No job ${jobId}`);
+  return job;
+}
+
+/** A research job of the page's user, written and left queued with no task: nothing runs it. */
+async function queuedJob(question: string): Promise<JobRecord> {
+  const created = await store.createJob({ owner: uid, pipeline: 'research', input: { question, experts: 1, sections: 1, wordsPerSection: 50 }, conversationId: null, idempotencyKey: null });
+  if (!('created' in created)) throw new Error('createJob reported a conflict');
+  return created.job;
+}
+
+/** Waits until the turn's status badge says exactly `status`. */
+async function statusShown(turn: Locator, status: string, timeoutMs = 30_000): Promise<void> {
+  await turn.locator('[data-testid="job-status"]', { hasText: new RegExp(`^${status}$`) }).waitFor({ timeout: timeoutMs });
+}
+
+async function openJob(jobId: string): Promise<Locator> {
+  await page.goto(`${server.url}#job=${jobId}`);
+  const turn = page.locator(`[data-testid="turn"][data-job-id="${jobId}"]`);
+  await turn.waitFor();
+  return turn;
+}
+
+test('asks a question: the job runs to completion and its report is the reply, through a dropped answer retried with the same key', async () => {
+  const question = 'What makes long-running agent jobs resilient to crashed workers?';
+  const submissions: { key: string | null; status: number; replayed: string | null }[] = [];
+  // The first submission reaches submitJob, but its answer is lost on the way back: the page
+  // sees a network error and must retry with the same Idempotency-Key.
+  await page.route('**/submitJob', async (route) => {
+    const request = route.request();
+    if (request.method() !== 'POST') return route.continue();
+    const key = (await request.headerValue('idempotency-key')) ?? null;
+    if (submissions.length === 0) {
+      const response = await route.fetch();
+      submissions.push({ key, status: response.status(), replayed: response.headers()['idempotent-replayed'] ?? null });
+      causedOnPurpose.push('console error: Failed to load resource: net::ERR_CONNECTION_RESET');
+      return route.abort('connectionreset');
+    }
+    const response = await route.fetch();
+    submissions.push({ key, status: response.status(), replayed: response.headers()['idempotent-replayed'] ?? null });
+    return route.fulfill({ response });
+  });
+
+  await page.getByTestId('question').fill(question);
+  await page.getByTestId('send').click();
+  const turn = page.getByTestId('turn').last();
+  await expect(turn.getByTestId('user-question').textContent()).resolves.toBe(question);
+  await turn.locator('[data-testid="reply"] h1').waitFor({ timeout: 90_000 });
+  await page.unroute('**/submitJob');
+
+  // Two tries, one key (a UUID), one job: the second answer is the replay of the first.
+  expect(submissions).toHaveLength(2);
+  const [first, second] = submissions;
+  expect(first?.status).toBe(202);
+  expect(first?.key).toMatch(UUID);
+  expect(second).toEqual({ key: first?.key, status: 202, replayed: 'true' });
+  const jobId = jobIdForIdempotencyKey(uid, first?.key ?? '');
+  await expect(turn.getAttribute('data-job-id')).resolves.toBe(jobId);
+  const sameKey = await db.collection('jobs').where('owner', '==', uid).where('idempotencyKey', '==', first?.key).get();
+  expect(sameKey.size).toBe(1);
+
+  // The page shows what the job document says, and the reply is the published report.
+  const job = await readJob(jobId);
+  expect(job.status).toBe('completed');
+  expect(job.owner).toBe(uid);
+  await statusShown(turn, 'completed');
+  expect(job.conversationId).toMatch(UUID);
+  const message = await db.doc(`conversations/${job.conversationId ?? ''}/messages/${jobId}`).get();
+  const title = String(message.get('title'));
+  expect(title).toBe(`Research report: ${question}`);
+  await expect(turn.locator('[data-testid="reply"] h1').textContent()).resolves.toBe(title);
+  expect(await turn.locator('[data-testid="reply"] h2').count()).toBeGreaterThanOrEqual(3);
+  await expect(turn.getByTestId('cost').textContent()).resolves.toMatch(/\d+ model calls · \d+ tool calls/);
+
+  // The timeline lists every event of the job, in order, ending with the completion.
+  await turn.locator('[data-testid="timeline"] li.event-completed').waitFor({ state: 'attached' });
+  const events = await db.collection(`jobs/${jobId}/events`).orderBy('atMs').get();
+  await turn.getByTestId('timeline').locator('summary').click();
+  const kinds = await turn.locator('[data-testid="timeline"] li .kind').allTextContents();
+  expect(kinds).toEqual(events.docs.map((event) => String(event.get('kind'))));
+  expect(kinds[0]).toBe('submitted');
+  expect(kinds.at(-1)).toBe('completed');
+  await expect(turn.getByTestId('cancel').isVisible()).resolves.toBe(false);
+
+  mkdirSync(OUTPUT_DIR, { recursive: true });
+  const screenshot = join(OUTPUT_DIR, 'chat-finished-report.png');
+  await turn.getByTestId('timeline').locator('summary').click(); // closed again: the report is the point
+  await page.screenshot({ path: screenshot, fullPage: true });
+  expect(statSync(screenshot).size).toBeGreaterThan(20_000);
+});
+
+test('answers the question a waiting job asks: the answer is recorded and the job requeued and finished', async () => {
+  const queued = await queuedJob('Which storage layout suits a durable job pipeline?');
+  const waiting = await store.transact(queued.id, () => null, ({ job }) =>
+    Promise.resolve({
+      next: { ...job, status: 'waiting' as const, waiting: { reason: 'decision' as const, questionId: 'depth', question: 'How deep should the report go?', options: ['Short overview', 'In depth'], untilMs: null } },
+      events: [{ kind: 'waiting', message: 'Waiting for a decision: How deep should the report go?' }],
+      value: job,
+    }),
+  );
+
+  const turn = await openJob(queued.id);
+  await statusShown(turn, 'waiting');
+  await expect(turn.getByTestId('decision-question').textContent()).resolves.toBe('How deep should the report go?');
+  const options = turn.getByTestId('decision-option');
+  await expect(options.allTextContents()).resolves.toEqual(['Short overview', 'In depth']);
+  await options.filter({ hasText: 'In depth' }).click();
+
+  const decided = await until('the decision is recorded', () => readJob(queued.id), (job) => job.decisions.depth !== undefined);
+  expect(decided.decisions).toEqual({ depth: 'In depth' });
+  expect(decided.step).toBe(waiting.step + 1);
+  expect(decided.waiting).toBeNull();
+  // Requeued with a task: the functions pick it up and finish it.
+  await turn.locator('[data-testid="reply"] h1').waitFor({ timeout: 90_000 });
+  await statusShown(turn, 'completed');
+  await expect(turn.getByTestId('waiting').isVisible()).resolves.toBe(false);
+  await turn.locator('[data-testid="timeline"] li.event-completed').waitFor({ state: 'attached' });
+  const kinds = await turn.locator('[data-testid="timeline"] li .kind').allTextContents();
+  expect(kinds).toEqual(expect.arrayContaining(['waiting', 'decided', 'completed']));
+  expect(kinds.indexOf('decided')).toBeLessThan(kinds.indexOf('completed'));
+});
+
+test('cancels a queued job: the page shows it cancelled, and an effect that was in flight as being checked', async () => {
+  const job = await queuedJob('How should a pipeline report effects it cannot confirm?');
+  await db.doc(`jobs/${job.id}/effects/notify-team`).set({ state: 'applying', intent: 'E-mail the summary to the team', idempotencyKey: `${job.id}-notify-team` });
+
+  const turn = await openJob(job.id);
+  await statusShown(turn, 'queued');
+  await expect(turn.getByTestId('checking').isVisible()).resolves.toBe(false);
+  await turn.getByTestId('cancel').click();
+
+  await statusShown(turn, 'cancelled');
+  await expect(turn.getByTestId('outcome-note').textContent()).resolves.toContain('Cancelled by its owner');
+  await expect(turn.getByTestId('cancel').isVisible()).resolves.toBe(false);
+  await turn.getByTestId('checking').waitFor();
+  await expect(turn.getByTestId('checking').textContent()).resolves.toContain('E-mail the summary to the team');
+
+  const cancelled = await readJob(job.id);
+  expect(cancelled.status).toBe('cancelled');
+  expect(cancelled.cancellation?.reason).toBe('cancelled from the chat page');
+  const effect = await db.doc(`jobs/${job.id}/effects/notify-team`).get();
+  expect(effect.get('state')).toBe('unknown');
+
+  await page.screenshot({ path: join(OUTPUT_DIR, 'chat-all-turns.png'), fullPage: true });
+});
+
+test('the page raised no errors along the way, apart from the answer dropped on purpose', () => {
+  const unexpected = [...pageProblems];
+  for (const expected of causedOnPurpose) {
+    const index = unexpected.indexOf(expected);
+    expect(index).toBeGreaterThanOrEqual(0);
+    unexpected.splice(index, 1);
+  }
+  expect(unexpected).toEqual([]);
+});

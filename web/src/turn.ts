@@ -1,0 +1,379 @@
+/**
+ * One exchange in the chat: the question the person asked and the assistant's side, which is the
+ * job's live state read from Firestore (the job document, its units, its timeline, effects whose
+ * outcome is unknown) until the finished report arrives from the outbox and becomes the reply.
+ */
+import { collection, doc, limitToLast, onSnapshot, orderBy, query, where, type Firestore, type FirestoreError, type Unsubscribe } from 'firebase/firestore';
+import { ApiError, type Api } from './api';
+import { el, timeOfDay } from './dom';
+import {
+  ACTIVE_STATUSES,
+  describeStatus,
+  formatCost,
+  outboxPath,
+  readEffect,
+  readEvent,
+  readJob,
+  readResult,
+  readUnit,
+  summarizeProgress,
+  type EffectView,
+  type EventView,
+  type JobView,
+  type ResultView,
+  type UnitView,
+} from './job-model';
+import { renderMarkdown } from './markdown';
+import type { Session, TurnRecord } from './session';
+
+export interface TurnDeps {
+  readonly db: Firestore;
+  readonly api: Api;
+  readonly session: Session;
+}
+
+const TIMELINE_LIMIT = 200;
+const CANCEL_REASON = 'cancelled from the chat page';
+
+function problem(error: unknown): string {
+  if (error instanceof ApiError) return error.message;
+  return error instanceof Error ? error.message : String(error);
+}
+
+export class Turn {
+  readonly element: HTMLElement;
+  private readonly questionText = el('p', { className: 'bubble-text', testId: 'user-question' });
+  private readonly sendState = el('div', { className: 'send-state', testId: 'send-state' });
+  private readonly card = el('div', { className: 'job-card', testId: 'job-card' });
+  private readonly statusBadge = el('span', { className: 'badge', testId: 'job-status' });
+  private readonly statusText = el('span', { className: 'status-text', testId: 'status-text' });
+  private readonly jobLabel = el('span', { className: 'job-id' });
+  private readonly barFill = el('div', { className: 'fill' });
+  private readonly bar = el('div', { className: 'bar', attrs: { role: 'progressbar', 'aria-valuemin': '0', 'aria-valuemax': '100' } }, this.barFill);
+  private readonly progressText = el('p', { className: 'counts', testId: 'progress' });
+  private readonly unitsList = el('ul', { className: 'units', testId: 'units' });
+  private readonly costLine = el('p', { className: 'cost', testId: 'cost' });
+  private readonly retriesLine = el('p', { className: 'retries', testId: 'retries' });
+  private readonly waitingPanel = el('div', { className: 'panel waiting', testId: 'waiting' });
+  private readonly checkingPanel = el('div', { className: 'panel checking', testId: 'checking' });
+  private readonly skippedPanel = el('div', { className: 'panel skipped', testId: 'skipped' });
+  private readonly outcomeNote = el('p', { className: 'outcome-note', testId: 'outcome-note' });
+  private readonly readError = el('p', { className: 'error', testId: 'read-error' });
+  private readonly reply = el('div', { className: 'reply markdown', testId: 'reply' });
+  private readonly timelineSummary = el('summary');
+  private readonly timelineList = el('ol', { className: 'events' });
+  private readonly timeline = el('details', { className: 'timeline', testId: 'timeline' }, this.timelineSummary, this.timelineList);
+  private readonly cancelButton = el('button', { className: 'secondary', text: 'Cancel job', testId: 'cancel', attrs: { type: 'button' } });
+  private readonly actionMessage = el('p', { className: 'action-message', testId: 'action-message', attrs: { role: 'status' } });
+
+  private job: JobView | null = null;
+  private units: UnitView[] = [];
+  private events: EventView[] = [];
+  private unknownEffects: EffectView[] = [];
+  private result: ResultView | null = null;
+  private watchedOutbox: string | null = null;
+  private renderedWait = '';
+  private readonly subscriptions: Unsubscribe[] = [];
+
+  constructor(
+    private readonly deps: TurnDeps,
+    private readonly record: TurnRecord,
+  ) {
+    this.questionText.textContent = record.request?.question ?? 'Opened from a link';
+    const header = el('div', { className: 'status-row' }, this.statusBadge, this.statusText, this.jobLabel);
+    this.card.append(
+      header,
+      this.bar,
+      this.progressText,
+      this.unitsList,
+      this.costLine,
+      this.retriesLine,
+      this.waitingPanel,
+      this.checkingPanel,
+      this.skippedPanel,
+      this.outcomeNote,
+      this.readError,
+      this.reply,
+      el('div', { className: 'actions' }, this.cancelButton, this.actionMessage),
+      this.timeline,
+    );
+    this.card.hidden = true;
+    for (const hidden of [this.readError, this.waitingPanel, this.checkingPanel, this.skippedPanel, this.outcomeNote, this.reply, this.retriesLine]) hidden.hidden = true;
+    this.cancelButton.addEventListener('click', () => void this.cancel());
+    this.element = el(
+      'article',
+      { className: 'turn', testId: 'turn' },
+      el('div', { className: 'bubble user' }, this.questionText),
+      el('div', { className: 'bubble assistant' }, this.sendState, this.card),
+    );
+    this.render();
+  }
+
+  /** Watches the job, or sends the question first if it was never acknowledged. */
+  start(): void {
+    if (this.record.jobId) this.watch(this.record.jobId);
+    else void this.send();
+  }
+
+  get jobId(): string | null {
+    return this.record.jobId;
+  }
+
+  dispose(): void {
+    for (const unsubscribe of this.subscriptions.splice(0)) unsubscribe();
+  }
+
+  private async send(): Promise<void> {
+    const { request, key } = this.record;
+    if (!request || !key) return;
+    this.sendState.replaceChildren(el('p', { className: 'muted', text: 'Sending…' }));
+    try {
+      const answer = await this.deps.api.submit(request, key, this.deps.session.conversationId);
+      this.deps.session.setJobId(this.record, answer.taskId);
+      this.sendState.replaceChildren();
+      this.watch(answer.taskId);
+    } catch (error) {
+      const retry = !(error instanceof ApiError) || error.status === 0 || error.status === 429 || error.status >= 500;
+      const message = el('p', { className: 'error', text: `${retry ? 'Not sent' : 'Not accepted'}: ${problem(error)}` });
+      // The same Idempotency-Key again: if an earlier try did reach the server, this finds that job.
+      const again = el('button', { text: 'Try again', testId: 'retry-send', attrs: { type: 'button' } });
+      again.addEventListener('click', () => void this.send());
+      this.sendState.replaceChildren(message, ...(retry ? [again] : []));
+    }
+  }
+
+  private watch(jobId: string): void {
+    this.element.dataset.jobId = jobId;
+    this.jobLabel.textContent = `task ${jobId}`;
+    this.card.hidden = false;
+    const { db } = this.deps;
+    const failed = (what: string) => (error: FirestoreError) => {
+      this.showReadError(`Cannot read ${what}: ${error.code === 'permission-denied' ? 'it does not exist or is not yours' : error.message}`);
+    };
+    this.subscriptions.push(
+      onSnapshot(
+        doc(db, 'jobs', jobId),
+        (snapshot) => {
+          if (!snapshot.exists()) {
+            this.showReadError('This job does not exist.');
+            return;
+          }
+          this.job = readJob(jobId, snapshot.data());
+          this.watchOutbox(this.job);
+          this.render();
+        },
+        failed('the job'),
+      ),
+      onSnapshot(
+        query(collection(db, 'jobs', jobId, 'events'), orderBy('atMs'), limitToLast(TIMELINE_LIMIT)),
+        (snapshot) => {
+          this.events = snapshot.docs.map((event) => readEvent(event.id, event.data()));
+          this.render();
+        },
+        failed('the timeline'),
+      ),
+      onSnapshot(
+        collection(db, 'jobs', jobId, 'units'),
+        (snapshot) => {
+          this.units = snapshot.docs.map((unit) => readUnit(unit.id, unit.data()));
+          this.render();
+        },
+        failed('the fan-out units'),
+      ),
+      onSnapshot(
+        query(collection(db, 'jobs', jobId, 'effects'), where('state', '==', 'unknown')),
+        (snapshot) => {
+          this.unknownEffects = snapshot.docs.map((effect) => readEffect(effect.id, effect.data()));
+          this.render();
+        },
+        failed('the effect ledger'),
+      ),
+    );
+  }
+
+  /** The answer is published to the outbox in the same transaction that completes the job. */
+  private watchOutbox(job: JobView): void {
+    const path = outboxPath(job);
+    if (this.watchedOutbox === path) return;
+    this.watchedOutbox = path;
+    this.subscriptions.push(
+      onSnapshot(
+        doc(this.deps.db, path),
+        (snapshot) => {
+          this.result = snapshot.exists() ? readResult(snapshot.data()) : null;
+          this.render();
+        },
+        (error) => this.showReadError(`Cannot read the report: ${error.message}`),
+      ),
+    );
+  }
+
+  private showReadError(message: string): void {
+    this.readError.textContent = message;
+    this.readError.hidden = false;
+  }
+
+  private async cancel(): Promise<void> {
+    const job = this.job;
+    if (!job) return;
+    this.cancelButton.disabled = true;
+    this.actionMessage.textContent = 'Cancelling…';
+    try {
+      await this.deps.api.cancel(job.id, CANCEL_REASON);
+      this.actionMessage.textContent = 'Cancel request accepted.';
+    } catch (error) {
+      this.actionMessage.textContent = `Cancel failed: ${problem(error)}`;
+      this.cancelButton.disabled = false;
+    }
+  }
+
+  private async decide(questionId: string, answer: string, buttons: readonly HTMLButtonElement[]): Promise<void> {
+    const job = this.job;
+    if (!job) return;
+    for (const button of buttons) button.disabled = true;
+    this.actionMessage.textContent = `Sending your answer: ${answer}…`;
+    try {
+      await this.deps.api.decide(job.id, questionId, answer);
+      this.actionMessage.textContent = `Answered: ${answer}. The job continues.`;
+    } catch (error) {
+      this.actionMessage.textContent = `The answer was not taken: ${problem(error)}`;
+      for (const button of buttons) button.disabled = false;
+    }
+  }
+
+  private render(): void {
+    const job = this.job;
+    if (job?.question && !this.record.request) this.questionText.textContent = job.question;
+    if (!job) {
+      this.statusBadge.textContent = 'connecting';
+      return;
+    }
+    this.element.dataset.status = job.status;
+    this.statusBadge.textContent = job.status;
+    this.statusBadge.className = `badge status-${job.status}`;
+    this.statusText.textContent = describeStatus(job);
+
+    const progress = summarizeProgress(job, this.units);
+    const percent = Math.round(progress.fraction * 100);
+    this.barFill.style.width = `${percent}%`;
+    this.bar.setAttribute('aria-valuenow', String(percent));
+    const active = ACTIVE_STATUSES.has(job.status);
+    this.bar.hidden = !active;
+    const counts = [
+      job.phase ? `phase ${job.phase}` : null,
+      progress.expertSections.total > 0
+        ? `expert sections ${progress.expertSections.done}/${progress.expertSections.total}${progress.expertSections.skipped > 0 ? ` (${progress.expertSections.skipped} skipped)` : ''}`
+        : null,
+      progress.units ? `experts ${progress.units.done}/${progress.units.total} (fan-out units)` : null,
+      progress.reportSections.total > 0 ? `report sections ${progress.reportSections.done}/${progress.reportSections.total}` : null,
+    ].filter((part): part is string => part !== null);
+    this.progressText.textContent = counts.length > 0 ? counts.join(' · ') : active ? 'Waiting for the first step to start…' : '';
+    this.progressText.hidden = job.status === 'completed' || this.progressText.textContent === '';
+
+    this.unitsList.replaceChildren(
+      ...(active ? this.units : []).map((unit) => {
+        const done = unit.progress.sectionsDone ?? 0;
+        const total = unit.progress.sectionsTotal ?? job.progress.sectionsTotal ?? 0;
+        return el('li', { className: `unit unit-${unit.status}`, text: `${unit.unit}: ${unit.status}${total > 0 ? `, ${done}/${total} sections` : ''}` });
+      }),
+    );
+
+    this.costLine.textContent = formatCost(job.cost);
+    this.retriesLine.textContent =
+      job.attempts > 0 || job.staleReclaims > 0
+        ? `Recovered so far: ${job.attempts} retried error${job.attempts === 1 ? '' : 's'}, ${job.staleReclaims} reclaim${job.staleReclaims === 1 ? '' : 's'} after a worker went silent${
+            job.lastError && active ? ` (last: ${job.lastError.message})` : ''
+          }`
+        : '';
+    this.retriesLine.hidden = this.retriesLine.textContent === '';
+
+    this.renderWaiting(job);
+    this.renderChecking();
+    this.renderSkipped();
+    this.renderOutcome(job);
+
+    this.cancelButton.hidden = !active;
+
+    const last = this.events.at(-1);
+    const lastMessage = last && last.message.length > 90 ? `${last.message.slice(0, 89)}…` : last?.message;
+    this.timelineSummary.textContent = `Timeline · ${this.events.length} event${this.events.length === 1 ? '' : 's'}${lastMessage ? ` · last: ${lastMessage}` : ''}`;
+    this.timelineList.replaceChildren(
+      ...this.events.map((event) =>
+        el(
+          'li',
+          { className: `event event-${event.kind}` },
+          el('time', { text: timeOfDay(event.atMs) }),
+          el('span', { className: 'kind', text: event.kind }),
+          el('span', { className: 'message', text: `${event.unit ? `[${event.unit}] ` : ''}${event.message}` }),
+        ),
+      ),
+    );
+  }
+
+  private renderWaiting(job: JobView): void {
+    const waiting = job.status === 'waiting' ? job.waiting : null;
+    const key = waiting ? `${waiting.reason}|${waiting.questionId}|${waiting.question}|${waiting.options.join('\u0000')}|${waiting.untilMs ?? ''}` : '';
+    if (key === this.renderedWait) return;
+    this.renderedWait = key;
+    this.waitingPanel.hidden = waiting === null;
+    if (!waiting) {
+      this.waitingPanel.replaceChildren();
+      return;
+    }
+    if (waiting.reason === 'provider') {
+      const until = waiting.untilMs ? ` It tries again at ${timeOfDay(waiting.untilMs)}.` : '';
+      this.waitingPanel.replaceChildren(el('p', { text: `${waiting.question || 'The model provider is unavailable.'}${until}` }));
+      return;
+    }
+    const buttons = waiting.options.map((option) => el('button', { text: option, testId: 'decision-option', attrs: { type: 'button' } }));
+    buttons.forEach((button, index) => button.addEventListener('click', () => void this.decide(waiting.questionId, waiting.options[index] ?? '', buttons)));
+    this.waitingPanel.replaceChildren(
+      el('p', { className: 'panel-title', text: 'The job needs your decision' }),
+      el('p', { className: 'question', testId: 'decision-question', text: waiting.question }),
+      el('div', { className: 'options' }, ...buttons),
+    );
+  }
+
+  private renderChecking(): void {
+    const effects = this.unknownEffects;
+    this.checkingPanel.hidden = effects.length === 0;
+    if (effects.length === 0) return;
+    this.checkingPanel.replaceChildren(
+      el('p', { className: 'panel-title', text: 'Checking what happened' }),
+      el('p', {
+        text: `${effects.length} action${effects.length === 1 ? ' was' : 's were'} in flight and ${effects.length === 1 ? 'its' : 'their'} outcome is not known yet. It is being checked against the system of record before anything is retried.`,
+      }),
+      el('ul', {}, ...effects.map((effect) => el('li', { text: effect.intent ? `${effect.intent} (${effect.id})` : effect.id }))),
+    );
+  }
+
+  private renderSkipped(): void {
+    const skipped = this.events.filter((event) => event.kind === 'section-skipped').map((event) => event.message);
+    const missing = this.result?.missing ?? [];
+    const items = [...new Set([...skipped, ...missing])];
+    this.skippedPanel.hidden = items.length === 0;
+    if (items.length === 0) return;
+    this.skippedPanel.replaceChildren(
+      el('p', { className: 'panel-title', text: 'Skipped sections' }),
+      el('ul', {}, ...items.map((item) => el('li', { text: item }))),
+    );
+  }
+
+  private renderOutcome(job: JobView): void {
+    let note = '';
+    if (job.status === 'failed') note = `The job failed: ${job.lastError?.message ?? 'no reason recorded'}`;
+    else if (job.status === 'cancelled') note = job.cancellation?.report ?? 'Cancelled.';
+    else if (job.status === 'quarantined') note = `Quarantined: ${job.quarantine?.reason ?? 'it kept stopping its workers'}. An operator can release it.`;
+    else if (job.status === 'completed' && !this.result) note = 'Finished; loading the report…';
+    else if (job.status === 'completed' && this.result?.outcome === 'partial') note = 'Finished, but some parts are missing: they are named at the end of the report.';
+    this.outcomeNote.textContent = note;
+    this.outcomeNote.hidden = note === '';
+    const result = job.status === 'completed' ? this.result : null;
+    this.reply.hidden = result === null;
+    if (result && this.reply.dataset.rendered !== job.id) {
+      this.reply.innerHTML = renderMarkdown(result.markdown); // every piece of text escaped by the renderer
+      this.reply.dataset.rendered = job.id;
+      this.element.dataset.replied = 'true';
+    }
+  }
+}
