@@ -1,0 +1,132 @@
+/**
+ * What an operator does, through the admin SDK and the engine's own functions: every job listed,
+ * a quarantined job released, one sweep run. Locally the admin SDK talks to the emulators
+ * (FIRESTORE_EMULATOR_HOST, CLOUD_TASKS_EMULATOR_HOST); against a deployed project it uses
+ * Application Default Credentials.
+ */
+import { randomBytes } from 'node:crypto';
+import { deleteApp, initializeApp, type App } from 'firebase-admin/app';
+import { getFirestore } from 'firebase-admin/firestore';
+import { systemClock } from '../../functions/src/core/clock';
+import { describeError } from '../../functions/src/core/errors';
+import { OperatorActionRefusedError, releaseQuarantined } from '../../functions/src/engine/operator';
+import { sweep as runSweep } from '../../functions/src/engine/sweeper';
+import { decodeJob } from '../../functions/src/store/codec';
+import { cloudTasksQueue } from '../../functions/src/store/cloud-tasks-queue';
+import { JobStore } from '../../functions/src/store/job-store';
+import { JOBS } from '../../functions/src/store/paths';
+import type { TaskQueuePort } from '../../functions/src/store/task-queue';
+import { engineOptionsFromEnv } from '../../functions/src/triggers/config';
+import type { Command } from './args';
+import { CliError, connectionProblem, EXIT } from './errors';
+import { jobTable, sweepReportLines, type TimeOptions } from './format';
+import type { Io } from './io';
+import { describeTarget, ENV, type Target } from './target';
+import { jobViewFromRecord, type JobView } from './views';
+
+export interface OperatorContext {
+  readonly target: Target;
+  readonly io: Io;
+  readonly store: JobStore;
+  readonly queue: TaskQueuePort;
+  /** "Now" for a sweep; the wall clock outside tests. */
+  readonly now: () => number;
+  readonly time: TimeOptions;
+  close(): Promise<void>;
+}
+
+async function emulatorAnswers(host: string): Promise<string | null> {
+  try {
+    await fetch(`http://${host}/`, { signal: AbortSignal.timeout(3_000) });
+    return null;
+  } catch (error) {
+    return connectionProblem(error);
+  }
+}
+
+/**
+ * The admin SDK on the target. Locally it first checks that the Firestore emulator answers (the
+ * SDK would otherwise retry for minutes), and points this process's FIRESTORE_EMULATOR_HOST and
+ * CLOUD_TASKS_EMULATOR_HOST at the local stack.
+ */
+export async function openOperatorContext(target: Target, io: Io, env: NodeJS.ProcessEnv = process.env): Promise<OperatorContext> {
+  let app: App;
+  const name = `phaseline-cli-${randomBytes(4).toString('hex')}`;
+  if (target.kind === 'local') {
+    const problem = await emulatorAnswers(target.hosts.firestore);
+    if (problem !== null) {
+      throw new CliError(`Could not reach the Firestore emulator at ${target.hosts.firestore} (${problem}). Is the local stack running? Start it with \`npm start\`.`);
+    }
+    process.env[ENV.firestoreEmulator] = target.hosts.firestore;
+    process.env[ENV.tasksEmulator] = target.hosts.tasks;
+    // Google's auth library otherwise probes the GCE metadata server (a non-loopback address) for
+    // credentials the emulators do not need.
+    process.env[ENV.metadataServerDetection] ??= 'none';
+    // A service account ID spares the task enqueue a metadata-server probe under the emulator.
+    app = initializeApp({ projectId: target.projectId, serviceAccountId: `${target.projectId}@appspot.gserviceaccount.com` }, name);
+  } else {
+    app = initializeApp({ projectId: target.projectId }, name);
+  }
+  const db = getFirestore(app);
+  return {
+    target,
+    io,
+    store: new JobStore(db, systemClock, engineOptionsFromEnv(env)),
+    queue: cloudTasksQueue(app),
+    now: () => Date.now(),
+    time: {},
+    close: async () => {
+      await db.terminate();
+      await deleteApp(app);
+    },
+  };
+}
+
+type ListCommand = Extract<Command, { name: 'list' }>;
+type ReleaseCommand = Extract<Command, { name: 'release' }>;
+
+/** Every user's jobs, newest first (a single-field index: no composite index needed). */
+export async function listAll(ctx: OperatorContext, command: ListCommand): Promise<number> {
+  const snapshot = await ctx.store.db.collection(JOBS).orderBy('createdAt', 'desc').limit(command.limit).get();
+  const jobs: JobView[] = [];
+  for (const document of snapshot.docs) {
+    try {
+      jobs.push(jobViewFromRecord(decodeJob(document.id, document.data())));
+    } catch (error) {
+      ctx.io.err(`Skipped job ${document.id}: ${describeError(error)}`);
+    }
+  }
+  ctx.io.err(`Jobs of every user on ${describeTarget(ctx.target)}, newest first:`);
+  for (const line of jobTable(jobs, { ...ctx.time, withOwner: true })) ctx.io.out(line);
+  return EXIT.ok;
+}
+
+/** Sends a quarantined job back to the queue (the engine's releaseQuarantined); any other status is refused. */
+export async function release(ctx: OperatorContext, command: ReleaseCommand): Promise<number> {
+  let result;
+  try {
+    result = await releaseQuarantined(ctx.store, ctx.queue, command.jobId, ctx.now(), (message, detail) =>
+      ctx.io.err(`warning: ${message}${detail ? ` ${JSON.stringify(detail)}` : ''}`),
+    );
+  } catch (error) {
+    if (error instanceof OperatorActionRefusedError) throw new CliError(`Release refused: ${error.message}`);
+    throw error;
+  }
+  ctx.io.out(`Released job ${command.jobId}: queued at step ${result.job.step}, attempts and stale reclaims reset to 0.`);
+  ctx.io.out(
+    result.enqueued
+      ? `Task ${result.taskId} enqueued.`
+      : `Its task ${result.taskId} could not be enqueued; the job stays queued and the sweeper dispatches it once the lost-task grace period has passed.`,
+  );
+  return EXIT.ok;
+}
+
+/** One sweep, run here with the engine's sweep(); exits 1 when a query or a document failed. */
+export async function sweep(ctx: OperatorContext): Promise<number> {
+  const report = await runSweep(
+    { store: ctx.store, queue: ctx.queue, log: (message, detail) => ctx.io.err(`warning: ${message}${detail ? ` ${JSON.stringify(detail)}` : ''}`) },
+    ctx.now(),
+  );
+  for (const line of sweepReportLines(report)) ctx.io.out(line);
+  return report.errors > 0 ? EXIT.failure : EXIT.ok;
+}

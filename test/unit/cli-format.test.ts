@@ -1,0 +1,268 @@
+import type { SweepReport } from '../../functions/src/engine/sweeper';
+import {
+  byTime,
+  clockTime,
+  costSummary,
+  dateTime,
+  duration,
+  finalLines,
+  jobTable,
+  progressBar,
+  progressOf,
+  statusLine,
+  sweepReportLines,
+  timelineLine,
+} from '../../scripts/cli/format';
+import { queueStatsLines } from '../../scripts/cli/queue-commands';
+import type { EventView, JobView } from '../../scripts/cli/views';
+
+const UTC = { timeZone: 'UTC' };
+const T0 = Date.UTC(2026, 2, 14, 9, 26, 53);
+
+function job(overrides: Partial<JobView> = {}): JobView {
+  return {
+    id: 'job-1',
+    owner: 'user-1',
+    pipeline: 'research',
+    status: 'running',
+    outcome: null,
+    phase: 'final-document',
+    progress: {},
+    cost: {},
+    waiting: null,
+    lastError: null,
+    quarantine: null,
+    cancellation: null,
+    fanout: null,
+    conversationId: null,
+    createdAtMs: T0,
+    updatedAtMs: T0,
+    finishedAtMs: null,
+    ...overrides,
+  };
+}
+
+const event = (id: string, atMs: number, overrides: Partial<EventView> = {}): EventView => ({ id, kind: 'claimed', message: 'Claimed by w (epoch 1)', unit: null, atMs, ...overrides });
+
+describe('progress bar', () => {
+  test.each([
+    [0, '[░░░░░░░░░░]'],
+    [0.5, '[█████░░░░░]'],
+    [0.34, '[███░░░░░░░]'],
+    [1, '[██████████]'],
+    [1.7, '[██████████]'],
+    [-1, '[░░░░░░░░░░]'],
+    [Number.NaN, '[░░░░░░░░░░]'],
+  ])('%d fills %s', (fraction, bar) => {
+    expect(progressBar(fraction, 10)).toBe(bar);
+  });
+
+  test('is 24 cells wide by default', () => {
+    expect(progressBar(0.25)).toBe(`[${'█'.repeat(6)}${'░'.repeat(18)}]`);
+  });
+});
+
+describe('progress of a job', () => {
+  test('a fan-out in progress counts its units', () => {
+    expect(progressOf(job({ phase: 'expert-content', fanout: { phase: 'expert-content', epoch: 3, units: 4, done: 1 }, progress: { sectionsTotal: 3 } }))).toEqual({
+      fraction: 0.25,
+      detail: 'expert-content: 1/4 units',
+    });
+  });
+
+  test('otherwise the sections of the phase: the final document\'s, or plain sections', () => {
+    expect(progressOf(job({ progress: { sectionsTotal: 4, documentSectionsDone: 3 } }))).toEqual({ fraction: 0.75, detail: 'final-document: 3/4 sections' });
+    expect(progressOf(job({ phase: 'measure', progress: { sectionsTotal: 5, sectionsDone: 2 } }))).toEqual({ fraction: 0.4, detail: 'measure: 2/5 sections' });
+    expect(progressOf(job({ phase: 'outline', progress: { sectionsTotal: 3 } }))).toEqual({ fraction: 0, detail: 'outline: 0/3 sections' });
+  });
+
+  test('nothing to measure by: no fraction, just the phase', () => {
+    expect(progressOf(job({ phase: 'outline' }))).toEqual({ fraction: null, detail: 'outline' });
+    expect(progressOf(job({ status: 'queued', phase: null }))).toEqual({ fraction: null, detail: 'not started' });
+  });
+
+  test('a completed job is whole', () => {
+    expect(progressOf(job({ status: 'completed', outcome: 'partial', phase: null }))).toEqual({ fraction: 1, detail: 'done' });
+  });
+});
+
+describe('status line', () => {
+  test('running, with the phase\'s progress and the cost', () => {
+    expect(statusLine(job({ progress: { sectionsTotal: 4, documentSectionsDone: 2 }, cost: { spentUsd: 0.00213, modelCalls: 14, toolCalls: 1 } }), UTC)).toBe(
+      `running     [${'█'.repeat(12)}${'░'.repeat(12)}]  50%  final-document: 2/4 sections · $0.0021 · 14 model calls · 1 tool call`,
+    );
+  });
+
+  test('unmeasured progress shows no percentage', () => {
+    expect(statusLine(job({ status: 'queued', phase: null }))).toBe(`queued      [${'░'.repeat(24)}]   --  not started`);
+  });
+
+  test('waiting for a decision names the question; a provider wait says when it resumes', () => {
+    const decision = { reason: 'decision' as const, questionId: 'scope', question: 'How deep?', options: ['a', 'b'], untilMs: null };
+    expect(statusLine(job({ status: 'waiting', waiting: decision }), UTC)).toMatch(/^waiting {5}\[.*\] +-- {2}needs your decision: How deep\?$/);
+    const provider = { reason: 'provider' as const, questionId: 'provider', question: 'Provider down', options: [], untilMs: T0 + 90_000 };
+    expect(statusLine(job({ status: 'waiting', waiting: provider }), UTC)).toMatch(/provider unavailable; resumes by itself at 09:28:23$/);
+  });
+
+  test('a retry names the error that caused it', () => {
+    const lastError = { code: 'rate_limited', message: 'slow down', retryable: true, atMs: T0 };
+    expect(statusLine(job({ status: 'queued', lastError }))).toMatch(/ retrying final-document after rate_limited$/);
+  });
+
+  test('the ends say why', () => {
+    expect(statusLine(job({ status: 'failed', lastError: { code: 'terminal', message: 'bad input', retryable: false, atMs: T0 } }))).toMatch(/failed: bad input$/);
+    expect(statusLine(job({ status: 'cancelled', cancellation: { reason: 'too slow', report: 'r', atMs: T0 } }))).toMatch(/cancelled: too slow$/);
+    expect(statusLine(job({ status: 'quarantined', quarantine: { reason: 'lease expired 4 times', atMs: T0 } }))).toMatch(/quarantined: lease expired 4 times$/);
+    expect(statusLine(job({ status: 'completed', outcome: 'partial', phase: null }))).toBe(`completed   [${'█'.repeat(24)}] 100%  completed, partial`);
+  });
+});
+
+describe('timeline', () => {
+  test('a line: clock time, kind, unit, message', () => {
+    expect(timelineLine(event('j00000002', T0), UTC)).toBe('09:26:53  claimed       Claimed by w (epoch 1)');
+    expect(timelineLine(event('u-e1-0001', T0 + 1_000, { kind: 'checkpointed', message: 'Section h2 recorded', unit: 'e1' }), UTC)).toBe(
+      '09:26:54  checkpointed  [e1] Section h2 recorded',
+    );
+  });
+
+  test('a kind longer than the column still leaves a space', () => {
+    expect(timelineLine(event('j1', T0, { kind: 'section-skipped', message: 'm' }), UTC)).toBe('09:26:53  section-skipped m');
+  });
+
+  test('events sort by time, then by ID', () => {
+    const sorted = [event('j00000003', T0 + 5), event('u-e1-x', T0), event('j00000002', T0)].sort(byTime).map((item) => item.id);
+    expect(sorted).toEqual(['j00000002', 'u-e1-x', 'j00000003']);
+  });
+
+  test('times in a given zone', () => {
+    expect(clockTime(T0, { timeZone: 'Asia/Tokyo' })).toBe('18:26:53');
+    expect(dateTime(T0, UTC)).toBe('2026-03-14 09:26');
+  });
+});
+
+describe('numbers', () => {
+  test.each([
+    [0, '0 ms'],
+    [850, '850 ms'],
+    [42_400, '42 s'],
+    [185_000, '3m 05s'],
+    [7_620_000, '2h 07m'],
+  ])('duration(%d) = %s', (ms, text) => {
+    expect(duration(ms)).toBe(text);
+  });
+
+  test('cost: dollars, model and tool calls, or nothing', () => {
+    expect(costSummary({ spentUsd: 1.234, modelCalls: 1, toolCalls: 2, inputTokens: 9 })).toBe('$1.23 · 1 model call · 2 tool calls');
+    expect(costSummary({ spentUsd: 0 })).toBe('$0.0000');
+    expect(costSummary({})).toBeNull();
+  });
+});
+
+describe('the end of a watch', () => {
+  test('completed: how long, where the report is, the cost', () => {
+    const done = job({ status: 'completed', outcome: 'complete', finishedAtMs: T0 + 125_000, cost: { spentUsd: 0.5 } });
+    expect(finalLines(done, 'jobs/job-1/results/final')).toEqual(['Completed in 2m 05s.', 'Report: jobs/job-1/results/final', 'Cost: $0.5000']);
+    expect(finalLines({ ...done, outcome: 'partial' }, 'p')[0]).toBe('Completed (partial: some parts are missing, named in the report) in 2m 05s.');
+  });
+
+  test('waiting for a decision: the question, the options and the command to answer', () => {
+    const waiting = job({ status: 'waiting', waiting: { reason: 'decision', questionId: 'scope', question: 'How deep?', options: ['shallow', 'deep'], untilMs: null } });
+    expect(finalLines(waiting, 'p')).toEqual(['Waiting for your decision: How deep?', 'Options: "shallow", "deep"', 'Answer with: phaseline decide job-1 scope <option>']);
+  });
+
+  test('failed, cancelled, quarantined: the reason and what can be done', () => {
+    expect(finalLines(job({ status: 'failed', finishedAtMs: T0 + 2_000, lastError: { code: 'terminal', message: 'bad input', retryable: false, atMs: T0 } }), 'p')).toEqual([
+      'Failed in 2 s: bad input (terminal)',
+    ]);
+    expect(finalLines(job({ status: 'cancelled', finishedAtMs: T0, cancellation: { reason: 'r', report: 'Cancelled during outline.', atMs: T0 } }), 'p')).toEqual([
+      'Cancelled in 0 ms.',
+      'Cancelled during outline.',
+    ]);
+    expect(finalLines(job({ status: 'quarantined', quarantine: { reason: 'lease expired 4 times', atMs: T0 } }), 'p')).toEqual([
+      'Quarantined: lease expired 4 times.',
+      'It keeps killing its workers; once the cause is fixed an operator can run: phaseline release job-1',
+    ]);
+  });
+});
+
+describe('tables', () => {
+  test('jobs: aligned columns, the owner only when asked for', () => {
+    const rows = [job({ id: 'kAbc', status: 'completed', outcome: 'complete', phase: null }), job({ id: 'j2', pipeline: 'canary', progress: { sectionsTotal: 3, sectionsDone: 1 }, phase: 'measure' })];
+    expect(jobTable(rows, UTC)).toEqual([
+      'JOB   STATUS     PIPELINE  PROGRESS  CREATED           DETAIL',
+      'kAbc  completed  research  100%      2026-03-14 09:26  completed',
+      'j2    running    canary    33%       2026-03-14 09:26  measure: 1/3 sections',
+    ]);
+    expect(jobTable(rows, { ...UTC, withOwner: true })[0]).toBe('JOB   STATUS     PIPELINE  PROGRESS  CREATED           OWNER   DETAIL');
+    expect(jobTable([], UTC)).toEqual(['No jobs.']);
+  });
+
+  test('a long detail is cut', () => {
+    const [, row] = jobTable([job({ status: 'failed', lastError: { code: 'x', message: 'y'.repeat(200), retryable: false, atMs: T0 } })], UTC);
+    expect(row?.endsWith('…')).toBe(true);
+    expect(row?.length).toBeLessThan(140);
+  });
+
+  test('a sweep report', () => {
+    const report: SweepReport = {
+      nowMs: T0,
+      reclaimed: 2,
+      unitsReclaimed: 1,
+      quarantined: 1,
+      redispatched: 0,
+      unitsRedispatched: 0,
+      resumed: 1,
+      parkedUnits: 0,
+      skipped: 1,
+      enqueued: 3,
+      enqueueFailures: 1,
+      errors: 1,
+      queryPages: 5,
+      queryDocuments: 6,
+      documentsRead: 12,
+      truncated: ['expiredJobLeases'],
+    };
+    expect(sweepReportLines(report)).toEqual([
+      'Sweep at 2026-03-14T09:26:53.000Z:',
+      '  reclaimed      2 expired job leases, 1 expired unit lease',
+      '  quarantined    1 job',
+      '  re-dispatched  0 jobs and 0 units whose task went missing',
+      '  resumed        1 job whose provider wait was over',
+      '  parked         0 leftover units',
+      '  left alone     1 document that changed since the query',
+      '  tasks          3 enqueued, 1 failed (a failed one is dispatched again by a later sweep)',
+      '  read           12 documents in 5 query pages',
+      '  errors         1 (see the warnings above; the next sweep tries again)',
+      '  unfinished     expiredJobLeases hit the page limit; the next sweep continues',
+    ]);
+  });
+
+  test('queue statistics', () => {
+    const stats = {
+      name: 'projects/p/locations/us-central1/queues/runJobStep',
+      state: 'RUNNING',
+      tasks: 12,
+      oldestTaskMs: T0 - 243_000,
+      dispatchedLastMinute: 30,
+      running: 4,
+      effectiveRatePerSecond: 12.345,
+      maxRatePerSecond: 50,
+      maxConcurrent: 100,
+    };
+    expect(queueStatsLines(stats, T0, UTC)).toEqual([
+      'Queue projects/p/locations/us-central1/queues/runJobStep: RUNNING',
+      '  tasks waiting  12',
+      '  oldest task    2026-03-14 09:22 (4m 03s ago)',
+      '  dispatched     30 in the last minute',
+      '  running now    4',
+      '  dispatch rate  12.35/s (at most 50/s, 100 at once)',
+    ]);
+    expect(queueStatsLines({ ...stats, tasks: 0, effectiveRatePerSecond: null, maxConcurrent: null }, T0, UTC).slice(1)).toEqual([
+      '  tasks waiting  0',
+      '  oldest task    none',
+      '  dispatched     30 in the last minute',
+      '  running now    4',
+      '  dispatch rate  unknown (at most 50/s, unknown at once)',
+    ]);
+  });
+});
