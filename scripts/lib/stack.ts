@@ -14,7 +14,8 @@ export async function runUnderEmulators(script: string): Promise<number> {
   const firestore = await startFirestoreEmulator();
   // Clients (the page, the e2e tests) read under the project's real rules.
   await loadSecurityRules(firestore.host, DEMO_PROJECT_ID, join(REPO_ROOT, 'firestore.rules'));
-  const env = { ...process.env, CI: 'true', FIRESTORE_EMULATOR_HOST: firestore.host, GCLOUD_PROJECT: DEMO_PROJECT_ID };
+  // METADATA_SERVER_DETECTION: under the emulators nothing should probe the cloud metadata server.
+  const env = { ...process.env, CI: 'true', FIRESTORE_EMULATOR_HOST: firestore.host, GCLOUD_PROJECT: DEMO_PROJECT_ID, METADATA_SERVER_DETECTION: 'none' };
   const child = spawnGroup(
     FIREBASE_BIN,
     ['emulators:exec', '--only', 'functions,tasks,auth', '--project', DEMO_PROJECT_ID, script],

@@ -414,3 +414,14 @@ test('a job that keeps killing its workers is quarantined after the limit with t
   await harness.drain();
   expect((await readJob(jobId)).status).toBe('completed');
 });
+
+test('a job sent round again after it had published completes without publishing a second answer', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  await harness.drain();
+  const first = (await db().doc(`${JOBS}/${jobId}/results/final`).get()).data();
+  // As an operator's release of a job that had in fact published would leave it.
+  await db().doc(`${JOBS}/${jobId}`).update({ status: 'queued', step: 20, outcome: null, finishedAt: null });
+  expect((await runStep(harness.deps(), { jobId, step: 20 })).kind).toBe('completed');
+  expect((await db().collection(`${JOBS}/${jobId}/results`).get()).size).toBe(1);
+  expect((await db().doc(`${JOBS}/${jobId}/results/final`).get()).data()).toEqual(first);
+});

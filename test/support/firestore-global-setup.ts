@@ -10,4 +10,6 @@ export default async function setup(): Promise<void> {
   globalThis.phaselineFirestoreEmulator = emulator;
   // Jest workers are forked after global setup, so they inherit this.
   process.env.FIRESTORE_EMULATOR_HOST = emulator.host;
+  // Only emulators here: no client library should probe the cloud metadata server.
+  process.env.METADATA_SERVER_DETECTION = 'none';
 }

@@ -431,18 +431,22 @@ async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<s
       const unresolved = await unresolvedEffectKeys(tx, store.db, job.id);
       if (unresolved.length > 0) throw new UnresolvedEffectsError(unresolved);
       const outbox = store.db.doc(job.conversationId ? messagePath(job.conversationId, job.id) : resultPath(job.id));
-      // create(): if a result were somehow there already, the whole completion fails rather than publish twice.
-      tx.create(outbox, {
-        jobId: job.id,
-        owner: job.owner,
-        role: 'assistant',
-        pipeline: job.pipeline,
-        outcome: result.outcome,
-        title: result.title,
-        markdown: result.markdown,
-        missing: result.missing,
-        createdAtMs: nowMs,
-      });
+      // The outbox ID is the job's own: an answer already there (a job an operator released after it
+      // had published) is kept as it is, never published a second time.
+      const published = await tx.get(outbox);
+      if (!published.exists) {
+        tx.create(outbox, {
+          jobId: job.id,
+          owner: job.owner,
+          role: 'assistant',
+          pipeline: job.pipeline,
+          outcome: result.outcome,
+          title: result.title,
+          markdown: result.markdown,
+          missing: result.missing,
+          createdAtMs: nowMs,
+        });
+      }
       const next: JobRecord = { ...job, status: 'completed', outcome: result.outcome, lease: null, finishedAtMs: nowMs, phase: null };
       const summary = result.missing.length > 0 ? `Completed (partial; missing: ${result.missing.join(', ')})` : 'Completed';
       return { next, events: [...notes, { kind: 'completed', message: summary }], value: undefined };
