@@ -3,6 +3,7 @@ import { onTaskDispatched } from 'firebase-functions/v2/tasks';
 import { systemClock } from '../core/clock';
 import { runStep, type RunnerDeps } from '../engine/runner';
 import { pipelines } from '../pipelines';
+import { modelApiKey } from '../pipelines/providers';
 import { cloudTasksQueue } from '../store/cloud-tasks-queue';
 import { JobStore } from '../store/job-store';
 import { adminApp, firestore } from './admin';
@@ -30,6 +31,9 @@ export const runJobStep = onTaskDispatched<unknown>(
     rateLimits: { maxConcurrentDispatches: 100, maxDispatchesPerSecond: 50 },
     timeoutSeconds: 540,
     memory: '512MiB',
+    // The API key is bound only when a keyed provider is configured (read from functions/.env.<project>
+    // at deploy), so the offline default and the emulators need no secret.
+    secrets: process.env.PHASELINE_PROVIDER === 'openai-compatible' ? [modelApiKey] : [],
   },
   async (request) => {
     const outcome = await runStep(runnerDeps(), request.data);
