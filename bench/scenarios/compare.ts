@@ -1,0 +1,152 @@
+/**
+ * Phaseline against the two baselines on the same research jobs, with and without the fault
+ * schedule, and the same phases in-process with no durability (the overhead yardstick).
+ *
+ * Each repeat runs every implementation (the order rotates between repeats) on every input,
+ * fault-free and then with faults. Figures per job: model and tool calls (and the extra ones a
+ * fault caused: the faulted run minus the fault-free run of the same implementation, input and
+ * repeat), real wall time, virtual recovery wait, published results, Firestore reads and writes.
+ */
+import { ManualClock } from '../../functions/src/core/clock';
+import { resolveEngineOptions } from '../../functions/src/core/options';
+import type { ResearchInput } from '../../functions/src/pipelines/research';
+import { firestoreCircuit } from '../../functions/src/store/provider-circuit';
+import { BaselineRunner, type BaselineKind } from '../lib/baselines';
+import { billedReads, type FirestoreCounts } from '../lib/counting';
+import type { Fault, FaultEvent } from '../lib/faults';
+import type { ProjectClients } from '../lib/firestore';
+import { PhaselineDriver } from '../lib/phaseline-driver';
+import { agentSections, closedCircuit, researchKit } from '../lib/workload';
+
+export const IMPLEMENTATIONS = ['phaseline', 'whole-job', 'phase-checkpoints'] as const;
+export type Implementation = (typeof IMPLEMENTATIONS)[number] | 'in-memory';
+
+export interface JobSample {
+  readonly implementation: Implementation;
+  readonly faulted: boolean;
+  readonly repeat: number;
+  readonly input: number;
+  readonly sections: number;
+  readonly status: string;
+  readonly outcome: string | null;
+  readonly wallMs: number;
+  readonly virtualWaitMs: number;
+  readonly waits: Readonly<Record<string, number>>;
+  readonly modelCalls: number;
+  /** Model calls whose exact request had been sent before in this job. */
+  readonly repeatedModelCalls: number;
+  readonly toolCalls: number;
+  /** Tool executions of a call ID that had run before in this job. */
+  readonly repeatedToolCalls: number;
+  readonly published: number;
+  readonly reads: number;
+  readonly writes: number;
+  readonly counts: FirestoreCounts | null;
+  /** Tasks run (Phaseline) or task deliveries (baselines). */
+  readonly deliveries: number;
+  readonly workersLost: number;
+  readonly zombieOutcomes: readonly string[];
+  readonly faultEvents: readonly FaultEvent[];
+}
+
+export interface CompareConfig {
+  readonly repeats: number;
+  readonly inputs: readonly ResearchInput[];
+  readonly faults: readonly Fault[];
+  readonly latencyMs: number;
+  readonly phaselineProject: ProjectClients;
+  readonly baselineProject: ProjectClients;
+  readonly log?: (line: string) => void;
+}
+
+function repeatedExecutions(byCallId: Readonly<Record<string, number>>): number {
+  return Object.values(byCallId).reduce((sum, count) => sum + Math.max(0, count - 1), 0);
+}
+
+async function publishedCount(project: ProjectClients, jobId: string): Promise<number> {
+  return (await project.inspector.collection(`jobs/${jobId}/results`).get()).size;
+}
+
+async function runPhaseline(config: CompareConfig, driver: PhaselineDriver, input: ResearchInput, faulted: boolean): Promise<Omit<JobSample, 'repeat' | 'input' | 'implementation' | 'faulted'>> {
+  const project = config.phaselineProject;
+  const kit = researchKit(driver.clock, faulted ? config.faults : [], firestoreCircuit(project.db, 'offline'), config.latencyMs);
+  project.counter.reset();
+  const run = await driver.runJob(kit.registry, 'research', input, { wakeFrozen: () => kit.provider.wakeFrozen() });
+  const counts = project.counter.snapshot();
+  return {
+    sections: agentSections(input),
+    status: run.status,
+    outcome: run.outcome,
+    wallMs: run.wallMs,
+    virtualWaitMs: run.virtualWaitMs,
+    waits: run.waits,
+    modelCalls: kit.provider.calls,
+    repeatedModelCalls: kit.provider.repeatedCalls,
+    toolCalls: kit.toolbox.stats().total,
+    repeatedToolCalls: repeatedExecutions(kit.toolbox.stats().byCallId),
+    published: await publishedCount(project, run.jobId),
+    reads: billedReads(counts),
+    writes: counts.writes,
+    counts,
+    deliveries: run.tasks,
+    workersLost: run.workersLost,
+    zombieOutcomes: run.zombieOutcomes,
+    faultEvents: [...kit.provider.events],
+  };
+}
+
+async function runBaseline(config: CompareConfig, kind: BaselineKind, input: ResearchInput, faulted: boolean): Promise<Omit<JobSample, 'repeat' | 'input' | 'implementation' | 'faulted'>> {
+  const project = kind === 'in-memory' ? null : config.baselineProject;
+  const clock = new ManualClock();
+  const kit = researchKit(clock, faulted ? config.faults : [], closedCircuit, config.latencyMs);
+  const runner = new BaselineRunner(kind, project, clock);
+  project?.counter.reset();
+  const run = await runner.runJob(kit.pipeline, input, { wakeFrozen: () => kit.provider.wakeFrozen() });
+  const counts = project ? project.counter.snapshot() : null;
+  return {
+    sections: agentSections(input),
+    status: run.status,
+    outcome: run.outcome,
+    wallMs: run.wallMs,
+    virtualWaitMs: run.virtualWaitMs,
+    waits: run.waits,
+    modelCalls: kit.provider.calls,
+    repeatedModelCalls: kit.provider.repeatedCalls,
+    toolCalls: kit.toolbox.stats().total,
+    repeatedToolCalls: repeatedExecutions(kit.toolbox.stats().byCallId),
+    published: project ? await publishedCount(project, run.jobId) : run.status === 'completed' ? 1 : 0,
+    reads: counts ? billedReads(counts) : 0,
+    writes: counts ? counts.writes : 0,
+    counts,
+    deliveries: run.attempts,
+    workersLost: run.workersLost,
+    zombieOutcomes: run.zombieOutcomes,
+    faultEvents: [...kit.provider.events],
+  };
+}
+
+export async function runComparison(config: CompareConfig): Promise<JobSample[]> {
+  const samples: JobSample[] = [];
+  const log = config.log ?? (() => undefined);
+  for (let repeat = 0; repeat < config.repeats; repeat += 1) {
+    await config.phaselineProject.reset();
+    await config.baselineProject.reset();
+    const driver = new PhaselineDriver(config.phaselineProject, resolveEngineOptions());
+    // Rotate the order so that no implementation always runs first (cold caches) or last.
+    const order: Implementation[] = [...IMPLEMENTATIONS.slice(repeat % 3), ...IMPLEMENTATIONS.slice(0, repeat % 3), 'in-memory'];
+    for (const implementation of order) {
+      for (const faulted of implementation === 'in-memory' ? [false] : [false, true]) {
+        for (const [index, input] of config.inputs.entries()) {
+          const sample =
+            implementation === 'phaseline' ? await runPhaseline(config, driver, input, faulted) : await runBaseline(config, implementation, input, faulted);
+          samples.push({ implementation, faulted, repeat, input: index, ...sample });
+          log(
+            `  compare r${repeat} ${implementation}${faulted ? ' +faults' : ''} job ${index}: ${sample.status}/${sample.outcome ?? '-'} ` +
+              `${Math.round(sample.wallMs)} ms, ${sample.modelCalls} model calls (${sample.repeatedModelCalls} repeated), ${sample.published} published, ${sample.reads} reads, ${sample.writes} writes`,
+          );
+        }
+      }
+    }
+  }
+  return samples;
+}
