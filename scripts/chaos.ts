@@ -1,0 +1,55 @@
+/**
+ * `npm run chaos -- --jobs N --seed S`: the chaos soak.
+ *
+ * Starts the real local stack (the official Firestore emulator, firebase-tools' functions, tasks
+ * and auth emulators, the sweeper every 2 s) with 8-second leases and a receiver for the notify
+ * jobs; submits a seeded mix of small research, notify and canary jobs over HTTP as signed-in
+ * users, with bounded concurrency; injects seeded faults while they run (function workers killed
+ * mid-step, leases expired under live owners, provider error waves, receiver outages, Firestore
+ * stopped mid-write, duplicate task deliveries, retried submissions); once the faults stop,
+ * answers "retry the unknown ones" to jobs that wait on effects nobody could check; then checks
+ * every invariant against Firestore and the receiver, prints the table, and exits 1 when one
+ * broke (printing the seed to replay), 2 when the run itself could not be made.
+ *
+ * Options:
+ *   --jobs N            jobs to submit (default 20)
+ *   --seed S            any text; the default is drawn at random and printed
+ *   --concurrency C     jobs in flight at once (default min(8, N))
+ *   --time-limit S      seconds for the whole run, startup included (default 300 + 10 per job)
+ *   --fault-window S    seconds of fault injection from the first submission (default 2.5 per job, 30 to 900)
+ *   --quiet             print only faults that found no target, submissions that failed, and the report
+ *
+ * The seed fixes the job mix, the fault schedule (times, kinds, parameters), the provider waves and
+ * the sequence of target draws; which job a fault hits depends on what runs at that moment, so a
+ * replay repeats the schedule, not the exact interleaving.
+ *
+ * The stack uses the ports in firebase.json, so it cannot run beside `npm start` or `npm test` on
+ * the same machine (or run it in its own network namespace: `unshare -n`).
+ */
+import { parseChaosArgs, USAGE } from './chaos/args';
+import { runChaos, type ChaosOptions } from './chaos/run';
+
+async function main(): Promise<number> {
+  let options: ChaosOptions | { readonly help: true };
+  try {
+    options = parseChaosArgs(process.argv.slice(2));
+  } catch (error) {
+    console.error(error instanceof Error ? error.message : String(error));
+    return 2;
+  }
+  if ('help' in options) {
+    console.log(USAGE);
+    return 0;
+  }
+  return runChaos(options);
+}
+
+if (require.main === module) {
+  main().then(
+    (code) => process.exit(code),
+    (error: unknown) => {
+      console.error(error instanceof Error ? (error.stack ?? error.message) : String(error));
+      process.exit(2);
+    },
+  );
+}

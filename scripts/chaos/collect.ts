@@ -1,0 +1,140 @@
+/**
+ * Reads everything the invariant checker needs from Firestore with the Admin SDK: every job, its
+ * subcollections, the published answers, each document with its commit time. Reading is
+ * tolerant (a field of the wrong type reads as absent): the checker, not the reader, decides what
+ * is wrong, and a malformed document must not hide the rest.
+ */
+import type { DocumentSnapshot, Firestore, Timestamp } from 'firebase-admin/firestore';
+import type { CheckpointDoc, CollectedJob, EffectDoc, EventDoc, JobDoc, ResultDoc, SectionDoc, TranscriptDoc } from './model';
+
+/** Microseconds since 1970: exact in a double for the next few centuries. */
+export function micros(time: Timestamp | undefined): number {
+  if (!time) return Number.NaN;
+  return time.seconds * 1_000_000 + Math.floor(time.nanoseconds / 1_000);
+}
+
+type Data = Readonly<Record<string, unknown>>;
+
+const text = (value: unknown): string | null => (typeof value === 'string' ? value : null);
+const num = (value: unknown, fallback = 0): number => (typeof value === 'number' && Number.isFinite(value) ? value : fallback);
+const record = (value: unknown): Data | null => (value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Data) : null);
+const strings = (value: unknown): string[] => (Array.isArray(value) ? value.filter((item): item is string => typeof item === 'string') : []);
+const numbers = (value: unknown): Record<string, number> => {
+  const out: Record<string, number> = {};
+  for (const [name, item] of Object.entries(record(value) ?? {})) if (typeof item === 'number') out[name] = item;
+  return out;
+};
+const millisOf = (value: unknown): number | null => {
+  const candidate = value as { toMillis?: unknown } | null;
+  return candidate !== null && typeof candidate === 'object' && typeof candidate.toMillis === 'function' ? (candidate.toMillis as () => number)() : null;
+};
+
+function commit(snapshot: DocumentSnapshot): number {
+  return micros(snapshot.updateTime);
+}
+
+export function jobDocFrom(data: Data): JobDoc {
+  const waiting = record(data.waiting);
+  const lastError = record(data.lastError);
+  const quarantine = record(data.quarantine);
+  const cancellation = record(data.cancellation);
+  return {
+    status: text(data.status) ?? '(none)',
+    outcome: text(data.outcome),
+    pipeline: text(data.pipeline) ?? '(none)',
+    idempotencyKey: text(data.idempotencyKey),
+    owner: text(data.owner) ?? '',
+    epoch: num(data.epoch, -1),
+    staleReclaims: num(data.staleReclaims),
+    attempts: num(data.attempts),
+    waiting: waiting && {
+      reason: text(waiting.reason) ?? '',
+      questionId: text(waiting.questionId) ?? '',
+      question: text(waiting.question) ?? '',
+      options: strings(waiting.options),
+      untilMs: millisOf(waiting.until),
+    },
+    lastError: lastError && { code: text(lastError.code) ?? '', message: text(lastError.message) ?? '' },
+    quarantine: quarantine && { reason: text(quarantine.reason) ?? '' },
+    cancellation: cancellation && { reason: text(cancellation.reason) ?? '' },
+    cost: numbers(data.cost),
+    decisions: Object.fromEntries(Object.entries(record(data.decisions) ?? {}).filter((entry): entry is [string, string] => typeof entry[1] === 'string')),
+  };
+}
+
+async function collectJob(db: Firestore, snapshot: DocumentSnapshot, messages: readonly ResultDoc[]): Promise<CollectedJob> {
+  const ref = snapshot.ref;
+  const [events, sections, checkpoints, transcripts, effects, results] = await Promise.all(
+    ['events', 'sections', 'checkpoints', 'transcripts', 'effects', 'results'].map((name) => ref.collection(name).get()),
+  );
+  const docs = (query: typeof events) => query?.docs ?? [];
+  return {
+    id: ref.id,
+    job: jobDocFrom(snapshot.data() ?? {}),
+    events: docs(events).map(
+      (doc): EventDoc => ({ id: doc.id, kind: text(doc.get('kind')) ?? '', epoch: num(doc.get('epoch'), -1), unit: text(doc.get('unit')), commitUs: commit(doc) }),
+    ),
+    sections: docs(sections).map(
+      (doc): SectionDoc => ({
+        id: doc.id,
+        phase: text(doc.get('phase')) ?? '',
+        unit: text(doc.get('unit')),
+        sectionId: text(doc.get('id')) ?? '',
+        epoch: num(doc.get('epoch'), -1),
+        commitUs: commit(doc),
+      }),
+    ),
+    checkpoints: docs(checkpoints).map((doc): CheckpointDoc => ({ phase: doc.id, epoch: num(doc.get('epoch'), -1), commitUs: commit(doc) })),
+    transcripts: docs(transcripts).map((doc): TranscriptDoc => {
+      const transcript = record(doc.get('transcript'));
+      const tally = record(transcript?.tally);
+      return {
+        id: doc.id,
+        phase: text(doc.get('phase')) ?? '',
+        unit: text(doc.get('unit')),
+        sectionId: text(doc.get('id')) ?? '',
+        epoch: num(doc.get('epoch'), -1),
+        commitUs: commit(doc),
+        generation: num(transcript?.generation),
+        modelCalls: num(tally?.modelCalls),
+        wastedModelCalls: num(tally?.wastedModelCalls),
+      };
+    }),
+    effects: docs(effects).map((doc): EffectDoc => {
+      const intent = record(doc.get('intent'));
+      return {
+        key: doc.id,
+        idempotencyKey: text(doc.get('idempotencyKey')) ?? doc.id,
+        unit: text(doc.get('unit')),
+        state: text(doc.get('state')) ?? '',
+        kind: text(intent?.kind) ?? '',
+        identity: text(intent?.identity) ?? '',
+        epoch: num(doc.get('epoch'), -1),
+        commitUs: commit(doc),
+        lastOutcome: text(doc.get('lastOutcome')),
+      };
+    }),
+    results: [
+      ...docs(results).map((doc): ResultDoc => ({ path: doc.ref.path, outcome: text(doc.get('outcome')), missing: strings(doc.get('missing')), commitUs: commit(doc) })),
+      ...messages,
+    ],
+  };
+}
+
+/** Every job in the database, with what hangs off it. */
+export async function collectJobs(db: Firestore, concurrency = 8): Promise<CollectedJob[]> {
+  const [jobs, messages] = await Promise.all([db.collection('jobs').get(), db.collectionGroup('messages').get()]);
+  const byJob = new Map<string, ResultDoc[]>();
+  for (const doc of messages.docs) {
+    const jobId = text(doc.get('jobId')) ?? doc.id;
+    const published: ResultDoc = { path: doc.ref.path, outcome: text(doc.get('outcome')), missing: strings(doc.get('missing')), commitUs: commit(doc) };
+    byJob.set(jobId, [...(byJob.get(jobId) ?? []), published]);
+  }
+  const collected: CollectedJob[] = [];
+  const queue = [...jobs.docs];
+  const lanes = Array.from({ length: Math.min(concurrency, queue.length) }, async () => {
+    for (let doc = queue.shift(); doc; doc = queue.shift()) collected.push(await collectJob(db, doc, byJob.get(doc.id) ?? []));
+  });
+  await Promise.all(lanes);
+  return collected.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}

@@ -1,0 +1,459 @@
+/**
+ * The soak's invariants, checked over what Firestore and the receiver hold at the end of a run
+ * (see model.ts). Pure: every check is a function of the collected documents.
+ *
+ * Ordering uses Firestore's commit times only. Two facts make them usable as evidence:
+ *   - every owner-checked write reads the job (or unit) document in its transaction, and every
+ *     claim writes it, so a write and a claim of the same job or unit conflict and Firestore
+ *     serialises them: the one that commits first is the one that happened first;
+ *   - a document written under fencing epoch e' proves that the claim of epoch e' had been
+ *     recorded before that document's commit (the write checked it).
+ */
+import type { CollectedJob, EffectDoc, Observed, OwnedWrite, Submission } from './model';
+
+export const TERMINAL = new Set(['completed', 'failed', 'cancelled', 'quarantined']);
+const TERMINAL_EVENT_KINDS = new Set(['completed', 'failed', 'cancelled', 'quarantined']);
+
+/** The reconciliation after a job stopped writes entries without a claim, by design (effects/after-stop.ts). */
+const AFTER_STOP = /after the job stopped$/;
+
+/** Unit events written under a unit's own claim carry its epoch in their ID (store/job-store.ts). */
+const UNIT_EVENT_ID = /^u-(.+)-(\d{4,})-\d{14}-\d+$/;
+
+export interface Violation {
+  readonly jobId: string | null;
+  readonly detail: string;
+}
+
+export type InvariantName =
+  | 'submissionsNotAccepted'
+  | 'jobsLost'
+  | 'duplicateJobs'
+  | 'duplicatePublished'
+  | 'resultsDisagree'
+  | 'duplicateEffects'
+  | 'effectsMisreported'
+  | 'staleWrites'
+  | 'withoutReason'
+  | 'redoneAfterCheckpoint';
+
+export interface InvariantResult {
+  readonly name: InvariantName;
+  readonly label: string;
+  readonly definition: string;
+  readonly violations: readonly Violation[];
+}
+
+export interface SoakStats {
+  readonly jobs: number;
+  /** `completed (complete)`, `waiting (decision)`, `failed`, … → count. */
+  readonly byState: ReadonlyMap<string, number>;
+  readonly sectionsTotal: number;
+  readonly sectionsRecomputed: number;
+  readonly modelCalls: number;
+  readonly toolCalls: number;
+  readonly spentUsd: number;
+  /** Every `cost.wasted*` counter summed over jobs. */
+  readonly wasted: ReadonlyMap<string, number>;
+  readonly claims: number;
+  readonly reclaims: number;
+  readonly retries: number;
+  readonly redispatches: number;
+  readonly receiverApplications: number;
+  readonly receiverApplyRequests: number;
+  readonly receiverReplays: number;
+  readonly receiverLookups: number;
+  /** Answers the receiver's faults produced, by request and outcome: `apply hung`, `lookup 503`, … */
+  readonly receiverFaultyAnswers: ReadonlyMap<string, number>;
+  readonly effectsByState: ReadonlyMap<string, number>;
+}
+
+export interface CheckReport {
+  readonly invariants: readonly InvariantResult[];
+  readonly stats: SoakStats;
+}
+
+export const DEFINITIONS: Readonly<Record<InvariantName, { readonly label: string; readonly definition: string }>> = {
+  submissionsNotAccepted: {
+    label: 'submissions never accepted',
+    definition: 'a planned submission for which the client, retrying with the same Idempotency-Key, never got a 202 with a task ID',
+  },
+  jobsLost: {
+    label: 'jobs lost',
+    definition:
+      'an accepted task ID whose job document is missing at the end, or whose job is neither terminal (completed, failed, cancelled, ' +
+      'quarantined) nor waiting with a stated reason (a question, and for a provider wait a resume time)',
+  },
+  duplicateJobs: {
+    label: 'duplicate jobs from retried submits',
+    definition: 'one Idempotency-Key answered with two task IDs, or a job document that no accepted submission names',
+  },
+  duplicatePublished: {
+    label: 'duplicate published results',
+    definition: 'a job with more than one published answer (results/final and conversation messages together) or more than one `completed` event',
+  },
+  resultsDisagree: {
+    label: 'published results that disagree with the job',
+    definition: 'a published answer for a job that is not completed, a completed job without one, or an answer whose outcome differs from the job\'s',
+  },
+  duplicateEffects: {
+    label: 'duplicate effects',
+    definition:
+      'the receiver applied one idempotency key more than once, or applied the same effect of one job (its kind and identity) under two keys',
+  },
+  effectsMisreported: {
+    label: 'effects the ledger misreports',
+    definition:
+      'a ledger entry `applied` that the receiver never applied, or a receiver application whose ledger entry says `planned` or `failed` ' +
+      '(or that no ledger entry records)',
+  },
+  staleWrites: {
+    label: 'stale writes that landed',
+    definition:
+      'an owned write (section, phase checkpoint, transcript, effect entry, unit event) of a job or a fan-out unit carrying fencing epoch e, ' +
+      'whose Firestore commit time is later than the commit of evidence that the same job or unit had been claimed at an epoch above e ' +
+      '(the job\'s `claimed` event, or any owned write of that job or unit with a higher epoch); or any owned write or published answer ' +
+      'committed after the job\'s terminal event (completed, failed, cancelled, quarantined)',
+  },
+  withoutReason: {
+    label: 'jobs without a stated reason',
+    definition:
+      'a job document left queued or running, waiting without a question (or a provider wait without a resume time), failed without ' +
+      'lastError, quarantined without quarantine.reason, cancelled without cancellation, or completed `partial` without the missing parts named',
+  },
+  redoneAfterCheckpoint: {
+    label: 'sections redone after their checkpoint',
+    definition:
+      'a section transcript saved (committed) after the section document it produced, or, for a section without its own document, after ' +
+      'its phase checkpoint: checkpointed work that ran again',
+  },
+};
+
+function result(name: InvariantName, violations: readonly Violation[]): InvariantResult {
+  return { name, ...DEFINITIONS[name], violations };
+}
+
+const isWaitingWithReason = (job: CollectedJob['job']): boolean =>
+  job.status === 'waiting' &&
+  job.waiting !== null &&
+  job.waiting.question.trim() !== '' &&
+  (job.waiting.reason === 'decision' ? job.waiting.options.length > 0 : job.waiting.untilMs !== null);
+
+// ---- Submissions ------------------------------------------------------------------------------
+
+function checkSubmissions(submissions: readonly Submission[], jobs: ReadonlyMap<string, CollectedJob>) {
+  const notAccepted: Violation[] = [];
+  const lost: Violation[] = [];
+  const duplicates: Violation[] = [];
+  const accepted = new Set<string>();
+  const keyToTask = new Map<string, string>();
+  for (const submission of submissions) {
+    const distinct = [...new Set(submission.taskIds)];
+    if (distinct.length === 0) {
+      notAccepted.push({ jobId: null, detail: `submission ${submission.index} (${submission.pipeline}): ${submission.failure ?? 'no 202 answer'}` });
+      continue;
+    }
+    if (distinct.length > 1) duplicates.push({ jobId: distinct[0] ?? null, detail: `key ${submission.idempotencyKey} answered with ${distinct.join(', ')}` });
+    for (const taskId of distinct) {
+      accepted.add(taskId);
+      keyToTask.set(submission.idempotencyKey, taskId);
+      const collected = jobs.get(taskId);
+      if (!collected) {
+        lost.push({ jobId: taskId, detail: `submission ${submission.index}: accepted, but there is no job document` });
+        continue;
+      }
+      const { job } = collected;
+      if (!TERMINAL.has(job.status) && !isWaitingWithReason(job)) {
+        lost.push({ jobId: taskId, detail: `submission ${submission.index}: ${job.status} at the end, not terminal and not waiting with a reason` });
+      }
+    }
+  }
+  for (const collected of jobs.values()) {
+    if (accepted.has(collected.id)) continue;
+    const key = collected.job.idempotencyKey;
+    const named = key === null ? undefined : keyToTask.get(key);
+    duplicates.push({
+      jobId: collected.id,
+      detail: named ? `a second job for Idempotency-Key ${key ?? ''} (the client was given ${named})` : 'a job no accepted submission names',
+    });
+  }
+  return { notAccepted, lost, duplicates };
+}
+
+// ---- Results ----------------------------------------------------------------------------------
+
+function checkResults(jobs: readonly CollectedJob[]) {
+  const duplicates: Violation[] = [];
+  const disagree: Violation[] = [];
+  for (const { id, job, results, events } of jobs) {
+    const completedEvents = events.filter((event) => event.kind === 'completed').length;
+    if (results.length > 1) duplicates.push({ jobId: id, detail: `${results.length} published answers: ${results.map((item) => item.path).join(', ')}` });
+    if (completedEvents > 1) duplicates.push({ jobId: id, detail: `${completedEvents} completed events` });
+    if (job.status !== 'completed' && results.length > 0) disagree.push({ jobId: id, detail: `published answer for a ${job.status} job` });
+    if (job.status === 'completed' && results.length === 0) disagree.push({ jobId: id, detail: 'completed without a published answer' });
+    for (const published of results) {
+      if (job.status === 'completed' && published.outcome !== job.outcome) {
+        disagree.push({ jobId: id, detail: `answer says ${published.outcome ?? 'no outcome'}, job says ${job.outcome ?? 'no outcome'}` });
+      }
+    }
+  }
+  return { duplicates, disagree };
+}
+
+// ---- Effects ----------------------------------------------------------------------------------
+
+function checkEffects(observed: Observed) {
+  const duplicates: Violation[] = [];
+  const misreported: Violation[] = [];
+  const ledger = new Map<string, { jobId: string; effect: EffectDoc }>();
+  for (const { id, effects } of observed.jobs) for (const effect of effects) ledger.set(effect.idempotencyKey, { jobId: id, effect });
+
+  const perKey = new Map<string, number>();
+  for (const application of observed.receiver.applications) perKey.set(application.key, (perKey.get(application.key) ?? 0) + 1);
+  for (const [key, count] of perKey) {
+    if (count > 1) duplicates.push({ jobId: ledger.get(key)?.jobId ?? null, detail: `key ${key} applied ${count} times` });
+  }
+
+  const perIdentity = new Map<string, Set<string>>();
+  for (const application of observed.receiver.applications) {
+    const entry = ledger.get(application.key);
+    if (!entry) {
+      misreported.push({ jobId: null, detail: `receiver applied key ${application.key} (${application.kind}), which no ledger entry records` });
+      continue;
+    }
+    const identity = `${entry.jobId}\u0000${application.kind}\u0000${application.identity ?? entry.effect.identity}`;
+    perIdentity.set(identity, new Set([...(perIdentity.get(identity) ?? []), application.key]));
+    if (entry.effect.state === 'planned' || entry.effect.state === 'failed') {
+      misreported.push({ jobId: entry.jobId, detail: `${entry.effect.kind} ${entry.effect.identity}: the receiver applied it, the ledger says ${entry.effect.state}` });
+    }
+  }
+  for (const [identity, keys] of perIdentity) {
+    if (keys.size > 1) {
+      const [jobId = null, kind = '', what = ''] = identity.split('\u0000');
+      duplicates.push({ jobId, detail: `${kind} ${what} applied under ${keys.size} keys` });
+    }
+  }
+  for (const [key, { jobId, effect }] of ledger) {
+    if (effect.state === 'applied' && !perKey.has(key)) {
+      misreported.push({ jobId, detail: `${effect.kind} ${effect.identity}: the ledger says applied, the receiver never applied key ${key}` });
+    }
+  }
+  return { duplicates, misreported };
+}
+
+// ---- Stale writes -----------------------------------------------------------------------------
+
+/** Every document of a job written under a claim, with the claim's scope and epoch. */
+export function ownedWrites(collected: CollectedJob): OwnedWrite[] {
+  const writes: OwnedWrite[] = [];
+  for (const section of collected.sections) writes.push({ collection: 'sections', id: section.id, unit: section.unit, epoch: section.epoch, commitUs: section.commitUs });
+  for (const checkpoint of collected.checkpoints) writes.push({ collection: 'checkpoints', id: checkpoint.phase, unit: null, epoch: checkpoint.epoch, commitUs: checkpoint.commitUs });
+  for (const transcript of collected.transcripts) {
+    writes.push({ collection: 'transcripts', id: transcript.id, unit: transcript.unit, epoch: transcript.epoch, commitUs: transcript.commitUs });
+  }
+  for (const effect of collected.effects) {
+    if (effect.lastOutcome !== null && AFTER_STOP.test(effect.lastOutcome)) continue;
+    writes.push({ collection: 'effects', id: effect.key, unit: effect.unit, epoch: effect.epoch, commitUs: effect.commitUs });
+  }
+  for (const event of collected.events) {
+    const match = UNIT_EVENT_ID.exec(event.id);
+    if (match?.[1] !== undefined && match[2] !== undefined) {
+      writes.push({ collection: 'events', id: event.id, unit: match[1], epoch: Number(match[2]), commitUs: event.commitUs });
+    }
+  }
+  return writes;
+}
+
+const scopeName = (unit: string | null): string => (unit === null ? 'job' : `unit ${unit}`);
+
+function checkStaleWrites(jobs: readonly CollectedJob[]): Violation[] {
+  const violations: Violation[] = [];
+  for (const collected of jobs) {
+    const writes = ownedWrites(collected);
+    // Evidence of claims, per scope: the job's claimed events, and every owned write itself.
+    const evidence = new Map<string, { epoch: number; commitUs: number; what: string }[]>();
+    const add = (unit: string | null, item: { epoch: number; commitUs: number; what: string }): void => {
+      const scope = unit ?? '';
+      evidence.set(scope, [...(evidence.get(scope) ?? []), item]);
+    };
+    for (const event of collected.events) {
+      if (event.kind === 'claimed' && event.unit === null) add(null, { epoch: event.epoch, commitUs: event.commitUs, what: `claimed event ${event.id}` });
+    }
+    for (const write of writes) add(write.unit, { epoch: write.epoch, commitUs: write.commitUs, what: `${write.collection}/${write.id}` });
+    for (const list of evidence.values()) list.sort((a, b) => a.commitUs - b.commitUs);
+
+    for (const write of writes) {
+      const list = evidence.get(write.unit ?? '') ?? [];
+      // The highest epoch proven before this write committed.
+      let newest: { epoch: number; commitUs: number; what: string } | null = null;
+      for (const item of list) {
+        if (item.commitUs >= write.commitUs) break;
+        if (newest === null || item.epoch > newest.epoch) newest = item;
+      }
+      if (newest !== null && newest.epoch > write.epoch) {
+        violations.push({
+          jobId: collected.id,
+          detail:
+            `${write.collection}/${write.id} (${scopeName(write.unit)}, epoch ${write.epoch}) committed at ${write.commitUs} µs, ` +
+            `after ${newest.what} proved epoch ${newest.epoch} at ${newest.commitUs} µs`,
+        });
+      }
+    }
+
+    const terminal = collected.events.filter((event) => TERMINAL_EVENT_KINDS.has(event.kind)).sort((a, b) => a.commitUs - b.commitUs)[0];
+    if (terminal) {
+      for (const write of writes) {
+        if (write.commitUs > terminal.commitUs) {
+          violations.push({ jobId: collected.id, detail: `${write.collection}/${write.id} (epoch ${write.epoch}) committed after the job's ${terminal.kind} event` });
+        }
+      }
+      for (const published of collected.results) {
+        if (published.commitUs > terminal.commitUs) violations.push({ jobId: collected.id, detail: `${published.path} published after the job's ${terminal.kind} event` });
+      }
+    }
+  }
+  return violations;
+}
+
+// ---- Reasons ----------------------------------------------------------------------------------
+
+function checkReasons(jobs: readonly CollectedJob[]): Violation[] {
+  const violations: Violation[] = [];
+  for (const { id, job, results } of jobs) {
+    const problem = ((): string | null => {
+      switch (job.status) {
+        case 'queued':
+        case 'running':
+          return `left ${job.status}`;
+        case 'waiting':
+          return isWaitingWithReason(job) ? null : 'waiting without a question (or a provider wait without a resume time)';
+        case 'failed':
+          return job.lastError && job.lastError.message.trim() !== '' ? null : 'failed without lastError';
+        case 'quarantined':
+          return job.quarantine && job.quarantine.reason.trim() !== '' ? null : 'quarantined without a reason';
+        case 'cancelled':
+          return job.cancellation ? null : 'cancelled without a cancellation record';
+        case 'completed':
+          if (job.outcome === 'partial' && !results.some((published) => published.missing.length > 0)) return 'completed partial without the missing parts named';
+          if (job.outcome !== 'partial' && job.outcome !== 'complete') return `completed with outcome ${job.outcome ?? 'none'}`;
+          return null;
+        default:
+          return `unknown status ${job.status}`;
+      }
+    })();
+    if (problem !== null) violations.push({ jobId: id, detail: problem });
+  }
+  return violations;
+}
+
+function checkRedone(jobs: readonly CollectedJob[]): Violation[] {
+  const violations: Violation[] = [];
+  for (const { id, transcripts, sections, checkpoints } of jobs) {
+    for (const transcript of transcripts) {
+      const section = sections.find((item) => item.phase === transcript.phase && item.unit === transcript.unit && item.sectionId === transcript.sectionId);
+      const checkpoint = checkpoints.find((item) => item.phase === transcript.phase);
+      const boundary = section
+        ? { commitUs: section.commitUs, what: `section ${section.id}` }
+        : checkpoint
+          ? { commitUs: checkpoint.commitUs, what: `checkpoint ${checkpoint.phase}` }
+          : null;
+      if (boundary && transcript.commitUs > boundary.commitUs) {
+        violations.push({ jobId: id, detail: `transcript ${transcript.id} saved after ${boundary.what} was committed` });
+      }
+    }
+  }
+  return violations;
+}
+
+// ---- Statistics -------------------------------------------------------------------------------
+
+export function stateLabel(job: CollectedJob['job']): string {
+  if (job.status === 'completed') return `completed (${job.outcome ?? '?'})`;
+  if (job.status === 'waiting') return `waiting (${job.waiting?.reason ?? '?'})`;
+  return job.status;
+}
+
+function statistics(observed: Observed): SoakStats {
+  const byState = new Map<string, number>();
+  const wasted = new Map<string, number>();
+  const effectsByState = new Map<string, number>();
+  let sectionsTotal = 0;
+  let sectionsRecomputed = 0;
+  let modelCalls = 0;
+  let toolCalls = 0;
+  let spentUsd = 0;
+  let claims = 0;
+  let reclaims = 0;
+  let retries = 0;
+  let redispatches = 0;
+  for (const collected of observed.jobs) {
+    const label = stateLabel(collected.job);
+    byState.set(label, (byState.get(label) ?? 0) + 1);
+    for (const transcript of collected.transcripts) {
+      sectionsTotal += 1;
+      if (transcript.wastedModelCalls > 0 || transcript.generation > 0) sectionsRecomputed += 1;
+    }
+    const cost = collected.job.cost;
+    modelCalls += cost.modelCalls ?? 0;
+    toolCalls += cost.toolCalls ?? 0;
+    spentUsd += cost.spentUsd ?? 0;
+    for (const [name, value] of Object.entries(cost)) if (name.startsWith('wasted')) wasted.set(name, (wasted.get(name) ?? 0) + value);
+    for (const event of collected.events) {
+      if (event.kind === 'claimed') claims += 1;
+      if (event.kind === 'reclaimed') reclaims += 1;
+      if (event.kind === 'retrying') retries += 1;
+      if (event.kind === 'redispatched') redispatches += 1;
+    }
+    for (const effect of collected.effects) effectsByState.set(effect.state, (effectsByState.get(effect.state) ?? 0) + 1);
+  }
+  const applies = observed.receiver.requests.filter((request) => request.op === 'apply');
+  const receiverFaultyAnswers = new Map<string, number>();
+  for (const request of observed.receiver.requests) {
+    const normal = request.op === 'apply' ? request.outcome === 200 || request.outcome === 201 : request.outcome === 200 || request.outcome === 404;
+    if (normal) continue;
+    const label = `${request.op} ${String(request.outcome)}`;
+    receiverFaultyAnswers.set(label, (receiverFaultyAnswers.get(label) ?? 0) + 1);
+  }
+  return {
+    jobs: observed.jobs.length,
+    byState,
+    sectionsTotal,
+    sectionsRecomputed,
+    modelCalls,
+    toolCalls,
+    spentUsd,
+    wasted,
+    claims,
+    reclaims,
+    retries,
+    redispatches,
+    receiverApplications: observed.receiver.applications.length,
+    receiverApplyRequests: applies.length,
+    receiverReplays: applies.filter((request) => request.outcome === 200).length,
+    receiverLookups: observed.receiver.requests.filter((request) => request.op === 'lookup').length,
+    receiverFaultyAnswers,
+    effectsByState,
+  };
+}
+
+export function checkInvariants(observed: Observed): CheckReport {
+  const byId = new Map(observed.jobs.map((job) => [job.id, job]));
+  const submissions = checkSubmissions(observed.submissions, byId);
+  const results = checkResults(observed.jobs);
+  const effects = checkEffects(observed);
+  return {
+    invariants: [
+      result('submissionsNotAccepted', submissions.notAccepted),
+      result('jobsLost', submissions.lost),
+      result('duplicateJobs', submissions.duplicates),
+      result('duplicatePublished', results.duplicates),
+      result('resultsDisagree', results.disagree),
+      result('duplicateEffects', effects.duplicates),
+      result('effectsMisreported', effects.misreported),
+      result('staleWrites', checkStaleWrites(observed.jobs)),
+      result('withoutReason', checkReasons(observed.jobs)),
+      result('redoneAfterCheckpoint', checkRedone(observed.jobs)),
+    ],
+    stats: statistics(observed),
+  };
+}

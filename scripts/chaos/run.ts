@@ -1,0 +1,421 @@
+/**
+ * One soak run: the local stack with short leases and a receiver, a seeded mix of jobs submitted
+ * over HTTP with bounded concurrency, seeded faults while they run, then (faults over) answers to
+ * the questions about unknown effects, a quiet period, and the invariants checked over what
+ * Firestore and the receiver hold. Everything it started is stopped, and checked to be gone.
+ */
+import { deleteApp, initializeApp, type App } from 'firebase-admin/app';
+import { getFirestore, type Firestore } from 'firebase-admin/firestore';
+import { getFunctions } from 'firebase-admin/functions';
+import { UNKNOWN_OPTIONS, UNKNOWN_QUESTION_PREFIX } from '../../functions/src/pipelines/notify/pipeline';
+import { startFirestoreEmulator } from '../lib/firestore-emulator';
+import { startLocalStack, stopOnSignals, type LocalStack } from '../lib/local-stack';
+import { startFirestoreProxy } from './firestore-proxy';
+import { Receiver } from '../receiver';
+import { decide, signUp, submit, type User } from './client';
+import { collectJobs } from './collect';
+import { Injector } from './faults';
+import { startChaosSweeper, type ChaosSweeper } from './sweeper';
+import { checkInvariants, TERMINAL } from './invariants';
+import type { ReceiverView, Submission } from './model';
+import { CHAOS_ENGINE_ENV, CHAOS_RECEIVER_ENV, faultStream, offlineSettings, planRun, type FaultKind, type JobPlan, type RunPlan } from './plan';
+import { descendants, isZombie, listProcesses, signal, STACK_COMMAND, stackProcesses, type ProcessRow } from './processes';
+import { Rng } from './random';
+import { failed, formatReport, type FaultTally } from './report';
+
+export interface ChaosOptions {
+  readonly jobs: number;
+  readonly seed: string;
+  readonly concurrency?: number;
+  readonly timeLimitSeconds?: number;
+  readonly faultWindowSeconds?: number;
+  /** Print every fault and every job's end as it happens (default true). */
+  readonly verbose?: boolean;
+}
+
+interface Tracked {
+  readonly plan: JobPlan;
+  readonly taskIds: string[];
+  failure: string | null;
+  submitting: boolean;
+  status: string | null;
+  waiting: { readonly reason: string; readonly questionId: string; readonly options: readonly string[] } | null;
+  readonly answered: Set<string>;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+const LEASE_MS = Number(CHAOS_ENGINE_ENV.PHASELINE_LEASE_SECONDS) * 1000;
+const POLL_MS = 1_000;
+const SWEEP_EVERY_MS = 2_000;
+const SWEEP_MAX_IN_FLIGHT = 10;
+/** How long the emulator keeps a lock of a transaction nobody will finish (measured: about a minute), with a margin. */
+const LOCK_HORIZON_MS = 65_000;
+
+function replayCommand(plan: RunPlan, options: ChaosOptions): string {
+  const extra = [
+    options.concurrency === undefined ? '' : ` --concurrency ${options.concurrency}`,
+    options.timeLimitSeconds === undefined ? '' : ` --time-limit ${options.timeLimitSeconds}`,
+    options.faultWindowSeconds === undefined ? '' : ` --fault-window ${options.faultWindowSeconds}`,
+  ].join('');
+  return `npm run chaos -- --jobs ${plan.jobs.length} --seed ${plan.seed}${extra}`;
+}
+
+function clockText(ms: number): string {
+  const seconds = ms / 1000;
+  return `${String(Math.floor(seconds / 60)).padStart(2, '0')}:${(seconds % 60).toFixed(1).padStart(4, '0')}`;
+}
+
+/** Is the job done with as far as the run is concerned: terminal, or waiting for a person. */
+function settled(job: Tracked): boolean {
+  if (job.failure !== null) return true;
+  if (job.status === null) return false;
+  return TERMINAL.has(job.status) || (job.status === 'waiting' && job.waiting?.reason === 'decision');
+}
+
+function answerable(job: Tracked): boolean {
+  const waiting = job.waiting;
+  return (
+    job.status === 'waiting' &&
+    waiting?.reason === 'decision' &&
+    waiting.questionId.startsWith(UNKNOWN_QUESTION_PREFIX) &&
+    waiting.options.includes(UNKNOWN_OPTIONS.retry) &&
+    !job.answered.has(waiting.questionId)
+  );
+}
+
+export async function runChaos(options: ChaosOptions): Promise<number> {
+  const verbose = options.verbose ?? true;
+  const plan = planRun({
+    jobs: options.jobs,
+    seed: options.seed,
+    ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
+    ...(options.timeLimitSeconds === undefined ? {} : { timeLimitSeconds: options.timeLimitSeconds }),
+    ...(options.faultWindowSeconds === undefined ? {} : { faultWindowSeconds: options.faultWindowSeconds }),
+  });
+  const replay = replayCommand(plan, options);
+  const launchMs = Date.now();
+  const log = (line: string): void => console.log(`[${clockText(Date.now() - launchMs)}] ${line}`);
+  const mix: Record<string, number> = {};
+  for (const job of plan.jobs) mix[job.pipeline] = (mix[job.pipeline] ?? 0) + 1;
+  log(`chaos soak: seed ${plan.seed}, ${plan.jobs.length} jobs (${Object.entries(mix).map(([name, count]) => `${name} ${count}`).join(', ')}), concurrency ${plan.concurrency}`);
+  log(`replay: ${replay}`);
+  log(
+    `plan: about ${plan.faults.length} faults over ${plan.faultWindowMs / 1000} s from the first running job (more while submissions go on), ${plan.waves.length} provider waves, ` +
+      `time limit ${plan.timeLimitMs / 1000} s; leases ${LEASE_MS / 1000} s, sweeper every ${SWEEP_EVERY_MS / 1000} s (passes may overlap)`,
+  );
+
+  // The in-process sweeper reads the engine settings from this process's environment; the functions get them too.
+  for (const [name, value] of Object.entries(CHAOS_ENGINE_ENV)) process.env[name] = value;
+  const receiver = await Receiver.start({ host: '127.0.0.1', port: 0 });
+  // Firestore behind a proxy the soak can cut: the stack reuses an emulator named by FIRESTORE_EMULATOR_HOST.
+  const firestore = await startFirestoreEmulator();
+  const firestoreProxy = await startFirestoreProxy(firestore.host);
+  process.env.FIRESTORE_EMULATOR_HOST = firestoreProxy.host;
+  log(`Firestore emulator at ${firestore.host}${firestore.startedHere ? '' : ' (already running: it cannot be stalled)'}, reached through the proxy at ${firestoreProxy.host}`);
+  const functionsEnv: Record<string, string> = {
+    ...CHAOS_ENGINE_ENV,
+    ...CHAOS_RECEIVER_ENV,
+    PHASELINE_RECEIVER_URL: receiver.url,
+    PHASELINE_PROVIDER: 'offline',
+    PHASELINE_OFFLINE_SEED: String(new Rng(`${plan.seed}/offline`).int(1, 1_000_000_000)),
+    PHASELINE_OFFLINE_SETTINGS: JSON.stringify(offlineSettings(plan, launchMs)),
+  };
+  // The stack's own sweeper keeps its production cadence (a minute, one pass at a time); the soak drives its own (sweeper.ts).
+  const handle = startLocalStack({ page: false, echoEmulatorOutput: 'none', functionsEnv, log: (line) => log(`stack: ${line}`) });
+  let injector: Injector | null = null;
+  let sweeper: ChaosSweeper | null = null;
+  let app: App | null = null;
+  const stopEverything = async (): Promise<void> => {
+    injector?.resumeFirestore();
+    await sweeper?.stop();
+    sweeper = null;
+    if (app) await deleteApp(app).catch(() => undefined);
+    app = null;
+    await handle.stop();
+    await receiver.stop();
+    await firestoreProxy.close();
+    await firestore.stop();
+  };
+  const removeSignalHandlers = stopOnSignals(stopEverything, log);
+
+  const runProblems: string[] = [];
+  const timings: [string, string][] = [];
+  const mark = (what: string): void => {
+    timings.push([what, clockText(Date.now() - launchMs)]);
+  };
+  try {
+    let stack: LocalStack;
+    try {
+      stack = await handle.ready;
+    } catch (error) {
+      log(`the stack did not start: ${error instanceof Error ? error.message : String(error)}`);
+      return 2;
+    }
+    mark('stack ready (mm:ss after launch)');
+    log(`stack ready: functions at ${stack.config.functionsBaseUrl}, Firestore at ${stack.config.firestoreHost}:${stack.config.firestorePort}, receiver at ${receiver.url}`);
+    // Flags that callbacks set: an object, so that the loops reading them see the changes.
+    const flags: { died: string | null; watching: boolean; submitted: boolean; firstRunningAt: number | null } = {
+      died: null,
+      watching: true,
+      submitted: false,
+      firstRunningAt: null,
+    };
+    void stack.died.then((reason) => {
+      flags.died = reason;
+    });
+    const processes = stackProcesses(await listProcesses(), process.pid);
+    const stackPids = [processes.firebase, processes.firestore].filter((row): row is ProcessRow => row !== null);
+
+    app = initializeApp({ projectId: stack.projectId, serviceAccountId: `${stack.projectId}@appspot.gserviceaccount.com` }, `phaseline-chaos-${process.pid}`);
+    const db: Firestore = getFirestore(app);
+    const rng = new Rng(`${plan.seed}/targets`);
+    const activeSweeper = startChaosSweeper({ app, db, everyMs: SWEEP_EVERY_MS, maxInFlight: SWEEP_MAX_IN_FLIGHT, slowMs: 10_000, log });
+    sweeper = activeSweeper;
+    const activeInjector = new Injector({
+      db,
+      queue: getFunctions(app).taskQueue<Record<string, unknown>>('runJobStep'),
+      receiver,
+      firestoreProxy,
+      sweepNow: () => Promise.race([activeSweeper.runNow().catch(() => null), sleep(3_000).then(() => null)]),
+      rng,
+      self: process.pid,
+    });
+    injector = activeInjector;
+    const users: User[] = [];
+    for (let index = 0; index < plan.users; index += 1) users.push(await signUp(stack.config));
+
+    const faultTally = new Map<FaultKind, FaultTally>();
+    const count = (kind: FaultKind, injected: boolean): void => {
+      const tally = faultTally.get(kind) ?? { injected: 0, skipped: 0 };
+      faultTally.set(kind, injected ? { ...tally, injected: tally.injected + 1 } : { ...tally, skipped: tally.skipped + 1 });
+    };
+
+    const tracked: Tracked[] = plan.jobs.map((job) => ({ plan: job, taskIds: [], failure: null, submitting: false, status: null, waiting: null, answered: new Set() }));
+    const deadline = launchMs + plan.timeLimitMs;
+    const overTime = (): boolean => Date.now() > deadline || flags.died !== null;
+
+    // ---- Submissions, bounded by the number of jobs in flight ----
+    const t0 = Date.now();
+    mark('first submission');
+    const submitOne = async (job: Tracked): Promise<void> => {
+      job.submitting = true;
+      const user = users[job.plan.user % users.length] as User;
+      const request = { pipeline: job.plan.pipeline, input: job.plan.input, idempotencyKey: job.plan.idempotencyKey };
+      try {
+        const first = await submit(stack.config, user, request, { giveUpAfterMs: 180_000, timeoutMs: 20_000 });
+        job.taskIds.push(first.taskId);
+        job.status = 'queued';
+        if (job.plan.resubmit) {
+          const again = await submit(stack.config, user, request, { giveUpAfterMs: 180_000, timeoutMs: 20_000 });
+          job.taskIds.push(again.taskId);
+          count('submit-retry', true);
+          if (verbose) log(`fault submit-retry: job ${job.plan.index} submitted again with key ${request.idempotencyKey}: ${again.taskId === first.taskId ? 'same task ID' : `NEW task ID ${again.taskId}`}${again.replayed ? ' (replayed)' : ''}`);
+        }
+      } catch (error) {
+        job.failure = error instanceof Error ? error.message : String(error);
+        log(`submission ${job.plan.index} was not accepted: ${job.failure}`);
+      } finally {
+        job.submitting = false;
+      }
+    };
+    const inFlight = (): number => tracked.filter((job) => job.submitting || (job.taskIds.length > 0 && !settled(job))).length;
+    const submissions = (async () => {
+      const pending: Promise<void>[] = [];
+      for (const job of tracked) {
+        while (inFlight() >= plan.concurrency && !overTime()) await sleep(200);
+        if (overTime()) {
+          job.failure = 'not submitted: the run hit its time limit first';
+          continue;
+        }
+        pending.push(submitOne(job));
+        await sleep(50);
+      }
+      await Promise.all(pending);
+      mark('last submission settled');
+    })();
+
+    // ---- Watching the jobs ----
+    let leaseChecked = false;
+    const poll = async (): Promise<void> => {
+      const open = tracked.filter((job) => job.taskIds.length > 0 && !(job.status !== null && TERMINAL.has(job.status)));
+      for (let start = 0; start < open.length; start += 100) {
+        const chunk = open.slice(start, start + 100);
+        const snapshots = await db.getAll(...chunk.map((job) => db.doc(`jobs/${job.taskIds[0] ?? ''}`)));
+        snapshots.forEach((snapshot, index) => {
+          const job = chunk[index];
+          if (!job || !snapshot.exists) return;
+          const status = String(snapshot.get('status'));
+          const waiting = snapshot.get('waiting') as { reason?: unknown; questionId?: unknown; options?: unknown } | null;
+          job.waiting =
+            waiting && typeof waiting.reason === 'string' && typeof waiting.questionId === 'string'
+              ? { reason: waiting.reason, questionId: waiting.questionId, options: Array.isArray(waiting.options) ? waiting.options.map(String) : [] }
+              : null;
+          if (status !== job.status && verbose && (TERMINAL.has(status) || status === 'waiting')) {
+            log(`job ${job.plan.index} (${job.plan.pipeline}, ${snapshot.id}): ${status}${status === 'waiting' ? ` (${job.waiting?.reason ?? '?'})` : ''}`);
+          }
+          job.status = status;
+          if (status === 'running') flags.firstRunningAt ??= Date.now();
+          // The functions must run with the soak's short lease (the default is minutes), or every timing here is off.
+          const lease = snapshot.get('lease') as { expiresAt?: { toMillis(): number } } | null;
+          const updatedAt = snapshot.get('updatedAt') as { toMillis(): number } | undefined;
+          if (!leaseChecked && status === 'running' && lease?.expiresAt && updatedAt) {
+            leaseChecked = true;
+            const leaseMs = lease.expiresAt.toMillis() - updatedAt.toMillis();
+            if (leaseMs > LEASE_MS + 5_000) runProblems.push(`the functions hold leases of ${leaseMs} ms, not ${LEASE_MS} ms: PHASELINE_LEASE_SECONDS did not reach them`);
+          }
+        });
+      }
+    };
+    const watcher = (async () => {
+      while (flags.watching) {
+        await poll().catch((error: unknown) => log(`poll failed (retrying): ${error instanceof Error ? error.message : String(error)}`));
+        await sleep(POLL_MS);
+      }
+    })();
+
+    // ---- Faults: the clock starts when the first job runs (function workers start cold) ----
+    void submissions.then(() => {
+      flags.submitted = true;
+    });
+    const allSettled = (): boolean => flags.submitted && tracked.every(settled);
+    while (flags.firstRunningAt === null && Date.now() < t0 + 30_000 && !overTime()) await sleep(100);
+    const faultClock = flags.firstRunningAt ?? Date.now();
+    mark('first job running: fault clock starts');
+    // The waves run on the functions' clock whatever happens here; say so when each begins.
+    const waveTimers = plan.waves.map((wave) =>
+      setTimeout(
+        () => {
+          if (verbose) log(`provider wave begins: every model call answers ${wave.status} for ${wave.endMs - wave.startMs} ms`);
+        },
+        Math.max(0, launchMs + wave.startMs - Date.now()),
+      ),
+    );
+    // The last fault that can leave a transaction open (a killed worker, a cut or stalled Firestore).
+    let lastDisruptionMs = 0;
+    const windowOver = (): boolean => Date.now() >= faultClock + plan.faultWindowMs && flags.submitted;
+    for (const fault of faultStream(plan.seed, plan.meanFaultGapMs)) {
+      while (Date.now() < faultClock + fault.atMs && !allSettled() && !overTime() && !windowOver()) await sleep(100);
+      if (allSettled() || overTime() || windowOver()) break;
+      const startedMs = Date.now();
+      let outcome;
+      try {
+        outcome = await activeInjector.inject(fault.spec);
+      } catch (error) {
+        outcome = { injected: false, detail: `injection failed: ${error instanceof Error ? error.message : String(error)}` };
+      }
+      count(fault.spec.kind, outcome.injected);
+      if (outcome.injected && (fault.spec.kind === 'worker-kill' || fault.spec.kind === 'checkpoint-write-failure')) lastDisruptionMs = Date.now();
+      const tookMs = Date.now() - startedMs;
+      const when = tookMs > 1_000 ? ` [began at ${clockText(startedMs - launchMs)}, took ${tookMs} ms]` : '';
+      if (verbose || !outcome.injected) log(`fault ${fault.spec.kind}${outcome.injected ? '' : ' (no target)'}: ${outcome.detail}${when}`);
+    }
+    log(allSettled() ? 'every job has settled: no more faults' : `fault injection over (${Math.round((Date.now() - faultClock) / 1000)} s)`);
+    await activeInjector.restoreAll();
+    // Waves are fixed in the functions' settings: wait out the last one while jobs still run, then count
+    // those that began after the fault clock started and before the faults stopped.
+    const lastWaveEnd = plan.waves.reduce((end, wave) => Math.max(end, launchMs + wave.endMs), 0);
+    while (Date.now() < lastWaveEnd && !allSettled() && !overTime()) await sleep(200);
+    const faultsStoppedAt = Date.now();
+    for (const timer of waveTimers) clearTimeout(timer);
+    for (const wave of plan.waves) {
+      const startMs = launchMs + wave.startMs;
+      const inside = startMs >= faultClock && startMs < faultsStoppedAt;
+      count('provider-wave', inside);
+    }
+    mark('faults stopped');
+    log('faults stopped: Firestore running, the receiver up with no armed faults, no provider wave ahead');
+
+    // ---- Settling: answer the questions about unknown effects, wait for the rest ----
+    let decisionsAnswered = 0;
+    for (;;) {
+      await submissions;
+      for (const job of tracked.filter(answerable)) {
+        const waiting = job.waiting;
+        const taskId = job.taskIds[0];
+        if (!waiting || taskId === undefined) continue;
+        job.answered.add(waiting.questionId);
+        const user = users[job.plan.user % users.length] as User;
+        const status = await decide(stack.config, user, taskId, waiting.questionId, UNKNOWN_OPTIONS.retry).catch(() => 0);
+        if (status === 200) decisionsAnswered += 1;
+        job.status = 'queued';
+        log(`job ${job.plan.index} (${taskId}) asked "${waiting.questionId}"; answered "${UNKNOWN_OPTIONS.retry}" (HTTP ${status})`);
+      }
+      if (tracked.every((job) => settled(job) && !answerable(job))) break;
+      if (overTime()) {
+        runProblems.push(`the run hit its ${flags.died === null ? `time limit (${plan.timeLimitMs / 1000} s)` : `stack failure: ${flags.died}`} with ${tracked.filter((job) => !settled(job)).length} jobs unsettled`);
+        break;
+      }
+      await sleep(POLL_MS);
+    }
+    mark('every job settled');
+
+    // Late writes of fenced-out workers still in flight land (or are refused) before the documents are read:
+    // a lease and a little, or until a lock left by the last disruptive fault has expired, whichever is later.
+    const quietUntil = Math.max(Date.now() + LEASE_MS + 2_000, lastDisruptionMs + LOCK_HORIZON_MS);
+    log(`quiet period of ${Math.round((quietUntil - Date.now()) / 1000)} s before reading the results (late writes land or are refused)`);
+    await sleep(quietUntil - Date.now());
+    flags.watching = false;
+    await watcher;
+    const jobs = await collectJobs(db);
+    const receiverView: ReceiverView = {
+      applications: receiver.applied().map((application) => {
+        const identity = (application.intent as { identity?: unknown } | null)?.identity;
+        return { key: application.key, kind: application.kind, identity: typeof identity === 'string' ? identity : null };
+      }),
+      requests: receiver.requests.map((request) => ({ op: request.op, key: request.key, outcome: request.outcome })),
+    };
+    const submissionsSeen: Submission[] = tracked.map((job) => ({
+      index: job.plan.index,
+      pipeline: job.plan.pipeline,
+      idempotencyKey: job.plan.idempotencyKey,
+      taskIds: job.taskIds,
+      failure: job.failure,
+    }));
+    mark('results read');
+    const sweeps = activeSweeper.stats();
+    const extra: [string, string][] = [
+      ['sweeper passes / slower than 10 s / longest', `${sweeps.passes} / ${sweeps.slowPasses} / ${(sweeps.longestPassMs / 1000).toFixed(1)} s`],
+      ['sweeper: job / unit leases reclaimed, quarantined, resumed', `${sweeps.reclaimed} / ${sweeps.unitsReclaimed}, ${sweeps.quarantined}, ${sweeps.resumed}`],
+    ];
+
+    log('stopping the stack…');
+    await stopEverything();
+    runProblems.push(...(await leftovers(stackPids, receiver.url, log)));
+    mark('stopped (total)');
+
+    const check = checkInvariants({ jobs, submissions: submissionsSeen, receiver: receiverView });
+    const report = formatReport({ seed: plan.seed, jobs: plan.jobs.length, mix, check, faults: faultTally, decisionsAnswered, timings, runProblems, replay, extra });
+    console.log(`\n${report}`);
+    return failed({ check, runProblems }) ? 1 : 0;
+  } finally {
+    await stopEverything().catch(() => undefined);
+    removeSignalHandlers();
+  }
+}
+
+/**
+ * Anything of the stack still alive after the stop: a process of the firebase-tools or Firestore
+ * process groups, or a java, firebase or function-worker process below this one. Zombies (exited,
+ * waiting to be reaped by whoever adopted them) do not count. What is found is killed and reported.
+ */
+async function leftovers(started: readonly ProcessRow[], receiverUrl: string, log: (line: string) => void): Promise<string[]> {
+  const problems: string[] = [];
+  const groups = new Set(started.map((row) => row.pgid));
+  const rows = (await listProcesses()).filter((row) => !isZombie(row) && row.pid !== process.pid);
+  const below = new Set(descendants(rows, process.pid).map((row) => row.pid));
+  const left = rows.filter((row) => groups.has(row.pgid) || (below.has(row.pid) && STACK_COMMAND.test(row.args)));
+  if (left.length > 0) {
+    problems.push(`processes left after the stop (now killed): ${left.map((row) => `${row.pid} ${row.args.slice(0, 80)}`).join('; ')}`);
+    for (const row of left) signal(row.pid, 'SIGKILL');
+  }
+  const receiverAnswers = await fetch(`${receiverUrl}/health`, { signal: AbortSignal.timeout(2_000) }).then(
+    () => true,
+    () => false,
+  );
+  if (receiverAnswers) problems.push(`the receiver still answers at ${receiverUrl} after the stop`);
+  log(
+    `cleanup: ${left.length === 0 ? 'no java, firebase or function-worker process left' : `${left.length} processes were left and killed`} ` +
+      `(process groups ${[...groups].join(', ')} and this process's descendants); the receiver ${receiverAnswers ? 'still answers' : 'is closed'}`,
+  );
+  return problems;
+}

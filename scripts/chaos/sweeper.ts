@@ -1,0 +1,95 @@
+/**
+ * The soak's sweeper driver: the project's `sweep()` with the Admin SDK against the emulators
+ * (the same call the deployed `sweepJobs` makes), every couple of seconds.
+ *
+ * Passes may overlap (up to `maxInFlight`). A transaction left open by a killed worker or a cut
+ * connection holds its document's lock until the emulator expires it (about a minute); a pass that
+ * meets such a document waits for it, and a driver that waited for each pass before starting the
+ * next would stop reclaiming everything else meanwhile. Overlapping passes are safe: the sweeper
+ * re-checks every document inside its own transaction.
+ */
+import type { App } from 'firebase-admin/app';
+import type { Firestore } from 'firebase-admin/firestore';
+import { systemClock } from '../../functions/src/core/clock';
+import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
+import { cloudTasksQueue } from '../../functions/src/store/cloud-tasks-queue';
+import { JobStore } from '../../functions/src/store/job-store';
+import { engineOptionsFromEnv } from '../../functions/src/triggers/config';
+
+export interface SweeperStats {
+  readonly passes: number;
+  readonly failedPasses: number;
+  /** Passes that took longer than `slowMs`. */
+  readonly slowPasses: number;
+  readonly longestPassMs: number;
+  readonly reclaimed: number;
+  readonly unitsReclaimed: number;
+  readonly quarantined: number;
+  readonly redispatched: number;
+  readonly resumed: number;
+}
+
+export interface ChaosSweeper {
+  /** Starts a pass now (even if others are running) and resolves with its report. */
+  runNow(): Promise<SweepReport>;
+  stats(): SweeperStats;
+  stop(): Promise<void>;
+}
+
+const ACTIONS = ['reclaimed', 'unitsReclaimed', 'quarantined', 'redispatched', 'unitsRedispatched', 'resumed', 'parkedUnits', 'errors', 'enqueueFailures'] as const;
+
+export function startChaosSweeper(options: {
+  readonly app: App;
+  readonly db: Firestore;
+  readonly everyMs: number;
+  readonly maxInFlight: number;
+  readonly slowMs: number;
+  readonly log: (line: string) => void;
+}): ChaosSweeper {
+  const deps = { store: new JobStore(options.db, systemClock, engineOptionsFromEnv()), queue: cloudTasksQueue(options.app), log: () => undefined };
+  const inFlight = new Set<Promise<SweepReport>>();
+  const totals = { passes: 0, failedPasses: 0, slowPasses: 0, longestPassMs: 0, reclaimed: 0, unitsReclaimed: 0, quarantined: 0, redispatched: 0, resumed: 0 };
+  const runNow = (): Promise<SweepReport> => {
+    const startedMs = Date.now();
+    const pass = sweep(deps, startedMs).then(
+      (report) => {
+        const tookMs = Date.now() - startedMs;
+        totals.passes += 1;
+        totals.longestPassMs = Math.max(totals.longestPassMs, tookMs);
+        totals.reclaimed += report.reclaimed;
+        totals.unitsReclaimed += report.unitsReclaimed;
+        totals.quarantined += report.quarantined;
+        totals.redispatched += report.redispatched + report.unitsRedispatched;
+        totals.resumed += report.resumed;
+        const acted = ACTIONS.filter((key) => report[key] > 0).map((key) => `${key} ${report[key]}`);
+        if (tookMs > options.slowMs) {
+          totals.slowPasses += 1;
+          options.log(`sweeper: a pass took ${(tookMs / 1000).toFixed(1)} s (a document it needed was locked)${acted.length > 0 ? `: ${acted.join(', ')}` : ''}`);
+        } else if (acted.length > 0) {
+          options.log(`sweeper: ${acted.join(', ')}`);
+        }
+        return report;
+      },
+      (error: unknown) => {
+        totals.failedPasses += 1;
+        options.log(`sweeper: a pass failed (${error instanceof Error ? error.message : String(error)})`);
+        throw error;
+      },
+    );
+    inFlight.add(pass);
+    void pass.catch(() => undefined).finally(() => inFlight.delete(pass));
+    return pass;
+  };
+  const timer = setInterval(() => {
+    if (inFlight.size < options.maxInFlight) void runNow().catch(() => undefined);
+  }, options.everyMs);
+  return {
+    runNow,
+    stats: () => ({ ...totals }),
+    stop: async () => {
+      clearInterval(timer);
+      // A pass stuck on a locked document may take a minute; do not wait that long to stop.
+      await Promise.race([Promise.allSettled([...inFlight]), new Promise((resolve) => setTimeout(resolve, 20_000).unref())]);
+    },
+  };
+}

@@ -1,0 +1,320 @@
+/**
+ * The soak's invariant checker, fed synthetic documents: a clean run passes every invariant, and
+ * each kind of breakage is flagged by the invariant that names it (and by no unrelated one).
+ */
+import { checkInvariants, ownedWrites, type InvariantName } from '../../scripts/chaos/invariants';
+import type { CollectedJob, EffectDoc, EventDoc, JobDoc, Observed, ReceiverView, Submission } from '../../scripts/chaos/model';
+
+const jobDoc = (overrides: Partial<JobDoc> = {}): JobDoc => ({
+  status: 'completed',
+  outcome: 'complete',
+  pipeline: 'research',
+  idempotencyKey: 'key-0',
+  owner: 'user-1',
+  epoch: 5,
+  staleReclaims: 0,
+  attempts: 0,
+  waiting: null,
+  lastError: null,
+  quarantine: null,
+  cancellation: null,
+  cost: { modelCalls: 10, toolCalls: 6, spentUsd: 0.01, wastedModelCalls: 1, wastedUsd: 0.001 },
+  decisions: {},
+  ...overrides,
+});
+
+const event = (seq: number, kind: string, epoch: number, commitUs: number, unit: string | null = null): EventDoc => ({
+  id: `j${String(seq).padStart(8, '0')}`,
+  kind,
+  epoch,
+  unit,
+  commitUs,
+});
+
+/** A research job that went outline → perspectives → one expert unit → final document → completed, cleanly. */
+function researchJob(id = 'job-r', key = 'key-0'): CollectedJob {
+  return {
+    id,
+    job: jobDoc({ idempotencyKey: key }),
+    events: [
+      event(1, 'submitted', 0, 100),
+      event(2, 'claimed', 1, 200),
+      event(3, 'checkpointed', 1, 400),
+      event(4, 'claimed', 2, 500),
+      event(5, 'checkpointed', 2, 550),
+      event(6, 'claimed', 3, 600),
+      event(7, 'fanned-out', 3, 610),
+      { id: 'u-e1-0001-00000000000650-0', kind: 'yielded', epoch: 3, unit: 'e1', commitUs: 650 },
+      event(8, 'joined', 3, 800, 'e1'),
+      event(9, 'claimed', 4, 850),
+      event(10, 'checkpointed', 4, 950),
+      event(11, 'claimed', 5, 980),
+      event(12, 'completed', 5, 1000),
+    ],
+    sections: [
+      { id: 'expert-content~e1~h1', phase: 'expert-content', unit: 'e1', sectionId: 'h1', epoch: 1, commitUs: 700 },
+      { id: 'final-document~-~h1', phase: 'final-document', unit: null, sectionId: 'h1', epoch: 4, commitUs: 900 },
+    ],
+    checkpoints: [
+      { phase: 'outline', epoch: 1, commitUs: 400 },
+      { phase: 'perspectives', epoch: 2, commitUs: 550 },
+      { phase: 'expert-content', epoch: 3, commitUs: 800 },
+      { phase: 'final-document', epoch: 4, commitUs: 950 },
+    ],
+    transcripts: [
+      { id: 'outline~-~outline', phase: 'outline', unit: null, sectionId: 'outline', epoch: 1, commitUs: 300, generation: 0, modelCalls: 3, wastedModelCalls: 0 },
+      { id: 'perspectives~-~perspectives', phase: 'perspectives', unit: null, sectionId: 'perspectives', epoch: 2, commitUs: 520, generation: 0, modelCalls: 2, wastedModelCalls: 0 },
+      { id: 'expert-content~e1~h1', phase: 'expert-content', unit: 'e1', sectionId: 'h1', epoch: 1, commitUs: 690, generation: 0, modelCalls: 3, wastedModelCalls: 1 },
+      { id: 'final-document~-~h1', phase: 'final-document', unit: null, sectionId: 'h1', epoch: 4, commitUs: 880, generation: 0, modelCalls: 2, wastedModelCalls: 0 },
+    ],
+    effects: [],
+    results: [{ path: `jobs/${id}/results/final`, outcome: 'complete', missing: [], commitUs: 1000 }],
+  };
+}
+
+const effect = (key: string, identity: string, overrides: Partial<EffectDoc> = {}): EffectDoc => ({
+  key,
+  idempotencyKey: key,
+  unit: null,
+  state: 'applied',
+  kind: 'message',
+  identity,
+  epoch: 2,
+  commitUs: 450,
+  lastOutcome: 'applied by the receiver',
+  ...overrides,
+});
+
+/** A notify job with two recipients: each message sent and logged, every effect applied once. */
+function notifyJob(id = 'job-n', key = 'key-1'): CollectedJob {
+  return {
+    id,
+    job: jobDoc({ pipeline: 'notify', idempotencyKey: key, epoch: 2, cost: {} }),
+    events: [event(1, 'submitted', 0, 100), event(2, 'claimed', 1, 200), event(3, 'checkpointed', 1, 300), event(4, 'claimed', 2, 400), event(5, 'completed', 2, 600)],
+    sections: [],
+    checkpoints: [
+      { phase: 'plan', epoch: 1, commitUs: 300 },
+      { phase: 'send', epoch: 2, commitUs: 600 },
+    ],
+    transcripts: [],
+    effects: [
+      effect('fx_a', 'c/c001'),
+      effect('fx_b', 'c/c001', { kind: 'record' }),
+      effect('fx_c', 'c/c002'),
+      effect('fx_d', 'c/c002', { kind: 'record' }),
+    ],
+    results: [{ path: `jobs/${id}/results/final`, outcome: 'complete', missing: [], commitUs: 600 }],
+  };
+}
+
+const cleanReceiver = (): ReceiverView => ({
+  applications: [
+    { key: 'fx_a', kind: 'message', identity: 'c/c001' },
+    { key: 'fx_b', kind: 'record', identity: 'c/c001' },
+    { key: 'fx_c', kind: 'message', identity: 'c/c002' },
+    { key: 'fx_d', kind: 'record', identity: 'c/c002' },
+  ],
+  requests: [
+    { op: 'apply', key: 'fx_a', outcome: 201 },
+    { op: 'apply', key: 'fx_b', outcome: 201 },
+    { op: 'apply', key: 'fx_c', outcome: 201 },
+    { op: 'apply', key: 'fx_d', outcome: 201 },
+  ],
+});
+
+const submission = (index: number, taskIds: string[], key = `key-${index}`): Submission => ({ index, pipeline: 'research', idempotencyKey: key, taskIds, failure: null });
+
+function clean(): { jobs: CollectedJob[]; submissions: Submission[]; receiver: ReceiverView } {
+  return { jobs: [researchJob(), notifyJob()], submissions: [submission(0, ['job-r']), submission(1, ['job-n'])], receiver: cleanReceiver() };
+}
+
+/** The invariants that flagged something, with their counts. */
+function broken(observed: Observed): Partial<Record<InvariantName, number>> {
+  const out: Partial<Record<InvariantName, number>> = {};
+  for (const invariant of checkInvariants(observed).invariants) if (invariant.violations.length > 0) out[invariant.name] = invariant.violations.length;
+  return out;
+}
+
+/** Replaces one job of the clean set. */
+function withJob(id: string, change: (job: CollectedJob) => CollectedJob): Observed {
+  const base = clean();
+  return { ...base, jobs: base.jobs.map((job) => (job.id === id ? change(job) : job)) };
+}
+
+describe('chaos invariant checker', () => {
+  test('a clean run breaks nothing, and its statistics add up', () => {
+    const report = checkInvariants(clean());
+    expect(report.invariants.filter((invariant) => invariant.violations.length > 0)).toEqual([]);
+    expect(report.invariants).toHaveLength(10);
+    expect(report.stats.byState.get('completed (complete)')).toBe(2);
+    expect(report.stats.sectionsTotal).toBe(4);
+    expect(report.stats.sectionsRecomputed).toBe(1);
+    expect(report.stats.wasted.get('wastedModelCalls')).toBe(1);
+    expect(report.stats.claims).toBe(7);
+    expect(report.stats.receiverFaultyAnswers.size).toBe(0);
+    const base = clean();
+    const spoiled = checkInvariants({ ...base, receiver: { ...base.receiver, requests: [...base.receiver.requests, { op: 'apply', key: 'fx_a', outcome: 'hung' }, { op: 'lookup', key: 'fx_a', outcome: 503 }] } });
+    expect([...spoiled.stats.receiverFaultyAnswers]).toEqual([
+      ['apply hung', 1],
+      ['lookup 503', 1],
+    ]);
+  });
+
+  test('jobs lost: a job left running, a provider wait without a resume time, an accepted task with no document', () => {
+    expect(broken(withJob('job-r', (job) => ({ ...job, job: { ...job.job, status: 'running' }, results: [], events: job.events.slice(0, -1) })))).toEqual({
+      jobsLost: 1,
+      withoutReason: 1,
+    });
+    const providerWait = { reason: 'provider', questionId: 'provider', question: 'Provider down', options: [], untilMs: null };
+    expect(broken(withJob('job-r', (job) => ({ ...job, job: { ...job.job, status: 'waiting', waiting: providerWait }, results: [], events: job.events.slice(0, -1) })))).toEqual({
+      jobsLost: 1,
+      withoutReason: 1,
+    });
+    const base = clean();
+    expect(broken({ ...base, jobs: base.jobs.filter((job) => job.id !== 'job-r') })).toEqual({ jobsLost: 1 });
+  });
+
+  test('a job waiting for a person with a question is neither lost nor without a reason', () => {
+    const decision = { reason: 'decision', questionId: 'unknown-effects-1', question: 'Could not check…', options: ['retry the unknown ones'], untilMs: null };
+    expect(broken(withJob('job-n', (job) => ({ ...job, job: { ...job.job, status: 'waiting', waiting: decision }, results: [], events: job.events.slice(0, -1) })))).toEqual({});
+  });
+
+  test('submissions never accepted', () => {
+    const base = clean();
+    expect(broken({ ...base, submissions: [...base.submissions, { ...submission(2, []), failure: 'gave up after 9 tries' }] })).toEqual({ submissionsNotAccepted: 1 });
+  });
+
+  test('duplicate jobs: one key answered with two task IDs, or a job nobody submitted', () => {
+    const base = clean();
+    const second = { ...researchJob('job-r2', 'key-0') };
+    expect(broken({ ...base, jobs: [...base.jobs, second], submissions: [submission(0, ['job-r', 'job-r2']), submission(1, ['job-n'])] })).toEqual({ duplicateJobs: 1 });
+    expect(broken({ ...base, jobs: [...base.jobs, second] })).toEqual({ duplicateJobs: 1 });
+  });
+
+  test('duplicate published results: two answers, or two completed events', () => {
+    expect(broken(withJob('job-r', (job) => ({ ...job, results: [...job.results, { path: 'conversations/c/messages/job-r', outcome: 'complete', missing: [], commitUs: 1000 }] })))).toEqual({
+      duplicatePublished: 1,
+    });
+    expect(broken(withJob('job-n', (job) => ({ ...job, events: [...job.events, event(6, 'completed', 2, 600)] })))).toEqual({ duplicatePublished: 1 });
+  });
+
+  test('results that disagree with the job', () => {
+    const failed = (job: CollectedJob): CollectedJob => ({ ...job, job: { ...job.job, status: 'failed', outcome: null, lastError: { code: 'terminal', message: 'boom' } } });
+    expect(broken(withJob('job-r', failed))).toEqual({ resultsDisagree: 1 });
+    expect(broken(withJob('job-r', (job) => ({ ...job, results: [] })))).toEqual({ resultsDisagree: 1 });
+    expect(broken(withJob('job-r', (job) => ({ ...job, job: { ...job.job, outcome: 'partial' } })))).toEqual({ resultsDisagree: 1, withoutReason: 1 });
+  });
+
+  test('duplicate effects: one key applied twice, or one effect applied under two keys', () => {
+    const base = clean();
+    expect(broken({ ...base, receiver: { ...base.receiver, applications: [...base.receiver.applications, { key: 'fx_a', kind: 'message', identity: 'c/c001' }] } })).toEqual({
+      duplicateEffects: 1,
+    });
+    const rekeyed = withJob('job-n', (job) => ({ ...job, effects: [...job.effects, effect('fx_e', 'c/c001')] }));
+    expect(broken({ ...rekeyed, receiver: { ...base.receiver, applications: [...base.receiver.applications, { key: 'fx_e', kind: 'message', identity: 'c/c001' }] } })).toEqual({
+      duplicateEffects: 1,
+    });
+  });
+
+  test('effects the ledger misreports', () => {
+    const base = clean();
+    // Applied according to the ledger, never at the receiver.
+    expect(broken({ ...base, receiver: { ...base.receiver, applications: base.receiver.applications.filter((item) => item.key !== 'fx_d') } })).toEqual({ effectsMisreported: 1 });
+    // Applied at the receiver, "not sent" in the ledger.
+    const failedEntry = withJob('job-n', (job) => ({ ...job, effects: job.effects.map((item) => (item.key === 'fx_c' ? { ...item, state: 'failed' } : item)) }));
+    expect(broken(failedEntry)).toEqual({ effectsMisreported: 1 });
+    // Applied at the receiver under a key no job recorded.
+    expect(broken({ ...base, receiver: { ...base.receiver, applications: [...base.receiver.applications, { key: 'fx_zz', kind: 'message', identity: 'c/c009' }] } })).toEqual({
+      effectsMisreported: 1,
+    });
+  });
+
+  test('an effect still unknown at the receiver is not a misreport while the job waits on it', () => {
+    const decision = { reason: 'decision', questionId: 'unknown-effects-1', question: 'Could not check…', options: ['retry the unknown ones'], untilMs: null };
+    expect(
+      broken(
+        withJob('job-n', (job) => ({
+          ...job,
+          job: { ...job.job, status: 'waiting', waiting: decision },
+          results: [],
+          events: job.events.slice(0, -1),
+          checkpoints: job.checkpoints.slice(0, 1),
+          effects: job.effects.map((item) => (item.key === 'fx_d' ? { ...item, state: 'unknown', commitUs: 550 } : item)),
+        })),
+      ),
+    ).toEqual({});
+  });
+
+  test('stale writes: a section written under an epoch older than a claim already recorded', () => {
+    // The final section carries epoch 3 but landed after the claim of epoch 4 (commit 850).
+    expect(
+      broken(withJob('job-r', (job) => ({ ...job, sections: job.sections.map((item) => (item.unit === null ? { ...item, epoch: 3 } : item)) }))),
+    ).toEqual({ staleWrites: 1 });
+  });
+
+  test('stale writes: a unit write older than a later write of the same unit', () => {
+    // Unit e1's section of epoch 1 landed at 700, after the unit's own event of epoch 2 (at 650).
+    const later = { id: 'u-e1-0002-00000000000650-0', kind: 'yielded', epoch: 3, unit: 'e1', commitUs: 650 };
+    expect(broken(withJob('job-r', (job) => ({ ...job, events: job.events.map((item) => (item.id.startsWith('u-') ? later : item)) })))).toEqual({ staleWrites: 2 });
+    // Another unit's epochs are its own: no evidence against e1.
+    const other = { id: 'u-e2-0007-00000000000650-0', kind: 'yielded', epoch: 3, unit: 'e2', commitUs: 650 };
+    expect(broken(withJob('job-r', (job) => ({ ...job, events: [...job.events, other] })))).toEqual({});
+  });
+
+  test('stale writes: anything owned, or an answer, committed after the job ended', () => {
+    expect(
+      broken(withJob('job-r', (job) => ({ ...job, transcripts: job.transcripts.map((item) => (item.id === 'outline~-~outline' ? { ...item, epoch: 5, commitUs: 1200 } : item)) }))),
+    ).toEqual({ staleWrites: 1, redoneAfterCheckpoint: 1 });
+    expect(broken(withJob('job-n', (job) => ({ ...job, effects: job.effects.map((item) => (item.key === 'fx_a' ? { ...item, commitUs: 700 } : item)) })))).toEqual({
+      staleWrites: 1,
+    });
+    const failedThenPublished = withJob('job-r', (job) => ({
+      ...job,
+      job: { ...job.job, status: 'failed', outcome: null, lastError: { code: 'terminal', message: 'boom' } },
+      events: [...job.events.slice(0, -1), event(12, 'failed', 5, 990)],
+    }));
+    expect(broken(failedThenPublished)).toEqual({ staleWrites: 1, resultsDisagree: 1 });
+  });
+
+  test('the reconciliation after a stop writes without a claim and is not a stale write', () => {
+    const stopped = withJob('job-n', (job) => ({
+      ...job,
+      job: { ...job.job, status: 'cancelled', outcome: null, cancellation: { reason: 'owner' } },
+      results: [],
+      events: [...job.events.slice(0, -1), event(5, 'cancelled', 2, 500)],
+      checkpoints: job.checkpoints.slice(0, 1),
+      effects: job.effects.map((item) =>
+        item.key === 'fx_d' ? { ...item, commitUs: 900, lastOutcome: 'found at the receiver by lookup after the job stopped' } : item,
+      ),
+    }));
+    expect(broken(stopped)).toEqual({});
+    expect(ownedWrites(stopped.jobs.find((job) => job.id === 'job-n') as CollectedJob).map((write) => write.id)).not.toContain('fx_d');
+  });
+
+  test('jobs without a stated reason', () => {
+    const failedSilently = (job: CollectedJob): CollectedJob => ({
+      ...job,
+      job: { ...job.job, status: 'failed', outcome: null, lastError: null },
+      results: [],
+      events: [...job.events.slice(0, -1), event(12, 'failed', 5, 1000)],
+    });
+    expect(broken(withJob('job-r', failedSilently))).toEqual({ withoutReason: 1 });
+    const quarantined = (job: CollectedJob): CollectedJob => ({ ...failedSilently(job), job: { ...job.job, status: 'quarantined', outcome: null, quarantine: { reason: ' ' } } });
+    expect(broken(withJob('job-r', quarantined))).toEqual({ withoutReason: 1 });
+    const partial = (job: CollectedJob): CollectedJob => ({ ...job, job: { ...job.job, outcome: 'partial' }, results: job.results.map((item) => ({ ...item, outcome: 'partial' })) });
+    expect(broken(withJob('job-r', partial))).toEqual({ withoutReason: 1 });
+    const named = (job: CollectedJob): CollectedJob => ({ ...partial(job), results: job.results.map((item) => ({ ...item, outcome: 'partial', missing: ['an expert · h1'] })) });
+    expect(broken(withJob('job-r', named))).toEqual({});
+  });
+
+  test('sections redone after their checkpoint', () => {
+    // The expert section's transcript saved again after its section was committed (same epoch: not stale, but redone).
+    expect(
+      broken(withJob('job-r', (job) => ({ ...job, transcripts: job.transcripts.map((item) => (item.unit === 'e1' ? { ...item, commitUs: 750 } : item)) }))),
+    ).toEqual({ redoneAfterCheckpoint: 1 });
+    // Outline has no section document: its phase checkpoint is the boundary.
+    expect(
+      broken(withJob('job-r', (job) => ({ ...job, transcripts: job.transcripts.map((item) => (item.id === 'outline~-~outline' ? { ...item, commitUs: 450 } : item)) }))),
+    ).toEqual({ redoneAfterCheckpoint: 1 });
+  });
+});
