@@ -9,7 +9,7 @@
  *                             run the sweeper at once: the owner is still working when it is reclaimed
  *   duplicate-delivery        enqueue an extra copy of a job's or unit's current step task (no task
  *                             ID, so Cloud Tasks cannot dedupe it), sometimes of the step before
- *   receiver-outage           the receiver's control API: 503 for everything, connection refused,
+ *   receiver-outage           the receiver's control methods: 503 for everything, connection refused,
  *                             apply-then-hang, fail-before-apply, dropped connections, or hangs whose
  *                             lookups fail too (unknown outcomes nobody can check: a decision)
  *   checkpoint-write-failure  either stall Firestore (SIGSTOP the emulator's JVM for a few seconds,
@@ -51,6 +51,7 @@ interface Holder {
   readonly unit: string | null;
   readonly epoch: number;
   readonly worker: string;
+  readonly expiresAtMs: number;
   readonly step: number;
 }
 
@@ -70,6 +71,7 @@ async function leaseHolders(db: Firestore): Promise<Holder[]> {
       unit: isUnit ? doc.id : null,
       epoch: lease.epoch,
       worker: lease.worker,
+      expiresAtMs: (lease.expiresAt as { toMillis?: () => number } | undefined)?.toMillis?.() ?? 0,
       step: Number(doc.get('step')),
     });
   }
@@ -80,6 +82,8 @@ const name = (holder: { jobId: string; unit: string | null }): string => (holder
 
 export class Injector {
   private firestorePaused: number | null = null;
+  /** The availability outage in force, if any. */
+  private receiverOut: symbol | null = null;
   private readonly restores = new Set<Promise<void>>();
 
   constructor(private readonly deps: InjectorDeps) {}
@@ -132,7 +136,8 @@ export class Injector {
   }
 
   private async expireLease(): Promise<FaultOutcome> {
-    const target = await this.holder(5);
+    // A lease already past its time belongs to a worker that died: the sweeper needs no help with it.
+    const target = await this.holder(5, (holder) => holder.expiresAtMs > Date.now());
     if (target === null) return { injected: false, detail: 'no live lease to expire' };
     const expiredAt = Date.now() - 1_000;
     const edited = await this.deps.db.runTransaction(async (tx) => {
@@ -174,49 +179,47 @@ export class Injector {
     return { injected: true, detail: `extra task ${JSON.stringify(payload)} enqueued (${job.get('status') as string}${staleStep ? ', an earlier step' : ''})` };
   }
 
+  /** Runs `restore` after `ms`; a restore that fails is logged by the caller's summary, never thrown. */
   private later(ms: number, restore: () => Promise<void>): void {
     const done: Promise<void> = sleep(ms)
       .then(restore)
+      .catch(() => undefined)
       .finally(() => this.restores.delete(done));
     this.restores.add(done);
   }
 
-  private async control(body: Record<string, unknown>): Promise<void> {
-    const response = await fetch(`${this.deps.receiver.url}/control`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-      signal: AbortSignal.timeout(5_000),
-    });
-    await response.text();
-    if (!response.ok) throw new Error(`receiver control answered ${response.status}`);
-  }
-
-  private async receiverOutage(mode: ReceiverOutageMode, durationMs: number, times: number): Promise<FaultOutcome> {
+  /**
+   * Receiver outages. Availability (503 for everything, or connection refused) is one outage at a
+   * time: a second one while the first lasts finds nothing to do. Armed faults (on the next applies
+   * or lookups) stack. Everything goes through the receiver's own control methods, in process: its
+   * HTTP control route cannot bring back a receiver that refuses connections.
+   */
+  private receiverOutage(mode: ReceiverOutageMode, durationMs: number, times: number): Promise<FaultOutcome> {
     const receiver = this.deps.receiver;
     switch (mode) {
       case 'unavailable':
-        await this.control({ availability: 'unavailable' });
-        this.later(durationMs, () => this.control({ availability: 'up' }));
-        return { injected: true, detail: `receiver answers 503 to everything for ${durationMs} ms` };
-      case 'refused':
-        // Not over HTTP: it would cut off the control channel itself.
-        await receiver.setAvailability('refused');
-        this.later(durationMs, () => receiver.setAvailability('up'));
-        return { injected: true, detail: `receiver refuses connections for ${durationMs} ms` };
-      case 'hang-and-lookups-fail':
-        await this.control({
-          faults: [
-            { op: 'apply', mode: 'apply-then-hang', times },
-            { op: 'lookup', mode: 'unavailable', times: times * 4 },
-          ],
+      case 'refused': {
+        if (this.receiverOut !== null) return Promise.resolve({ injected: false, detail: 'the receiver is already out' });
+        const outage = Symbol(mode);
+        this.receiverOut = outage;
+        return receiver.setAvailability(mode).then(() => {
+          this.later(durationMs, async () => {
+            if (this.receiverOut !== outage) return;
+            this.receiverOut = null;
+            await receiver.setAvailability('up');
+          });
+          return { injected: true, detail: mode === 'unavailable' ? `receiver answers 503 to everything for ${durationMs} ms` : `receiver refuses connections for ${durationMs} ms` };
         });
-        return { injected: true, detail: `next ${times} applies are applied then never answered, and the next ${times * 4} lookups fail` };
+      }
+      case 'hang-and-lookups-fail':
+        receiver.inject({ op: 'apply', mode: 'apply-then-hang', times });
+        receiver.inject({ op: 'lookup', mode: 'unavailable', times: times * 4 });
+        return Promise.resolve({ injected: true, detail: `next ${times} applies are applied then never answered, and the next ${times * 4} lookups fail` });
       case 'apply-then-hang':
       case 'fail-before-apply':
       case 'drop-connection':
-        await this.control({ faults: [{ op: 'apply', mode, times }] });
-        return { injected: true, detail: `next ${times} applies: ${mode}` };
+        receiver.inject({ op: 'apply', mode, times });
+        return Promise.resolve({ injected: true, detail: `next ${times} applies: ${mode}` });
     }
   }
 
@@ -251,6 +254,7 @@ export class Injector {
     this.resumeFirestore();
     await Promise.allSettled([...this.restores]);
     this.deps.receiver.clearFaults();
+    this.receiverOut = null;
     await this.deps.receiver.setAvailability('up');
   }
 }

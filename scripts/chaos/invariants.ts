@@ -44,8 +44,17 @@ export interface InvariantResult {
   readonly violations: readonly Violation[];
 }
 
+/** A job that did not end completed and whole, with the reason its document gives. */
+export interface NotWhole {
+  readonly jobId: string;
+  readonly pipeline: string;
+  readonly state: string;
+  readonly reason: string;
+}
+
 export interface SoakStats {
   readonly jobs: number;
+  readonly notWhole: readonly NotWhole[];
   /** `completed (complete)`, `waiting (decision)`, `failed`, … → count. */
   readonly byState: ReadonlyMap<string, number>;
   readonly sectionsTotal: number;
@@ -373,8 +382,27 @@ export function stateLabel(job: CollectedJob['job']): string {
   return job.status;
 }
 
+function reasonOf(collected: CollectedJob): string {
+  const { job } = collected;
+  switch (job.status) {
+    case 'completed':
+      return `missing: ${collected.results.flatMap((published) => published.missing).join('; ') || '(not named)'}`;
+    case 'failed':
+      return job.lastError ? `${job.lastError.code}: ${job.lastError.message}` : '(no lastError)';
+    case 'quarantined':
+      return job.quarantine?.reason ?? '(no reason)';
+    case 'cancelled':
+      return job.cancellation?.reason ?? '(no cancellation)';
+    case 'waiting':
+      return job.waiting ? `${job.waiting.questionId}: ${job.waiting.question}` : '(no question)';
+    default:
+      return job.lastError ? `last error ${job.lastError.code}: ${job.lastError.message}` : '';
+  }
+}
+
 function statistics(observed: Observed): SoakStats {
   const byState = new Map<string, number>();
+  const notWhole: NotWhole[] = [];
   const wasted = new Map<string, number>();
   const effectsByState = new Map<string, number>();
   let sectionsTotal = 0;
@@ -389,6 +417,9 @@ function statistics(observed: Observed): SoakStats {
   for (const collected of observed.jobs) {
     const label = stateLabel(collected.job);
     byState.set(label, (byState.get(label) ?? 0) + 1);
+    if (!(collected.job.status === 'completed' && collected.job.outcome === 'complete')) {
+      notWhole.push({ jobId: collected.id, pipeline: collected.job.pipeline, state: label, reason: reasonOf(collected) });
+    }
     for (const transcript of collected.transcripts) {
       sectionsTotal += 1;
       if (transcript.wastedModelCalls > 0 || transcript.generation > 0) sectionsRecomputed += 1;
@@ -416,6 +447,7 @@ function statistics(observed: Observed): SoakStats {
   }
   return {
     jobs: observed.jobs.length,
+    notWhole,
     byState,
     sectionsTotal,
     sectionsRecomputed,

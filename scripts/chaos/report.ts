@@ -45,6 +45,12 @@ export function formatReport(input: ReportInput): string {
   lines.push('', `${pad('Jobs by final state', 56)}${padLeft('jobs', 8)}`);
   for (const [state, count] of [...stats.byState].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))) lines.push(`  ${pad(state, 54)}${padLeft(String(count), 8)}`);
   lines.push(`  ${pad('total job documents', 54)}${padLeft(String(stats.jobs), 8)}`);
+  if (stats.notWhole.length > 0) {
+    lines.push('', 'Jobs not completed whole, with the reason their document gives (up to 20)');
+    for (const item of stats.notWhole.slice(0, 20)) {
+      lines.push(...wrap(`${item.jobId} (${item.pipeline}) ${item.state}: ${item.reason.replace(/\s+/g, ' ').slice(0, 300)}`, 110, '  ', '      '));
+    }
+  }
 
   lines.push('', `${pad('Faults injected by kind', 56)}${padLeft('injected', 10)}${padLeft('no target', 11)}`);
   let injected = 0;
@@ -96,6 +102,23 @@ export function formatReport(input: ReportInput): string {
       '    ',
     ),
     ...wrap('wasted cost: the jobs\' cost.wasted* counters summed (model and tool calls whose output was discarded, with their simulated price).', 76, '  ', '    '),
+    ...wrap(
+      'step outcomes: how each delivered task ended, as runJobStep logged it. ownership-lost is a worker fenced out mid-step (its later ' +
+        'writes refused); not-claimable is a duplicate or stale delivery acknowledged without work.',
+      76,
+      '  ',
+      '    ',
+    ),
+    ...wrap(
+      'faults: worker-kill SIGKILLs the function worker holding a live lease; lease-expiry moves a live lease into the past and sweeps; ' +
+        'checkpoint-write-failure stalls Firestore (SIGSTOP) or cuts every connection to it; receiver-outage makes the receiver answer ' +
+        '503, refuse connections, hang after applying, fail before applying, drop connections, or fail lookups; duplicate-delivery ' +
+        'enqueues an extra copy of a step task; provider-wave is a 429/503 window in the offline provider; submit-retry re-sends a ' +
+        'submission with the same Idempotency-Key. "no target": nothing was running that the fault could hit.',
+      76,
+      '  ',
+      '    ',
+    ),
   );
 
   const broken = check.invariants.filter((invariant) => invariant.violations.length > 0);

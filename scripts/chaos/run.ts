@@ -4,6 +4,7 @@
  * the questions about unknown effects, a quiet period, and the invariants checked over what
  * Firestore and the receiver hold. Everything it started is stopped, and checked to be gone.
  */
+import { readFile } from 'node:fs/promises';
 import { deleteApp, initializeApp, type App } from 'firebase-admin/app';
 import { getFirestore, type Firestore } from 'firebase-admin/firestore';
 import { getFunctions } from 'firebase-admin/functions';
@@ -47,7 +48,7 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 const LEASE_MS = Number(CHAOS_ENGINE_ENV.PHASELINE_LEASE_SECONDS) * 1000;
 const POLL_MS = 1_000;
 const SWEEP_EVERY_MS = 2_000;
-const SWEEP_MAX_IN_FLIGHT = 10;
+const SWEEP_MAX_IN_FLIGHT = 1;
 /** How long the emulator keeps a lock of a transaction nobody will finish (measured: about a minute), with a margin. */
 const LOCK_HORIZON_MS = 65_000;
 
@@ -101,7 +102,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
   log(`replay: ${replay}`);
   log(
     `plan: about ${plan.faults.length} faults over ${plan.faultWindowMs / 1000} s from the first running job (more while submissions go on), ${plan.waves.length} provider waves, ` +
-      `time limit ${plan.timeLimitMs / 1000} s; leases ${LEASE_MS / 1000} s, sweeper every ${SWEEP_EVERY_MS / 1000} s (passes may overlap)`,
+      `time limit ${plan.timeLimitMs / 1000} s; leases ${LEASE_MS / 1000} s, sweeper every ${SWEEP_EVERY_MS / 1000} s (one pass at a time)`,
   );
 
   // The in-process sweeper reads the engine settings from this process's environment; the functions get them too.
@@ -137,6 +138,12 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     await firestore.stop();
   };
   const removeSignalHandlers = stopOnSignals(stopEverything, log);
+  // A defect of the soak itself must not leave the stack behind: stop it, then fail with exit 2.
+  const onUnexpected = (error: unknown): void => {
+    log(`the soak failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+    void stopEverything().finally(() => process.exit(2));
+  };
+  process.on('unhandledRejection', onUnexpected);
 
   const runProblems: string[] = [];
   const timings: [string, string][] = [];
@@ -373,9 +380,11 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     }));
     mark('results read');
     const sweeps = activeSweeper.stats();
+    const steps = await stepOutcomes(stack.logFile);
     const extra: [string, string][] = [
       ['sweeper passes / slower than 10 s / longest', `${sweeps.passes} / ${sweeps.slowPasses} / ${(sweeps.longestPassMs / 1000).toFixed(1)} s`],
       ['sweeper: job / unit leases reclaimed, quarantined, resumed', `${sweeps.reclaimed} / ${sweeps.unitsReclaimed}, ${sweeps.quarantined}, ${sweeps.resumed}`],
+      ['step outcomes in the functions\' log', [...steps].map(([kind, count]) => `${kind} ${count}`).join(', ') || 'none found'],
     ];
 
     log('stopping the stack…');
@@ -390,7 +399,22 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
   } finally {
     await stopEverything().catch(() => undefined);
     removeSignalHandlers();
+    process.removeListener('unhandledRejection', onUnexpected);
   }
+}
+
+/**
+ * How the steps ended, from the functions' own log (runJobStep logs each outcome): a fenced-out
+ * worker's step ends `ownership-lost`, a duplicate or stale task's `not-claimable`.
+ */
+async function stepOutcomes(logFile: string): Promise<Map<string, number>> {
+  const counts = new Map<string, number>();
+  const text = await readFile(logFile, 'utf8').catch(() => '');
+  for (const match of text.matchAll(/"outcome":\{"kind":"([a-z-]+)"/g)) {
+    const kind = match[1] ?? '?';
+    counts.set(kind, (counts.get(kind) ?? 0) + 1);
+  }
+  return new Map([...counts].sort((a, b) => b[1] - a[1]));
 }
 
 /**

@@ -1,12 +1,13 @@
 /**
  * The soak's sweeper driver: the project's `sweep()` with the Admin SDK against the emulators
- * (the same call the deployed `sweepJobs` makes), every couple of seconds.
+ * (the same call the deployed `sweepJobs` makes), every couple of seconds instead of every minute.
  *
- * Passes may overlap (up to `maxInFlight`). A transaction left open by a killed worker or a cut
- * connection holds its document's lock until the emulator expires it (about a minute); a pass that
- * meets such a document waits for it, and a driver that waited for each pass before starting the
- * next would stop reclaiming everything else meanwhile. Overlapping passes are safe: the sweeper
- * re-checks every document inside its own transaction.
+ * One pass at a time, as the scheduler runs it. A pass waits for its slowest document: a
+ * transaction left open by a killed worker or a cut connection holds its read lock until the
+ * emulator expires it (about a minute), and any commit on that document times out meanwhile, so
+ * such a pass can take a minute or more; the driver reports those. (Overlapping passes were tried:
+ * each tries the same stuck document, and several transactions that read one document and then
+ * want to write it only deadlock each other until their lock waits time out.)
  */
 import type { App } from 'firebase-admin/app';
 import type { Firestore } from 'firebase-admin/firestore';
@@ -30,7 +31,7 @@ export interface SweeperStats {
 }
 
 export interface ChaosSweeper {
-  /** Starts a pass now (even if others are running) and resolves with its report. */
+  /** Starts a pass now, or joins the one running when `maxInFlight` are, and resolves with its report. */
   runNow(): Promise<SweepReport>;
   stats(): SweeperStats;
   stop(): Promise<void>;
@@ -50,6 +51,8 @@ export function startChaosSweeper(options: {
   const inFlight = new Set<Promise<SweepReport>>();
   const totals = { passes: 0, failedPasses: 0, slowPasses: 0, longestPassMs: 0, reclaimed: 0, unitsReclaimed: 0, quarantined: 0, redispatched: 0, resumed: 0 };
   const runNow = (): Promise<SweepReport> => {
+    const running = [...inFlight].at(-1);
+    if (running && inFlight.size >= options.maxInFlight) return running;
     const startedMs = Date.now();
     const pass = sweep(deps, startedMs).then(
       (report) => {

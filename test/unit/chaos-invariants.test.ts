@@ -176,7 +176,10 @@ describe('chaos invariant checker', () => {
 
   test('a job waiting for a person with a question is neither lost nor without a reason', () => {
     const decision = { reason: 'decision', questionId: 'unknown-effects-1', question: 'Could not check…', options: ['retry the unknown ones'], untilMs: null };
-    expect(broken(withJob('job-n', (job) => ({ ...job, job: { ...job.job, status: 'waiting', waiting: decision }, results: [], events: job.events.slice(0, -1) })))).toEqual({});
+    const waiting = withJob('job-n', (job) => ({ ...job, job: { ...job.job, status: 'waiting', waiting: decision }, results: [], events: job.events.slice(0, -1) }));
+    expect(broken(waiting)).toEqual({});
+    expect(checkInvariants(waiting).stats.notWhole).toEqual([{ jobId: 'job-n', pipeline: 'notify', state: 'waiting (decision)', reason: 'unknown-effects-1: Could not check…' }]);
+    expect(checkInvariants(clean()).stats.notWhole).toEqual([]);
   });
 
   test('submissions never accepted', () => {
