@@ -20,6 +20,7 @@
  * platform answers 5xx), so the task is retried after the queue's backoff; a frozen worker is
  * only given up on at the dispatch deadline (the function timeout).
  */
+import { DEFAULT_MAX_SERVER_DELAY_SECONDS } from '../../functions/src/core/server-delay';
 import { FieldValue, type Firestore } from 'firebase-admin/firestore';
 import { seededRandom, type Clock } from '../../functions/src/core/clock';
 import { describeError, RetryableError } from '../../functions/src/core/errors';
@@ -194,6 +195,7 @@ export class BaselineRunner {
       flusher: null,
       deadlineMs: Number.POSITIVE_INFINITY,
       budgetMs: 0,
+      limits: { maxServerDelayMs: DEFAULT_MAX_SERVER_DELAY_SECONDS * 1000 },
       durable,
     });
     try {

@@ -1,6 +1,7 @@
 /** Pure decisions about job state changes; the store applies them in transactions. */
-import type { PhaselineError } from './errors';
-import type { JobRecord } from './job';
+import { TerminalError, type PhaselineError } from './errors';
+import type { JobRecord, JobWait } from './job';
+import type { DecisionWait, ProviderWait } from './pipeline';
 import type { EngineOptions } from './options';
 import type { RandomSource } from './clock';
 
@@ -58,4 +59,28 @@ export function decideExpiredLease(job: JobRecord, options: EngineOptions): Expi
     };
   }
   return { action: 'requeue', staleReclaims };
+}
+
+/**
+ * The stored wait for a phase's wait outcome. The contract holds by construction: a decision wait
+ * has no resume time (it never times out into a default), a provider wait always has one (it never
+ * waits forever). Outcomes that break it (a JavaScript pipeline bypassing the types) are refused.
+ */
+export function waitRecord(outcome: DecisionWait | ProviderWait): JobWait {
+  if (outcome.reason === 'decision') {
+    if ((outcome as { untilMs?: unknown }).untilMs !== undefined) {
+      throw new TerminalError(`A decision wait (${outcome.questionId}) cannot carry a resume time: a person's question never times out into a default`);
+    }
+    if (!Array.isArray(outcome.options) || outcome.options.length === 0) {
+      throw new TerminalError(`A decision wait (${outcome.questionId}) needs at least one option to answer with`);
+    }
+    return { reason: 'decision', questionId: outcome.questionId, question: outcome.question, options: [...outcome.options], untilMs: null };
+  }
+  if (outcome.reason === 'provider') {
+    if (typeof outcome.untilMs !== 'number' || !Number.isFinite(outcome.untilMs)) {
+      throw new TerminalError(`A provider wait (${outcome.questionId}) needs a finite resume time, got ${String(outcome.untilMs)}: it would wait forever`);
+    }
+    return { reason: 'provider', questionId: outcome.questionId, question: outcome.question, options: [], untilMs: outcome.untilMs };
+  }
+  throw new TerminalError(`Unknown wait reason ${String((outcome as { reason?: unknown }).reason)}`);
 }

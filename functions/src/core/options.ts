@@ -1,3 +1,5 @@
+import { DEFAULT_MAX_SERVER_DELAY_SECONDS } from './server-delay';
+
 /** Every engine setting, with units in the names, resolved once from one defaults object. */
 export interface EngineOptions {
   readonly leaseSeconds: number;
@@ -18,6 +20,11 @@ export interface EngineOptions {
   readonly sweepBatchSize: number;
   /** In-call retries of a Firestore write before the step gives up on it. */
   readonly writeRetries: number;
+  /**
+   * Cap on any delay a server asks for (`Retry-After`). A longer one is treated as an outage: the
+   * job waits with a stated resume time this far ahead instead of parking for what the server said.
+   */
+  readonly maxServerDelaySeconds: number;
 }
 
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
@@ -32,6 +39,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   lostTaskGraceSeconds: 120,
   sweepBatchSize: 200,
   writeRetries: 3,
+  maxServerDelaySeconds: DEFAULT_MAX_SERVER_DELAY_SECONDS,
 };
 
 export function resolveEngineOptions(overrides: Partial<EngineOptions> = {}): EngineOptions {

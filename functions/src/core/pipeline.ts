@@ -47,23 +47,46 @@ export interface StepContext<TInput> {
   note(kind: string, message: string): void;
   /** True once most of this step's time budget is used: finish the section at hand, then yield. */
   shouldYield(): boolean;
+  /**
+   * Milliseconds left before this step must have ended (its hard deadline, well inside the
+   * function timeout). Bound every call's timeout and retries by it; Infinity where no step runs.
+   */
+  remainingMs(): number;
+  /** Engine limits a phase applies to advice from outside. */
+  readonly limits: StepLimits;
   /** The job's effect ledger (inside a unit: that unit's entries). Every write is owner-checked. */
   readonly effects: EffectLedger;
+}
+
+export interface StepLimits {
+  /** Cap on a server-given delay (Retry-After); a longer one is an outage resumed at this distance. */
+  readonly maxServerDelayMs: number;
+}
+
+/** A person must answer; no timeout, so a question never times out into a default. */
+export interface DecisionWait {
+  readonly kind: 'wait';
+  readonly reason: 'decision';
+  readonly questionId: string;
+  readonly question: string;
+  readonly options: readonly string[];
+}
+
+/** A dependency is down; the job resumes by itself at `untilMs` (required), nobody answers it. */
+export interface ProviderWait {
+  readonly kind: 'wait';
+  readonly reason: 'provider';
+  readonly questionId: string;
+  readonly question: string;
+  readonly untilMs: number;
 }
 
 export type PhaseOutcome<TState> =
   | { readonly kind: 'done'; readonly state: TState }
   /** More to do; what is finished is recorded in sections. A fresh task continues. */
   | { readonly kind: 'yield' }
-  /** A person must decide (no timeout), or a dependency is down (`untilMs` set: resume by itself). */
-  | {
-      readonly kind: 'wait';
-      readonly questionId: string;
-      readonly question: string;
-      readonly options: readonly string[];
-      readonly reason: 'decision' | 'provider';
-      readonly untilMs?: number;
-    };
+  | DecisionWait
+  | ProviderWait;
 
 export type UnitOutcome<TUnitState> =
   | { readonly kind: 'done'; readonly state: TUnitState }

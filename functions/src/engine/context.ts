@@ -1,7 +1,7 @@
 /** The StepContext a phase or unit sees, built over the flusher and an owner-checked section writer. */
 import type { Clock, RandomSource } from '../core/clock';
 import type { CoalescingFlusher } from '../core/flusher';
-import type { PhaseDefinition, SectionRecord, StepContext } from '../core/pipeline';
+import type { PhaseDefinition, SectionRecord, StepContext, StepLimits } from '../core/pipeline';
 import { refusingEffectLedger, type EffectLedger } from '../effects/ledger';
 
 export interface ContextParts<TInput> {
@@ -19,6 +19,7 @@ export interface ContextParts<TInput> {
   readonly deadlineMs: number;
   readonly budgetMs: number;
   readonly durable: DurableWrites;
+  readonly limits: StepLimits;
 }
 
 /** The owner-checked writes a context can make; absent for coordinator, join and publish contexts. */
@@ -78,6 +79,8 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
     addCost: (increments) => parts.flusher?.addCost(increments),
     note: (kind, message) => parts.flusher?.note(kind, message),
     shouldYield: () => parts.clock.now() >= parts.deadlineMs - parts.budgetMs * (1 - YIELD_AT_BUDGET_SHARE),
+    remainingMs: () => Math.max(0, parts.deadlineMs - parts.clock.now()),
+    limits: parts.limits,
     effects: parts.durable.effects,
   };
 }

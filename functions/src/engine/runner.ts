@@ -11,8 +11,9 @@ import type { RandomSource } from '../core/clock';
 import { describeError, OwnershipLostError, PhaselineError, TerminalError, toPhaselineError } from '../core/errors';
 import { addCounts, CoalescingFlusher, type FlushPayload, type Timers } from '../core/flusher';
 import { stepTaskId, unitTaskId, type JobRecord, type StepTask } from '../core/job';
-import { decideAfterError, decideClaim } from '../core/lifecycle';
-import { resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type PipelineRegistry } from '../core/pipeline';
+import { decideAfterError, decideClaim, waitRecord } from '../core/lifecycle';
+import { resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, type StepLimits } from '../core/pipeline';
+import type { EngineOptions } from '../core/options';
 import { firestoreEffectLedger, unresolvedEffectKeys } from '../effects/firestore-ledger';
 import { decodeJob, decodeUnit, encodeUnit, type UnitRecord } from '../store/codec';
 import type { EventDraft, JobClaim, JobStore, UnitClaim } from '../store/job-store';
@@ -140,6 +141,10 @@ async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<StepOutcome
   return runPhase(running, claim, phase, index, loaded.states, refusedNotes);
 }
 
+function stepLimits(options: EngineOptions): StepLimits {
+  return { maxServerDelayMs: options.maxServerDelaySeconds * 1000 };
+}
+
 function emptyPayload(): FlushPayload {
   return { progress: {}, cost: {}, notes: [] };
 }
@@ -197,6 +202,7 @@ async function runPhase(
     flusher,
     deadlineMs: store.clock.now() + store.options.stepBudgetSeconds * 1000,
     budgetMs: store.options.stepBudgetSeconds * 1000,
+    limits: stepLimits(store.options),
     durable: durableWrites(running, { kind: 'job', claim }, phase.name, null),
   });
 
@@ -242,8 +248,8 @@ async function runPhase(
               lease: null,
               step: job.step + 1,
               dispatch: 0,
-              waiting: { reason: outcome.reason, questionId: outcome.questionId, question: outcome.question, options: outcome.options, untilMs: outcome.untilMs ?? null },
-              nextRunAtMs: outcome.untilMs ?? nowMs,
+              waiting: waitRecord(outcome),
+              nextRunAtMs: outcome.reason === 'provider' ? outcome.untilMs : nowMs,
             },
             events: [...allNotes, { kind: 'waiting', message: outcome.question }],
             value: undefined,
@@ -416,6 +422,7 @@ async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<s
     flusher: null,
     deadlineMs: Number.POSITIVE_INFINITY,
     budgetMs: 0,
+    limits: stepLimits(store.options),
     durable: noDurableWrites('publication'),
   });
   let result;
@@ -488,6 +495,7 @@ async function startFanOut(
     flusher: null,
     deadlineMs: Number.POSITIVE_INFINITY,
     budgetMs: 0,
+    limits: stepLimits(store.options),
     durable: noDurableWrites('a fan-out coordinator'),
   });
   let unitIds: readonly string[];
@@ -617,6 +625,7 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string): Pr
     flusher,
     deadlineMs: store.clock.now() + store.options.stepBudgetSeconds * 1000,
     budgetMs: store.options.stepBudgetSeconds * 1000,
+    limits: stepLimits(store.options),
     durable: durableWrites(running, { kind: 'unit', claim }, phase.name, unit.unit),
   });
 
@@ -719,7 +728,8 @@ async function joinFanOut(
         flusher: null,
         deadlineMs: Number.POSITIVE_INFINITY,
         budgetMs: 0,
-        durable: noDurableWrites('a join'),
+        limits: stepLimits(store.options),
+    durable: noDurableWrites('a join'),
       });
       const state = phase.state.parse(fanOut.join(results, context));
       tx.set(store.checkpointRef(jobId, phase.name), checkpointDocumentFor(phase, state, fanoutEpoch, nowMs));

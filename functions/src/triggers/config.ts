@@ -13,6 +13,7 @@ const ENGINE_OPTION_VARIABLES: Readonly<Record<keyof EngineOptions, string>> = {
   lostTaskGraceSeconds: 'PHASELINE_LOST_TASK_GRACE_SECONDS',
   sweepBatchSize: 'PHASELINE_SWEEP_BATCH_SIZE',
   writeRetries: 'PHASELINE_WRITE_RETRIES',
+  maxServerDelaySeconds: 'PHASELINE_MAX_SERVER_DELAY_SECONDS',
 };
 
 export function engineOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): EngineOptions {

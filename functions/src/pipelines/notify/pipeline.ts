@@ -261,7 +261,6 @@ class Batch {
       reason: 'provider',
       questionId: UNAVAILABLE_QUESTION_ID,
       question: `Service unavailable: ${this.adapter.name} (${reason}). ${this.summary(counts)}. Resuming by itself at ${iso(untilMs)}.`,
-      options: [],
       untilMs,
     };
   }

@@ -71,7 +71,7 @@ const documentState = z.object({ sections: z.array(finalSection) });
 
 /** A section outcome that ended in a provider wait becomes the phase's wait. */
 function providerWait(outcome: { readonly untilMs: number; readonly question: string }) {
-  return { kind: 'wait' as const, reason: 'provider' as const, questionId: 'provider', question: outcome.question, options: [], untilMs: outcome.untilMs };
+  return { kind: 'wait' as const, reason: 'provider' as const, questionId: 'provider', question: outcome.question, untilMs: outcome.untilMs };
 }
 
 export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
