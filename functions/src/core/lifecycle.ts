@@ -71,16 +71,13 @@ export function waitRecord(outcome: DecisionWait | ProviderWait): JobWait {
     if ((outcome as { untilMs?: unknown }).untilMs !== undefined) {
       throw new TerminalError(`A decision wait (${outcome.questionId}) cannot carry a resume time: a person's question never times out into a default`);
     }
-    if (!Array.isArray(outcome.options) || outcome.options.length === 0) {
-      throw new TerminalError(`A decision wait (${outcome.questionId}) needs at least one option to answer with`);
-    }
-    return { reason: 'decision', questionId: outcome.questionId, question: outcome.question, options: [...outcome.options], untilMs: null };
+    const options: readonly string[] = outcome.options;
+    if (options.length === 0) throw new TerminalError(`A decision wait (${outcome.questionId}) needs at least one option to answer with`);
+    return { reason: 'decision', questionId: outcome.questionId, question: outcome.question, options: [...options], untilMs: null };
   }
-  if (outcome.reason === 'provider') {
-    if (typeof outcome.untilMs !== 'number' || !Number.isFinite(outcome.untilMs)) {
-      throw new TerminalError(`A provider wait (${outcome.questionId}) needs a finite resume time, got ${String(outcome.untilMs)}: it would wait forever`);
-    }
-    return { reason: 'provider', questionId: outcome.questionId, question: outcome.question, options: [], untilMs: outcome.untilMs };
+  const untilMs: unknown = outcome.untilMs;
+  if (typeof untilMs !== 'number' || !Number.isFinite(untilMs)) {
+    throw new TerminalError(`A provider wait (${outcome.questionId}) needs a finite resume time, got ${String(untilMs)}: it would wait forever`);
   }
-  throw new TerminalError(`Unknown wait reason ${String((outcome as { reason?: unknown }).reason)}`);
+  return { reason: 'provider', questionId: outcome.questionId, question: outcome.question, options: [], untilMs };
 }
