@@ -9,6 +9,7 @@ import { hostname } from 'node:os';
 import { z } from 'zod';
 import type { RandomSource } from '../core/clock';
 import { describeError, OwnershipLostError, PhaselineError, TerminalError, toPhaselineError } from '../core/errors';
+import { documentId, documentIdProblem } from '../core/ids';
 import { addCounts, CoalescingFlusher, type FlushPayload, type Timers } from '../core/flusher';
 import { stepTaskId, unitTaskId, type JobRecord, type StepTask } from '../core/job';
 import { decideAfterError, decideClaim, waitRecord } from '../core/lifecycle';
@@ -47,7 +48,8 @@ export type StepOutcome =
   | { readonly kind: 'failed'; readonly reason: string }
   | { readonly kind: 'ownership-lost'; readonly reason: string };
 
-const firestoreId = z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'must be 1-128 letters, digits, - or _');
+// The one check for IDs from outside (core/ids): the fan-out below lists units by the same rule, so its tasks are never refused.
+const firestoreId = documentId('ID');
 const stepTaskSchema = z.strictObject({ jobId: firestoreId, step: z.number().int().nonnegative(), unit: firestoreId.optional() });
 
 export const defaultWorkerName = (): string => `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
@@ -501,7 +503,8 @@ async function startFanOut(
   let unitIds: readonly string[];
   try {
     unitIds = [...new Set(fanOut.units(context))];
-    for (const unit of unitIds) firestoreId.parse(unit);
+    const refusedUnit = unitIds.find((unit) => documentIdProblem(unit) !== null);
+    if (refusedUnit !== undefined) throw new Error(`unit ID ${JSON.stringify(refusedUnit.slice(0, 140))} ${documentIdProblem(refusedUnit)}`);
   } catch (error) {
     return settleError(running.deps, claim, new TerminalError(`Phase ${phase.name} could not list its units: ${describeError(error)}`), emptyPayload(), notes);
   }

@@ -5,14 +5,13 @@
  */
 import { z } from 'zod';
 import { describeError } from '../core/errors';
+import { documentId } from '../core/ids';
 import { stepTaskId, type JobRecord } from '../core/job';
 import type { PipelineRegistry } from '../core/pipeline';
 import type { JobStore, NewJob } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
 
-/** Letters, digits, `_` and `-`: always a valid Firestore document ID (reserved `__x__` IDs are refused separately). */
-export const CONVERSATION_ID_PATTERN = /^[A-Za-z0-9_-]{1,128}$/;
-/** Printable ASCII, 1 to 200 characters. */
+/** Printable ASCII, 1 to 200 characters. Never a document ID itself: the job ID is a hash of owner and key. */
 export const IDEMPOTENCY_KEY_PATTERN = /^[\x20-\x7E]{1,200}$/;
 
 /** What a caller asked for, validated: the input is the pipeline schema's output. */
@@ -44,11 +43,8 @@ export function submissionValidator(pipelines: PipelineRegistry): (body: unknown
         })
         .min(1, 'pipeline must not be empty'),
       input: z.unknown().refine((value) => value !== undefined, 'input is required: the pipeline\'s input object'),
-      conversationId: z
-        .string({ error: 'conversationId must be a string' })
-        .regex(CONVERSATION_ID_PATTERN, 'conversationId must be 1 to 128 letters, digits, "_" or "-"')
-        .refine((value) => !/^__.*__$/.test(value), 'conversationId must not have the form __name__ (reserved by Firestore)')
-        .optional(),
+      // It names the conversations/{conversationId} document the answer is published to.
+      conversationId: documentId('conversationId').optional(),
     },
     {
       error: (issue) =>

@@ -5,13 +5,15 @@
  */
 import { z } from 'zod';
 import { describeError } from '../core/errors';
+import { documentId } from '../core/ids';
 import { cancelJob, decideJob, OwnerActionError } from '../engine/owner-actions';
 import type { JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
 import { answerPreflight, applyCorsHeaders, CORS_ALLOWED_METHODS } from './cors';
 import { bearerToken, checkContentType, readJsonBody, reply, unauthenticated, type HttpRequest, type HttpResponse, type VerifyToken } from './submit-handler';
 
-const jobId = z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'jobId must be the task ID submitJob returned');
+// Checked before any read: an ID Firestore refuses would otherwise surface as a 500.
+const jobId = documentId('jobId');
 const cancelBody = z.strictObject({ jobId, reason: z.string().trim().min(1).max(500).default('no reason given') });
 const decideBody = z.strictObject({ jobId, questionId: z.string().min(1).max(128), answer: z.string().min(1).max(500) });
 
