@@ -208,24 +208,26 @@ describe('only part of a multi-tool result set is delivered', () => {
   });
   afterAll(() => partialHarness.firestore.close());
 
-  test('fault 4: warm repair keeps the complete groups, drops the broken one, and the section goes on from there', async () => {
+  test('fault 4: the delivered results of a partly delivered multi-tool set are kept and only the undelivered calls run again', async () => {
+    const before = partial.toolbox.stats();
     const jobId = await partialHarness.submit('research', question);
     await partialHarness.drain();
     expect(decodeJob(jobId, (await partialHarness.firestore.db.doc(`${JOBS}/${jobId}`).get()).data()).status).toBe('completed');
 
-    // A warm retry is a request of the same section, on the same thread (same prompt message), whose
-    // thread is no longer than the one before it. (A cold retry starts a new thread with a new prompt.)
-    const requests = partial.provider.requests;
-    const repairs = requests.flatMap((request, index) => {
-      const earlier = requests.slice(0, index).filter((candidate) => promptIdOf(candidate) === promptIdOf(request));
-      const previous = earlier.at(-1);
-      const sameThread = previous !== undefined && JSON.stringify(previous.messages.slice(0, 2)) === JSON.stringify(request.messages.slice(0, 2));
-      return previous && sameThread && request.messages.length <= previous.messages.length ? [{ request, previous }] : [];
-    });
-    expect(repairs.length).toBeGreaterThan(0);
-    for (const { request, previous } of repairs) {
-      // Kept: a prefix of what the worker had, ending with the prompt or a complete group.
-      expect(previous.messages.slice(0, request.messages.length)).toEqual(request.messages);
+    const after = partial.toolbox.stats();
+    const runs = (id: string) => (after.byCallId[id] ?? 0) - (before.byCallId[id] ?? 0);
+    const deliveries = (id: string) => (after.deliveredByCallId[id] ?? 0) - (before.deliveredByCallId[id] ?? 0);
+    const ids = Object.keys(after.byCallId).filter((id) => runs(id) > 0);
+    const interrupted = ids.filter((id) => runs(id) > deliveries(id));
+    expect(interrupted.length).toBeGreaterThan(0);
+    // A delivered (recorded) result is never produced twice; only the interrupted calls ran again.
+    expect(ids.filter((id) => deliveries(id) > 1)).toEqual([]);
+    // The model is never asked again for a turn it gave: no request is sent twice. (A call that
+    // keeps failing ends in a clean thread, whose prompt says it is a fresh start.)
+    const sent = partial.provider.requests.map((request) => JSON.stringify(request.messages));
+    expect(sent.filter((messages, index) => sent.indexOf(messages) !== index)).toEqual([]);
+    // Every request carried complete groups only: each call the model saw answered, once.
+    for (const request of partial.provider.requests) {
       const calls = request.messages.flatMap((message) => (message.role === 'assistant' ? (message.toolCalls ?? []).map((call) => call.id) : []));
       const results = request.messages.flatMap((message) => (message.role === 'tool' ? [message.toolCallId] : []));
       expect(results.sort()).toEqual(calls.sort());

@@ -19,6 +19,7 @@ import {
 import {
   addTallies,
   EMPTY_TALLY,
+  freshStartNote,
   resolveSectionPolicy,
   runSection,
   type CostTally,
@@ -33,7 +34,12 @@ import { ManualTimers } from '../support/timers';
 
 // ---------------------------------------------------------------- fakes
 
-type Step = ChatResponse | Error | ((request: ChatRequest) => ChatResponse);
+/** The worker dies in this model call: it never returns, as for a killed process. */
+class Death {
+  constructor(readonly onDeath: () => void) {}
+}
+
+type Step = ChatResponse | Error | Death | ((request: ChatRequest) => ChatResponse);
 
 class ScriptedProvider implements ModelProvider {
   readonly name = 'scripted';
@@ -54,6 +60,10 @@ class ScriptedProvider implements ModelProvider {
     const step = this.steps.shift();
     if (step === undefined) return Promise.reject(new Error('the script ran out'));
     if (step instanceof Error) return Promise.reject(step);
+    if (step instanceof Death) {
+      step.onDeath();
+      return new Promise<never>(() => undefined);
+    }
     return Promise.resolve(typeof step === 'function' ? step(request) : step);
   }
 
@@ -68,8 +78,14 @@ class CountingToolbox implements Toolbox {
   readonly contents = new Map<string, string>();
   readonly throwFor = new Set<string>();
   beforeExecute: (call: ToolCall) => void = () => undefined;
+  /** The worker dies as this call starts: execute never returns and nothing runs (as for a killed process). */
+  dieBefore: { readonly callId: string; readonly onDeath: () => void } | null = null;
 
   execute(call: ToolCall): Promise<ToolResult> {
+    if (this.dieBefore?.callId === call.id) {
+      this.dieBefore.onDeath();
+      return new Promise<never>(() => undefined);
+    }
     this.beforeExecute(call);
     this.executions.set(call.id, (this.executions.get(call.id) ?? 0) + 1);
     if (this.throwFor.has(call.id)) return Promise.reject(new Error(`search backend crashed on ${call.id}`));
@@ -132,7 +148,12 @@ const spec: SectionSpec = {
 
 const SYSTEM: ChatMessage = { role: 'system', content: spec.system };
 const PROMPT: ChatMessage = { role: 'user', content: spec.prompt, promptId: spec.promptId };
-const COLD_PROMPT: ChatMessage = { role: 'user', content: `${spec.prompt}\n\n${spec.coldContext}`, promptId: spec.promptId };
+const coldPrompt = (generation: number): ChatMessage => ({
+  role: 'user',
+  content: `${spec.prompt}\n\n${spec.coldContext}\n\n${freshStartNote(generation)}`,
+  promptId: spec.promptId,
+});
+const COLD_PROMPT = coldPrompt(1);
 
 const call = (id: string): ToolCall => ({ id, name: 'search', arguments: `{"q":"${id}"}` });
 const ask = (...ids: string[]): ChatMessage => ({ role: 'assistant', content: null, toolCalls: ids.map(call) });
@@ -266,7 +287,7 @@ describe('runSection: crash resume', () => {
     expect(h.toolbox.total()).toBe(0);
   });
 
-  test('an incomplete multi-tool group: the complete part is kept, the incomplete group dropped and counted wasted', async () => {
+  test('bug 3: an incomplete multi-tool group: its saved result is kept, only the missing call runs, nothing is wasted', async () => {
     const before = stored([SYSTEM, PROMPT, ask('c1'), result('c1'), ask('c2', 'c3'), result('c2')], {
       tally: tally({ modelCalls: 2, toolCalls: 2, inputTokens: 200, outputTokens: 20, usd: 0.5 }),
     });
@@ -274,21 +295,14 @@ describe('runSection: crash resume', () => {
 
     const outcome = await runSection(spec, h.deps);
 
-    expect(h.transcripts.saves[0]?.messages).toEqual([SYSTEM, PROMPT, ask('c1'), result('c1')]);
-    expect(h.provider.received[0]).toEqual([SYSTEM, PROMPT, ask('c1'), result('c1')]);
-    expect(Object.fromEntries(h.toolbox.executions)).toEqual({ c4: 1 });
+    const finished = [SYSTEM, PROMPT, ask('c1'), result('c1'), ask('c2', 'c3'), result('c2'), result('c3')];
+    expect(h.transcripts.saves[1]?.messages).toEqual(finished);
+    // The model is not asked again for the turn it already gave: the next request carries the whole group.
+    expect(h.provider.received[0]).toEqual(finished);
+    expect(Object.fromEntries(h.toolbox.executions)).toEqual({ c3: 1, c4: 1 });
     expect(outcome.kind).toBe('written');
-    // The dropped answer came from storage: its call is counted, its tokens are not on record.
-    expect(outcome.tally).toEqual(
-      tally({ modelCalls: 4, toolCalls: 3, inputTokens: 500, outputTokens: 80, usd: 1.25, wastedModelCalls: 1, wastedToolCalls: 1 }),
-    );
-    expect(h.usage[0]).toEqual({
-      sectionId: 'sec-1',
-      generation: 0,
-      kind: 'wasted',
-      delta: tally({ wastedModelCalls: 1, wastedToolCalls: 1 }),
-      detail: 'calls cut off by a crash',
-    });
+    expect(outcome.tally).toEqual(tally({ modelCalls: 4, toolCalls: 4, inputTokens: 500, outputTokens: 80, usd: 1.25 }));
+    expect(h.usage.filter((entry) => entry.kind === 'wasted')).toEqual([]);
   });
 
   test('results recorded out of order are reused in call order', async () => {
@@ -334,7 +348,7 @@ describe('runSection: crash resume', () => {
     const h = harness([answer('Done.')], { stored: stored([SYSTEM, other, ask('c1'), result('c1')], { generation: 3 }) });
     const outcome = await runSection(spec, h.deps);
     expect(outcome.attempts).toEqual({ warm: 0, cold: 0, generation: 4 });
-    expect(h.provider.received).toEqual([[SYSTEM, COLD_PROMPT]]);
+    expect(h.provider.received).toEqual([[SYSTEM, coldPrompt(4)]]);
   });
 
   test('spent retries survive the crash: with warm retries used up, the next failure goes cold', async () => {
@@ -344,6 +358,38 @@ describe('runSection: crash resume', () => {
     expect(outcome.attempts).toEqual({ warm: 2, cold: 1, generation: 1 });
     expect(h.provider.received[1]).toEqual([SYSTEM, COLD_PROMPT]);
   });
+});
+
+describe('bug 3: a worker killed after each tool result of a multi-call turn', () => {
+  test.each([1, 2, 3])(
+    'bug 3: killed after result %i of 3: the next worker runs only the calls without a saved result, so every call ID executes once',
+    async (killedAfter) => {
+      // Worker 1: the model asks for three calls at once; the worker dies right after the k-th result is saved.
+      let died: () => void = () => undefined;
+      const death = new Promise<void>((resolve) => {
+        died = resolve;
+      });
+      const calls = ['c1', 'c2', 'c3'];
+      const first = harness([toolTurn(...calls), new Death(died)]);
+      const next = calls[killedAfter];
+      if (next !== undefined) first.toolbox.dieBefore = { callId: next, onDeath: died };
+      await Promise.race([runSection(spec, first.deps), death]);
+      expect(first.transcripts.last.messages.filter((message) => message.role === 'tool')).toHaveLength(killedAfter);
+
+      // Worker 2 finds the stored transcript.
+      const second = harness([answer('Done.')], { stored: first.transcripts.last });
+      const outcome = await runSection(spec, second.deps);
+
+      // The side effect: executions per call ID, over both workers.
+      const executions = Object.fromEntries(calls.map((id) => [id, (first.toolbox.executions.get(id) ?? 0) + (second.toolbox.executions.get(id) ?? 0)]));
+      expect(executions).toEqual({ c1: 1, c2: 1, c3: 1 });
+      expect([...second.toolbox.executions.keys()]).toEqual(calls.slice(killedAfter));
+      // The model is asked once more, on the finished group; it is never asked to redo the turn it gave.
+      expect(second.provider.received).toEqual([[SYSTEM, PROMPT, ask(...calls), ...calls.map((id) => result(id))]]);
+      expect(outcome).toMatchObject({ kind: 'written', text: 'Done.', attempts: { warm: 0, cold: 0, generation: 0 } });
+      expect(outcome.tally.wastedToolCalls).toBe(0);
+    },
+  );
 });
 
 describe('runSection: warm retries', () => {
@@ -363,32 +409,38 @@ describe('runSection: warm retries', () => {
     expect(outcome.tally).toEqual(tally({ modelCalls: 3, toolCalls: 1, inputTokens: 300, outputTokens: 60, usd: 0.75, wastedModelCalls: 1 }));
   });
 
-  test('a tool that throws: its group is dropped (recorded sibling results included) and counted wasted', async () => {
-    const h = harness([toolTurn('c1', 'c2'), toolTurn('c3'), answer('Done.')]);
+  test('bug 3: a tool that throws once: the recorded sibling result is kept, only the failed call runs again (warm)', async () => {
+    const h = harness([toolTurn('c1', 'c2'), answer('Done.')]);
     h.toolbox.throwFor.add('c2');
+    h.toolbox.beforeExecute = (toolCall) => {
+      if (toolCall.id === 'c2' && h.toolbox.executions.get('c2') === 1) h.toolbox.throwFor.delete('c2');
+    };
 
     const outcome = await runSection(spec, h.deps);
 
     expect(h.provider.received).toEqual([
       [SYSTEM, PROMPT],
-      [SYSTEM, PROMPT],
-      [SYSTEM, PROMPT, ask('c3'), result('c3')],
+      [SYSTEM, PROMPT, ask('c1', 'c2'), result('c1'), result('c2')],
     ]);
+    expect(Object.fromEntries(h.toolbox.executions)).toEqual({ c1: 1, c2: 2 });
     expect(outcome.attempts).toEqual({ warm: 1, cold: 0, generation: 0 });
-    expect(outcome.tally).toEqual(
-      tally({
-        modelCalls: 3,
-        toolCalls: 3,
-        inputTokens: 400,
-        outputTokens: 70,
-        usd: 1,
-        wastedModelCalls: 1,
-        wastedToolCalls: 2,
-        wastedInputTokens: 100,
-        wastedOutputTokens: 10,
-        wastedUsd: 0.25,
-      }),
-    );
+    // Only the failed execution is waste; the model turn and c1's result were used.
+    expect(outcome.tally).toEqual(tally({ modelCalls: 2, toolCalls: 3, inputTokens: 300, outputTokens: 60, usd: 0.75, wastedToolCalls: 1 }));
+  });
+
+  test('a tool that keeps throwing: warm retries rerun only that call, then a cold thread lets the model choose again', async () => {
+    const h = harness([toolTurn('c1', 'c2'), toolTurn('c3'), answer('Done.')]);
+    h.toolbox.throwFor.add('c2');
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(Object.fromEntries(h.toolbox.executions)).toEqual({ c1: 1, c2: 3, c3: 1 });
+    expect(h.provider.received).toEqual([
+      [SYSTEM, PROMPT],
+      [SYSTEM, COLD_PROMPT],
+      [SYSTEM, COLD_PROMPT, ask('c3'), result('c3')],
+    ]);
+    expect(outcome).toMatchObject({ kind: 'written', attempts: { warm: 2, cold: 1, generation: 1 } });
   });
 
   test('too many tool rounds: the extra round is not executed, the thread is kept', async () => {
@@ -444,6 +496,20 @@ describe('runSection: warm retries', () => {
   });
 });
 
+describe('runSection: clean threads', () => {
+  test('every clean thread says it is a fresh start, so no two threads of a section are the same conversation', async () => {
+    const bare: SectionSpec = { ...spec, coldContext: '' };
+    const h = harness([new MalformedResponseError('1'), new MalformedResponseError('2'), answer('Done.')], { policy: { warmRetries: 0 } });
+    await runSection(bare, h.deps);
+    const prompts = h.provider.received.map((messages) => messages[1]);
+    expect(prompts).toEqual([
+      PROMPT,
+      { ...PROMPT, content: `${spec.prompt}\n\n${freshStartNote(1)}` },
+      { ...PROMPT, content: `${spec.prompt}\n\n${freshStartNote(2)}` },
+    ]);
+  });
+});
+
 describe('runSection: exhausted retries', () => {
   test('warm x2, then cold x2, then skipped with the last error and the waste counted', async () => {
     const h = harness([
@@ -475,7 +541,7 @@ describe('runSection: exhausted retries', () => {
       attempts: { warm: 2, cold: 2, generation: 2 },
     });
     const thread = [SYSTEM, PROMPT, ask('c1'), result('c1')];
-    expect(h.provider.received).toEqual([[SYSTEM, PROMPT], thread, thread, thread, [SYSTEM, COLD_PROMPT], [SYSTEM, COLD_PROMPT]]);
+    expect(h.provider.received).toEqual([[SYSTEM, PROMPT], thread, thread, thread, [SYSTEM, coldPrompt(1)], [SYSTEM, coldPrompt(2)]]);
     expect(h.toolbox.executions.get('c1')).toBe(1);
     expect(h.transcripts.saves.map((save) => [save.generation, save.attempts.warm, save.attempts.cold])).toContainEqual([2, 2, 2]);
     expect(sumOfUsage(h.usage)).toEqual(outcome.tally);

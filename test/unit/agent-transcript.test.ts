@@ -9,6 +9,8 @@ import {
   describeProblem,
   estimateTokens,
   findProblems,
+  findResumeProblems,
+  openToolCalls,
   repairForWarmRetry,
   type WarmRepair,
 } from '../../functions/src/agent/transcript';
@@ -34,12 +36,15 @@ interface RepairCase {
   readonly expected: WarmRepair;
 }
 
-const kept = (messages: ChatMessage[], dropped: ChatMessage[] = [], stoppedBecause: string | null = null): WarmRepair => ({
+const kept = (messages: ChatMessage[], dropped: ChatMessage[] = [], stoppedBecause: string | null = null, openCalls: ToolCall[] = []): WarmRepair => ({
   sound: true,
   messages,
+  openCalls,
   dropped,
   stoppedBecause,
 });
+/** A kept transcript that ends in a group cut short: its recorded results stay, `openCalls` still have to run. */
+const resumed = (messages: ChatMessage[], ...openIds: string[]): WarmRepair => kept(messages, [], null, openIds.map((id) => call(id)));
 
 const multi = ask(call('c1'), call('c2'), call('c3'));
 const T3 = result('c3');
@@ -53,14 +58,24 @@ const repairCases: RepairCase[] = [
   { name: 'prompt without a system message', messages: [P], expected: kept([P]) },
   { name: 'one complete group', messages: [S, P, A1, T1], expected: kept([S, P, A1, T1]) },
   {
-    name: 'multi-tool call with some results missing',
+    name: 'bug 3: a multi-tool turn cut short keeps its recorded results; only the call without one is open',
     messages: [S, P, multi, T1, T3],
-    expected: kept([S, P], [multi, T1, T3], 'incomplete tool group at 2: 2 of 3 results'),
+    expected: resumed([S, P, multi, T1, T3], 'c2'),
   },
   {
-    name: 'multi-tool call with all results missing',
+    name: 'bug 3: a multi-tool turn cut short with results out of order keeps them in call order',
+    messages: [S, P, multi, T3, T1],
+    expected: resumed([S, P, multi, T1, T3], 'c2'),
+  },
+  {
+    name: 'multi-tool call with all results missing: the recorded turn is kept, every call open',
     messages: [S, P, ask(call('c1'), call('c2'))],
-    expected: kept([S, P], [ask(call('c1'), call('c2'))], 'incomplete tool group at 2: 0 of 2 results'),
+    expected: resumed([S, P, ask(call('c1'), call('c2'))], 'c1', 'c2'),
+  },
+  {
+    name: 'an unfinished group followed by more messages is refused from there',
+    messages: [S, P, ask(call('c1'), call('c2')), T1, say('Done.')],
+    expected: kept([S, P], [ask(call('c1'), call('c2')), T1, say('Done.')], 'incomplete tool group at 2: 1 of 2 results'),
   },
   {
     name: 'trailing assistant text',
@@ -85,7 +100,7 @@ const repairCases: RepairCase[] = [
   {
     name: 'repeated prompt: the latest one wins',
     messages: [S, P, say('A first draft.'), P, A2, T2, ask(call('c3'))],
-    expected: kept([S, P, say('A first draft.'), P, A2, T2], [ask(call('c3'))], 'incomplete tool group at 6: 0 of 1 results'),
+    expected: resumed([S, P, say('A first draft.'), P, A2, T2, ask(call('c3'))], 'c3'),
   },
   {
     name: 'only an earlier section prompt',
@@ -130,7 +145,7 @@ const repairCases: RepairCase[] = [
   {
     name: 'two complete groups then an incomplete one',
     messages: [S, P, A1, T1, A2, T2, ask(call('c3'), call('c4')), T3],
-    expected: kept([S, P, A1, T1, A2, T2], [ask(call('c3'), call('c4')), T3], 'incomplete tool group at 6: 1 of 2 results'),
+    expected: resumed([S, P, A1, T1, A2, T2, ask(call('c3'), call('c4')), T3], 'c4'),
   },
   {
     name: 'a compacted transcript (stubs still paired) is sound',
@@ -202,14 +217,31 @@ describe('repairForWarmRetry', () => {
     expect(repaired.messages).toEqual([S, P, multi, T1, T2, T3]);
   });
 
-  test('what it keeps is always free of problems, and kept + dropped accounts for every message', () => {
+  test('what it keeps is sound once its open calls are answered, and kept + dropped accounts for every message', () => {
     for (const { messages, expected } of repairCases) {
       if (!expected.sound) continue;
       const repaired = repairForWarmRetry(messages, 'p1');
       if (!repaired.sound) throw new Error('expected a sound repair');
-      expect(findProblems(repaired.messages)).toEqual([]);
+      expect(findResumeProblems(repaired.messages)).toEqual([]);
+      expect(openToolCalls(repaired.messages)).toEqual(repaired.openCalls);
+      const answered = [...repaired.messages, ...repaired.openCalls.map((open) => result(open.id, 'late', open.name))];
+      expect(findProblems(answered)).toEqual([]);
       expect(repaired.messages.length + repaired.dropped.length).toBe(messages.length);
     }
+  });
+});
+
+describe('openToolCalls', () => {
+  test('the calls of the trailing group without a result, in call order', () => {
+    expect(openToolCalls([S, P, multi, T2])).toEqual([call('c1'), call('c3')]);
+    expect(openToolCalls([S, P, multi])).toEqual([call('c1'), call('c2'), call('c3')]);
+  });
+
+  test('none when the transcript ends with a complete group, the prompt or text', () => {
+    expect(openToolCalls([S, P, A1, T1])).toEqual([]);
+    expect(openToolCalls([S, P])).toEqual([]);
+    expect(openToolCalls([S, P, A1, T1, say('Done.')])).toEqual([]);
+    expect(openToolCalls([])).toEqual([]);
   });
 });
 

@@ -98,7 +98,7 @@ describe('corpus toolbox', () => {
     await toolbox.execute(call('search', { query: 'lease' }, 'a'), signal);
     await toolbox.execute(call('read', { id: 'sagas' }, 'b'), signal);
     await toolbox.execute(call('read', '{bad', 'c'), signal);
-    expect(toolbox.stats()).toEqual({ total: 4, byTool: { search: 2, read: 2 }, byCallId: { a: 2, b: 1, c: 1 } });
+    expect(toolbox.stats()).toEqual({ total: 4, byTool: { search: 2, read: 2 }, byCallId: { a: 2, b: 1, c: 1 }, deliveredByCallId: { a: 2, b: 1, c: 1 } });
     expect(toolbox.executionsOf('a')).toBe(2);
     expect(toolbox.executionsOf('never')).toBe(0);
   });
@@ -121,6 +121,8 @@ describe('corpus toolbox', () => {
     await expect(interrupted).rejects.toMatchObject({ retryable: true, callId: groupCallId(group, 1), toolName: 'search' });
     expect((await toolbox.execute(call('search', { query: 'saga' }, 'call_XYZ_1'), signal)).ok).toBe(true);
     expect(toolbox.executionsOf(groupCallId(group, 1))).toBe(1);
+    // An interrupted execution counts as run, not as delivered.
+    expect(toolbox.stats().deliveredByCallId[groupCallId(group, 1)]).toBeUndefined();
   });
 
   it('with a partial rate below 1, a retried call gets a fresh draw and the draws replay for a seed', async () => {

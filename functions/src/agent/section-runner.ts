@@ -4,8 +4,9 @@
  * - Every model answer is recorded (saved) before any of its tool calls runs, and every tool
  *   result is saved as soon as it exists, so a recorded result is never lost or re-executed.
  * - A stored transcript found at start is a crash: it is repaired and the same thread continues
- *   (no prompt re-sent, no recorded tool call repeated); if it cannot be shown sound, the section
- *   starts a clean generation instead.
+ *   (no prompt re-sent, no recorded tool call repeated). When the worker died between the tool
+ *   calls of one model turn, the results it saved are kept and only the calls without a result run
+ *   before the next model call. If it cannot be shown sound, the section starts a clean generation.
  * - Transient provider trouble is retried inside the call (full jitter, honouring retry-after) and,
  *   if it persists, thrown out: an outage is not the section's fault and spends none of its attempts.
  * - Other failures spend attempts: warm retries first (repair, compact if the context overflowed,
@@ -29,7 +30,7 @@ import {
   type ModelProvider,
 } from './provider';
 import type { Toolbox } from './tools';
-import { compactTranscript, estimateTokens, findProblems, repairForWarmRetry } from './transcript';
+import { compactTranscript, estimateTokens, findResumeProblems, openToolCalls, repairForWarmRetry } from './transcript';
 
 export interface CostTally {
   readonly modelCalls: number;
@@ -232,7 +233,7 @@ class SectionRun {
     this.signal.throwIfAborted();
     const stored = await this.deps.transcripts.load(this.spec.sectionId);
     if (stored === null) {
-      this.messages = this.freshThread(false);
+      this.messages = this.freshThread();
       await this.save();
     } else {
       const done = await this.resume(stored);
@@ -280,6 +281,8 @@ class SectionRun {
   private async attempt(): Promise<string> {
     let rounds = 0;
     for (;;) {
+      // The thread may end in a group a crash or a failed tool cut short: finish it before asking the model.
+      await this.runOpenCalls();
       this.signal.throwIfAborted();
       const response = await this.callModel();
       const message = response.message;
@@ -315,20 +318,27 @@ class SectionRun {
       // Recorded before any of its calls runs: a crash from here on leaves a repairable transcript.
       this.append(message, cost);
       await this.save();
-      for (const call of calls) {
+    }
+  }
+
+  /**
+   * Runs the calls of the thread's last group that have no recorded result, saving each result
+   * before the next call starts: a result on record is never produced again.
+   */
+  private async runOpenCalls(): Promise<void> {
+    for (const call of openToolCalls(this.messages)) {
+      this.signal.throwIfAborted();
+      let content: string;
+      try {
+        content = (await this.deps.toolbox.execute(call, this.signal)).content;
+      } catch (error) {
         this.signal.throwIfAborted();
-        let content: string;
-        try {
-          content = (await this.deps.toolbox.execute(call, this.signal)).content;
-        } catch (error) {
-          this.signal.throwIfAborted();
-          this.count('tool_call', { toolCalls: 1, wastedToolCalls: 1 }, call.name);
-          throw new SectionAttemptError(`tool ${call.name} (${call.id}) threw: ${describeError(error)}`, { cause: error });
-        }
-        this.count('tool_call', { toolCalls: 1 }, call.name);
-        this.messages.push({ role: 'tool', toolCallId: call.id, name: call.name, content });
-        await this.save();
+        this.count('tool_call', { toolCalls: 1, wastedToolCalls: 1 }, call.name);
+        throw new SectionAttemptError(`tool ${call.name} (${call.id}) threw: ${describeError(error)}`, { cause: error });
       }
+      this.count('tool_call', { toolCalls: 1 }, call.name);
+      this.messages.push({ role: 'tool', toolCallId: call.id, name: call.name, content });
+      await this.save();
     }
   }
 
@@ -381,7 +391,7 @@ class SectionRun {
       if (compacted === null) return { ok: false, reason: `the transcript cannot be compacted under ${target} tokens` };
       messages = compacted;
     }
-    const problem = findProblems(messages)[0];
+    const problem = findResumeProblems(messages)[0];
     if (problem !== undefined) return { ok: false, reason: `the prepared transcript is unsound (${problem.kind})` };
     return { ok: true, messages, dropped: repaired.dropped };
   }
@@ -390,13 +400,22 @@ class SectionRun {
     this.waste(this.messages, why);
     this.generation += 1;
     if (spendsColdRetry) this.attempts = { ...this.attempts, cold: this.attempts.cold + 1 };
-    this.messages = this.freshThread(true);
+    this.messages = this.freshThread();
     await this.save();
   }
 
-  private freshThread(withColdContext: boolean): ChatMessage[] {
-    const context = this.spec.coldContext.trim();
-    const content = withColdContext && context !== '' ? `${this.spec.prompt}\n\n${this.spec.coldContext}` : this.spec.prompt;
+  /**
+   * The first thread is the prompt alone. A clean thread (generation > 0) adds the rolling context
+   * and says it is a fresh start: it is a new conversation, and nothing in it may read as the old
+   * one (a deterministic model would otherwise give its tool calls the IDs of calls already run).
+   */
+  private freshThread(): ChatMessage[] {
+    const parts = [this.spec.prompt];
+    if (this.generation > 0) {
+      if (this.spec.coldContext.trim() !== '') parts.push(this.spec.coldContext);
+      parts.push(freshStartNote(this.generation));
+    }
+    const content = parts.join('\n\n');
     return [
       { role: 'system', content: this.spec.system },
       { role: 'user', content, promptId: this.spec.promptId },
@@ -509,6 +528,11 @@ class SectionRun {
   private outcomeAttempts(): SectionAttempts {
     return { warm: this.attempts.warm, cold: this.attempts.cold, generation: this.generation };
   }
+}
+
+/** The line that marks a clean thread; it names the generation so that every clean thread differs. */
+export function freshStartNote(generation: number): string {
+  return `(Fresh start ${generation}: earlier attempts at this section were discarded; begin again from the prompt.)`;
 }
 
 /**

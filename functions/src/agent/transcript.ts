@@ -93,8 +93,16 @@ export function findProblems(messages: readonly ChatMessage[]): TranscriptProble
 export type WarmRepair =
   | {
       readonly sound: true;
-      /** The transcript to continue: the prefix through the prompt, then complete groups (results in call order). */
+      /**
+       * The transcript to continue: the prefix through the prompt, then complete groups (results in
+       * call order), then possibly the trailing group with the results it has.
+       */
       readonly messages: ChatMessage[];
+      /**
+       * Calls of that trailing group with no recorded result, in call order: run these (and only
+       * these) before the next model call. Its recorded results are kept, never executed again.
+       */
+      readonly openCalls: ToolCall[];
       /** The original messages after the kept part, in their original order: work thrown away. */
       readonly dropped: ChatMessage[];
       /** Why the walk stopped early, or null when every message was kept. */
@@ -106,9 +114,12 @@ export type WarmRepair =
  * Cuts a transcript back to what can be continued on the same thread (a warm retry).
  *
  * Keeps everything up to and including the latest user message carrying `promptId`, then only
- * complete tool groups, stopping at the first incomplete group or unexpected message. Results that
- * arrived in another order than the calls are put back in call order. The kept transcript is
- * checked again as a whole; anything that cannot be shown sound is refused, never guessed at.
+ * complete tool groups, stopping at the first broken group or unexpected message. A group that
+ * ends the transcript with some results missing (the worker died between two tool calls) is kept
+ * with the results it has: a recorded tool call is never run twice, so the caller runs only the
+ * missing calls. Results that arrived in another order than the calls are put back in call order.
+ * The kept transcript is checked again as a whole; anything that cannot be shown sound is refused,
+ * never guessed at.
  */
 export function repairForWarmRetry(messages: readonly ChatMessage[], promptId: string): WarmRepair {
   const promptIndex = messages.findLastIndex((message) => message.role === 'user' && message.promptId === promptId);
@@ -124,46 +135,78 @@ export function repairForWarmRetry(messages: readonly ChatMessage[], promptId: s
   const usedIds = new Set(kept.flatMap((message) => (message.role === 'assistant' ? (message.toolCalls ?? []).map((call) => call.id) : [])));
   let next = promptIndex + 1;
   let stoppedBecause: string | null = null;
+  let openCalls: ToolCall[] = [];
   while (next < messages.length) {
-    const group = readCompleteGroup(messages, next, usedIds);
-    if (!group.complete) {
+    const group = readGroup(messages, next, usedIds);
+    if (group.kind === 'broken') {
       stoppedBecause = group.reason;
+      break;
+    }
+    const trailing = group.end === messages.length;
+    if (group.kind === 'partial' && !trailing) {
+      // Something follows a group that was never finished: not a state a worker leaves; refuse it.
+      stoppedBecause = `incomplete tool group at ${next}: ${group.results.length} of ${group.call.toolCalls?.length ?? 0} results`;
       break;
     }
     kept.push(group.call, ...group.results);
     for (const call of group.call.toolCalls ?? []) usedIds.add(call.id);
     next = group.end;
+    if (group.kind === 'partial') openCalls = group.missing;
   }
 
   // The walk only admits sound groups; this re-check is the proof, not a formality.
-  const keptProblems = findProblems(kept);
+  const keptProblems = findResumeProblems(kept);
   const firstKeptProblem = keptProblems[0];
   if (firstKeptProblem !== undefined) {
     return { sound: false, reason: `the repaired transcript is unsound: ${describeProblem(firstKeptProblem)}` };
   }
-  return { sound: true, messages: kept, dropped: messages.slice(next), stoppedBecause };
+  return { sound: true, messages: kept, openCalls, dropped: messages.slice(next), stoppedBecause };
+}
+
+/**
+ * The calls of the group that ends the transcript which have no result yet, in call order; empty
+ * when the transcript does not end inside a tool group.
+ */
+export function openToolCalls(messages: readonly ChatMessage[]): ToolCall[] {
+  let start = messages.length - 1;
+  while (messages[start]?.role === 'tool') start -= 1;
+  const head = messages[start];
+  if (head?.role !== 'assistant') return [];
+  const answered = new Set(messages.slice(start + 1).flatMap((message) => (message.role === 'tool' ? [message.toolCallId] : [])));
+  return (head.toolCalls ?? []).filter((call) => !answered.has(call.id));
+}
+
+/**
+ * Problems that stop a transcript from being continued: every problem except the open calls of
+ * its trailing group, which the caller is about to run. Empty means: run the open calls, then the
+ * transcript is sound.
+ */
+export function findResumeProblems(messages: readonly ChatMessage[]): TranscriptProblem[] {
+  const open = new Set(openToolCalls(messages).map((call) => call.id));
+  return findProblems(messages).filter((problem) => !(problem.kind === 'unanswered_call' && open.has(problem.toolCallId)));
 }
 
 type GroupRead =
-  | { readonly complete: true; readonly call: AssistantMessage; readonly results: ToolMessage[]; readonly end: number }
-  | { readonly complete: false; readonly reason: string };
+  | { readonly kind: 'complete'; readonly call: AssistantMessage; readonly results: ToolMessage[]; readonly end: number }
+  /** Every result present answers the group once; `missing` are the calls without one. */
+  | { readonly kind: 'partial'; readonly call: AssistantMessage; readonly results: ToolMessage[]; readonly missing: ToolCall[]; readonly end: number }
+  | { readonly kind: 'broken'; readonly reason: string };
 
 /**
  * Reads the group starting at `start`: the assistant message and the whole run of tool messages
- * after it. The group is complete only when that run holds exactly one result per call; a run with
- * a foreign or doubled result is refused as a whole, since keeping any of it would mean choosing
- * which recorded result is the real one.
+ * after it. A run with a foreign or doubled result is refused as a whole, since keeping any of it
+ * would mean choosing which recorded result is the real one. Results come back in call order.
  */
-function readCompleteGroup(messages: readonly ChatMessage[], start: number, usedIds: ReadonlySet<string>): GroupRead {
+function readGroup(messages: readonly ChatMessage[], start: number, usedIds: ReadonlySet<string>): GroupRead {
   const head = messages[start];
-  if (head === undefined) return { complete: false, reason: `no message at ${start}` };
-  if (head.role !== 'assistant') return { complete: false, reason: `unexpected ${head.role} message at ${start}` };
+  if (head === undefined) return { kind: 'broken', reason: `no message at ${start}` };
+  if (head.role !== 'assistant') return { kind: 'broken', reason: `unexpected ${head.role} message at ${start}` };
   const calls = head.toolCalls ?? [];
-  if (calls.length === 0) return { complete: false, reason: `assistant message without tool calls at ${start}` };
+  if (calls.length === 0) return { kind: 'broken', reason: `assistant message without tool calls at ${start}` };
 
   const callsById = new Map<string, ToolCall>();
   for (const call of calls) {
-    if (callsById.has(call.id) || usedIds.has(call.id)) return { complete: false, reason: `tool call ID ${call.id} reused at ${start}` };
+    if (callsById.has(call.id) || usedIds.has(call.id)) return { kind: 'broken', reason: `tool call ID ${call.id} reused at ${start}` };
     callsById.set(call.id, call);
   }
 
@@ -171,22 +214,21 @@ function readCompleteGroup(messages: readonly ChatMessage[], start: number, used
   let end = start + 1;
   for (let message = messages[end]; message?.role === 'tool'; message = messages[end]) {
     const call = callsById.get(message.toolCallId);
-    if (call === undefined) return { complete: false, reason: `tool result ${message.toolCallId} at ${end} does not answer the group at ${start}` };
-    if (resultsById.has(message.toolCallId)) return { complete: false, reason: `second result for ${message.toolCallId} at ${end}` };
-    if (message.name !== call.name) return { complete: false, reason: `tool result ${message.toolCallId} at ${end} names ${message.name}, the call names ${call.name}` };
+    if (call === undefined) return { kind: 'broken', reason: `tool result ${message.toolCallId} at ${end} does not answer the group at ${start}` };
+    if (resultsById.has(message.toolCallId)) return { kind: 'broken', reason: `second result for ${message.toolCallId} at ${end}` };
+    if (message.name !== call.name) return { kind: 'broken', reason: `tool result ${message.toolCallId} at ${end} names ${message.name}, the call names ${call.name}` };
     resultsById.set(message.toolCallId, message);
     end += 1;
   }
 
   const results: ToolMessage[] = [];
+  const missing: ToolCall[] = [];
   for (const call of calls) {
     const result = resultsById.get(call.id);
-    if (result === undefined) {
-      return { complete: false, reason: `incomplete tool group at ${start}: ${resultsById.size} of ${calls.length} results` };
-    }
-    results.push(result);
+    if (result === undefined) missing.push(call);
+    else results.push(result);
   }
-  return { complete: true, call: head, results, end };
+  return missing.length === 0 ? { kind: 'complete', call: head, results, end } : { kind: 'partial', call: head, results, missing, end };
 }
 
 /** Estimates the tokens a list of messages takes: about one token per four characters, plus a small per-message overhead. */

@@ -71,6 +71,8 @@ export interface CorpusToolboxStats {
   readonly total: number;
   readonly byTool: Readonly<Record<string, number>>;
   readonly byCallId: Readonly<Record<string, number>>;
+  /** Executions that handed a result back, by call ID (interrupted ones are not among them). */
+  readonly deliveredByCallId: Readonly<Record<string, number>>;
 }
 
 export interface CorpusToolbox extends Toolbox {
@@ -205,6 +207,7 @@ class CorpusToolboxImpl implements CorpusToolbox {
   private readonly index: CorpusIndex;
   private readonly byTool = new Map<string, number>();
   private readonly byCallId = new Map<string, number>();
+  private readonly deliveredByCallId = new Map<string, number>();
   private total = 0;
 
   constructor(
@@ -220,7 +223,12 @@ class CorpusToolboxImpl implements CorpusToolbox {
   }
 
   stats(): CorpusToolboxStats {
-    return { total: this.total, byTool: Object.fromEntries(this.byTool), byCallId: Object.fromEntries(this.byCallId) };
+    return {
+      total: this.total,
+      byTool: Object.fromEntries(this.byTool),
+      byCallId: Object.fromEntries(this.byCallId),
+      deliveredByCallId: Object.fromEntries(this.deliveredByCallId),
+    };
   }
 
   executionsOf(callId: string): number {
@@ -240,6 +248,7 @@ class CorpusToolboxImpl implements CorpusToolbox {
         throw new ToolInterruptedError(call.id, call.name);
       }
     }
+    this.deliveredByCallId.set(call.id, (this.deliveredByCallId.get(call.id) ?? 0) + 1);
 
     switch (call.name) {
       case SEARCH_TOOL: {

@@ -1,0 +1,182 @@
+/**
+ * Agent sections on the real engine and the official Firestore emulator, under the failures a
+ * section meets in production: a worker killed between the tool calls of one model turn (bug 3).
+ * Time is the harness's manual clock; a killed worker is a step that never returns.
+ */
+import type { ToolCall } from '../../functions/src/agent/provider';
+import type { Toolbox, ToolResult } from '../../functions/src/agent/tools';
+import type { Clock } from '../../functions/src/core/clock';
+import { pipelineRegistry } from '../../functions/src/core/pipeline';
+import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { sweep } from '../../functions/src/engine/sweeper';
+import { createResearchPipeline, type ResearchDeps } from '../../functions/src/pipelines/research';
+import { createCorpusToolbox, createOfflineProvider } from '../../functions/src/providers/offline';
+import { groupPosition } from '../../functions/src/providers/offline/toolbox';
+import { decodeJob } from '../../functions/src/store/codec';
+import { JOBS } from '../../functions/src/store/paths';
+import { firestoreCircuit } from '../../functions/src/store/provider-circuit';
+import type { Firestore } from 'firebase-admin/firestore';
+import { engineHarness, type EngineHarness } from '../support/engine';
+import { hangForever, immediateTimers, ObservedProvider } from '../support/research';
+
+/** Decides, before a call runs, whether the worker dies there (it then never returns). */
+type KillSwitch = (call: ToolCall) => boolean;
+
+/**
+ * The corpus tools with a side effect: every execution is written to a ledger by call ID before
+ * the result is handed back, as an email sent or a row inserted would be.
+ */
+class SideEffectToolbox implements Toolbox {
+  readonly executions = new Map<string, number>();
+  killBefore: KillSwitch = () => false;
+  onKill: () => void = () => undefined;
+
+  constructor(private readonly inner: Toolbox) {}
+
+  get specs() {
+    return this.inner.specs;
+  }
+
+  execute(call: ToolCall, signal: AbortSignal): Promise<ToolResult> {
+    if (this.killBefore(call)) {
+      this.onKill();
+      return hangForever();
+    }
+    this.executions.set(call.id, (this.executions.get(call.id) ?? 0) + 1);
+    return this.inner.execute(call, signal);
+  }
+
+  /** Call IDs executed more than once, with their counts. */
+  repeated(): [string, number][] {
+    return [...this.executions.entries()].filter(([, count]) => count > 1);
+  }
+}
+
+interface RecoverySetup {
+  readonly provider: ObservedProvider;
+  readonly toolbox: SideEffectToolbox;
+  readonly registry: ReturnType<typeof pipelineRegistry>;
+}
+
+function recoverySetup(db: Firestore, clock: Clock): RecoverySetup {
+  const provider = new ObservedProvider(createOfflineProvider({ seed: 11, clock, sleep: () => Promise.resolve() }));
+  const toolbox = new SideEffectToolbox(createCorpusToolbox({ seed: 11 }));
+  const deps: ResearchDeps = {
+    provider,
+    toolbox,
+    circuit: firestoreCircuit(db, provider.name, { failureThreshold: 3, windowMs: 60_000, coolDownMs: 60_000 }),
+    policy: { transientRetries: 1, transientMinDelayMs: 1, transientMaxDelayMs: 5 },
+    timers: immediateTimers,
+  };
+  return { provider, toolbox, registry: pipelineRegistry(createResearchPipeline(() => deps)) };
+}
+
+let harness: EngineHarness;
+let setup: RecoverySetup;
+
+beforeAll(() => {
+  harness = engineHarness('agent-recovery', (firestore, clock) => {
+    setup = recoverySetup(firestore.db, clock);
+    return setup.registry;
+  });
+});
+beforeEach(async () => {
+  setup.provider.intercept = null;
+  setup.provider.requests.length = 0;
+  setup.toolbox.executions.clear();
+  setup.toolbox.killBefore = () => false;
+  harness.queue.drain();
+  await harness.firestore.reset();
+});
+afterAll(() => harness.firestore.close());
+
+const readJob = async (jobId: string) => decodeJob(jobId, (await harness.firestore.db.doc(`${JOBS}/${jobId}`).get()).data());
+// 200 words a section: three documents read per section, often in one turn of three calls.
+const question = { question: 'How do leases and fencing tokens keep stale workers from corrupting results?', experts: 2, sections: 2, wordsPerSection: 200 };
+
+/** A one-shot kill switch; `killed` settles when the worker dies. */
+function killOnce(): { readonly killed: Promise<void>; readonly kill: () => void; happened: boolean } {
+  let kill: () => void = () => undefined;
+  const killed = new Promise<void>((resolve) => {
+    kill = resolve;
+  });
+  const state = {
+    killed,
+    happened: false,
+    kill: () => {
+      state.happened = true;
+      kill();
+    },
+  };
+  return state;
+}
+
+/** Runs queued tasks; a task whose worker is killed is abandoned where it stands. */
+async function drainSurvivingKill(killed: Promise<void>): Promise<StepOutcome[]> {
+  const outcomes: StepOutcome[] = [];
+  for (let round = 0; round < 300; round += 1) {
+    const next = harness.queue.tasks.shift();
+    if (!next) return outcomes;
+    harness.clock.advance(next.delaySeconds * 1000);
+    const result = await Promise.race([runStep(harness.deps(), next.task), killed.then(() => 'killed' as const)]);
+    if (result !== 'killed') outcomes.push(result);
+  }
+  throw new Error('queue never emptied');
+}
+
+async function reclaimAfterLease(): Promise<void> {
+  harness.clock.advance(harness.options.leaseSeconds * 1000 + 1);
+  await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+}
+
+describe('bug 3: a worker killed between the tool calls of one model turn', () => {
+  // The offline agent numbers the calls of one turn: `call_<digest>_<position>`, position 0 first.
+  test.each([
+    ['the first result', 1],
+    ['the second result of a turn of three', 2],
+  ])('bug 3: killed after %s: the resumed worker runs only the calls without a saved result; no call ID executes twice', async (_label, position) => {
+    const kill = killOnce();
+    setup.toolbox.killBefore = (call) => !kill.happened && groupPosition(call.id) === position;
+    setup.toolbox.onKill = kill.kill;
+    const jobId = await harness.submit('research', question);
+
+    await drainSurvivingKill(kill.killed);
+    expect(kill.happened).toBe(true);
+    await reclaimAfterLease();
+    await harness.drain();
+
+    expect(await readJob(jobId)).toMatchObject({ status: 'completed', outcome: 'complete' });
+    expect(setup.toolbox.executions.size).toBeGreaterThan(6);
+    expect(setup.toolbox.repeated()).toEqual([]);
+    // The model was never asked again for a turn it had given: no request repeated at all.
+    expect(setup.provider.repeatedRequests()).toEqual([]);
+  });
+
+  test('bug 3: killed after the last result of a multi-call turn: the group is reused whole and the model call it died in is the only repeat', async () => {
+    const kill = killOnce();
+    let killedAt = '';
+    setup.provider.intercept = (request, call) => {
+      const last = request.messages.at(-1);
+      const lastTurn = request.messages.findLast((message) => message.role === 'assistant');
+      const turnSize = lastTurn?.role === 'assistant' ? (lastTurn.toolCalls?.length ?? 0) : 0;
+      if (!kill.happened && last?.role === 'tool' && turnSize >= 2) {
+        killedAt = `${request.messages.length}`;
+        kill.kill();
+        return hangForever();
+      }
+      return call();
+    };
+    const jobId = await harness.submit('research', question);
+
+    await drainSurvivingKill(kill.killed);
+    expect(kill.happened).toBe(true);
+    await reclaimAfterLease();
+    await harness.drain();
+
+    expect(await readJob(jobId)).toMatchObject({ status: 'completed', outcome: 'complete' });
+    expect(setup.toolbox.repeated()).toEqual([]);
+    const repeated = setup.provider.repeatedRequests();
+    expect(repeated).toHaveLength(1);
+    expect(repeated[0]?.endsWith(`@${killedAt}`)).toBe(true);
+  });
+});
