@@ -61,6 +61,7 @@ function jobRecord(id: string, status: JobStatus, index: number): JobRecord {
     decisions: {},
     cancellation: null,
     fanout: null,
+    claimTally: null,
     eventSeq: 1,
     createdAtMs: NOW_MS - 7_200_000,
     updatedAtMs: NOW_MS - 60_000,

@@ -56,7 +56,7 @@ test('a fan-out runs one task per unit, joins once, and the job completes with e
   const job = decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
   expect(job).toMatchObject({ status: 'completed', fanout: null, progress: { paragraphs: 3, sectionsDone: 3, sectionsTotal: 3 } });
   const units = await db().collection(`${JOBS}/${jobId}/units`).get();
-  expect(units.docs.map((doc) => [doc.id, doc.get('status') as string])).toEqual([['p00', 'done'], ['p01', 'done'], ['p02', 'done']]);
+  expect(units.docs.map((doc) => [doc.id, doc.get('status') as string])).toEqual([['measure~p00', 'done'], ['measure~p01', 'done'], ['measure~p02', 'done']]);
   const markdown = (await db().doc(`${JOBS}/${jobId}/results/final`).get()).get('markdown') as string;
   expect(markdown).toContain('3 paragraphs, 15 words.');
   expect(markdown).toContain('Paragraph 2: 7 words, 1 sentences, longest word "extraordinarily"');

@@ -84,6 +84,8 @@ function unitRecord(jobId: string, unit: string, changes: Partial<UnitRecord>): 
     nextRunAtMs: T0,
     progress: {},
     cost: {},
+    costInJob: {},
+    claimTally: null,
     result: null,
     lastError: null,
     updatedAtMs: T0,
@@ -92,11 +94,11 @@ function unitRecord(jobId: string, unit: string, changes: Partial<UnitRecord>): 
 }
 
 async function putUnit(record: UnitRecord): Promise<void> {
-  await store.unitRef(record.jobId, record.unit).set(encodeUnit(record));
+  await store.unitRef(record.jobId, record.phase, record.unit).set(encodeUnit(record));
 }
 
 async function readUnit(jobId: string, unit: string): Promise<UnitRecord> {
-  const snapshot = await store.unitRef(jobId, unit).get();
+  const snapshot = await store.unitRef(jobId, 'experts', unit).get();
   return decodeUnit(snapshot.ref.path, snapshot.data());
 }
 
@@ -333,7 +335,7 @@ describe('expired unit leases', () => {
     expect(report).toMatchObject({ unitsReclaimed: 1, reclaimed: 0, quarantined: 0, errors: 0 });
     expect(await readUnit(job.id, 'alpha')).toMatchObject({ status: 'queued', lease: null, staleReclaims: 1, step: 2, dispatch: 1, nextRunAtMs: T0 });
     expect(await readUnit(job.id, 'beta')).toMatchObject({ status: 'running', lease: { epoch: 1 }, staleReclaims: 0, step: 0 });
-    expect(queue.tasks).toEqual([{ id: unitTaskId(job.id, 4, 'alpha', 2, 1), task: { jobId: job.id, step: 2, unit: 'alpha' }, delaySeconds: 0 }]);
+    expect(queue.tasks).toEqual([{ id: unitTaskId(job.id, 4, 'alpha', 2, 1), task: { jobId: job.id, step: 2, unit: 'alpha', phase: 'experts' }, delaySeconds: 0 }]);
     expect(await read(job.id)).toMatchObject({ status: 'running', lease: null, fanout: { epoch: 4 } });
     const reclaimed = (await events(job.id)).find((event) => event.kind === 'reclaimed');
     expect(reclaimed).toMatchObject({ unit: 'alpha' });
@@ -377,7 +379,7 @@ describe('expired unit leases', () => {
     await putUnit(unitRecord(job.id, 'alpha', { status: 'running', epoch: 2, lease: { epoch: 2, worker: 'worker-u', expiresAtMs: T0 - SECOND } }));
     class UnitHeartbeatFirst extends JobStore {
       override async retryingWrite<T>(what: string, write: () => Promise<T>): Promise<T> {
-        await store.unitRef(job.id, 'alpha').update({ 'lease.expiresAt': Timestamp.fromMillis(T0 + 180 * SECOND) });
+        await store.unitRef(job.id, 'experts', 'alpha').update({ 'lease.expiresAt': Timestamp.fromMillis(T0 + 180 * SECOND) });
         return super.retryingWrite(what, write);
       }
     }
@@ -438,7 +440,7 @@ describe('lost tasks', () => {
     expect(await sweepAt(T0 + GRACE_MS + 60 * SECOND)).toMatchObject({ unitsRedispatched: 0 });
 
     expect(await readUnit(job.id, 'alpha')).toMatchObject({ status: 'queued', step: 2, dispatch: 1, nextRunAtMs: T0 + GRACE_MS });
-    expect(queue.tasks).toEqual([{ id: unitTaskId(job.id, 4, 'alpha', 2, 1), task: { jobId: job.id, step: 2, unit: 'alpha' }, delaySeconds: 0 }]);
+    expect(queue.tasks).toEqual([{ id: unitTaskId(job.id, 4, 'alpha', 2, 1), task: { jobId: job.id, step: 2, unit: 'alpha', phase: 'experts' }, delaySeconds: 0 }]);
     expect((await events(job.id)).find((event) => event.kind === 'redispatched')).toMatchObject({ unit: 'alpha' });
   });
 });

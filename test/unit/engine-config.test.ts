@@ -89,6 +89,7 @@ describe('engineOptionsFromEnv', () => {
       PHASELINE_LOST_TASK_GRACE_SECONDS: '45',
       PHASELINE_SWEEP_BATCH_SIZE: '50',
       PHASELINE_WRITE_RETRIES: '1',
+      PHASELINE_MAX_SERVER_DELAY_SECONDS: '120',
     });
     expect(options).toEqual({
       leaseSeconds: 90,
@@ -102,6 +103,7 @@ describe('engineOptionsFromEnv', () => {
       lostTaskGraceSeconds: 45,
       sweepBatchSize: 50,
       writeRetries: 1,
+      maxServerDelaySeconds: 120,
     });
   });
 

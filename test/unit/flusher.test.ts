@@ -5,7 +5,7 @@
  */
 import { ManualClock } from '../../functions/src/core/clock';
 import { OwnershipLostError } from '../../functions/src/core/errors';
-import { addCounts, CoalescingFlusher, type FlushPayload, type FlusherOptions, type Timers } from '../../functions/src/core/flusher';
+import { addCounts, applyClaimTally, CoalescingFlusher, type ClaimTally, type FlushPayload, type FlusherOptions, type Timers } from '../../functions/src/core/flusher';
 import { ManualTimers } from '../support/timers';
 
 /** Lets every pending promise callback run (a macrotask turn, not a sleep). */
@@ -116,7 +116,7 @@ function controlledWrite(clock: ManualClock): {
   };
 }
 
-const EMPTY: FlushPayload = { progress: {}, cost: {}, notes: [] };
+const EMPTY: FlushPayload = { progress: {}, cost: {}, notes: [], notesFrom: 0 };
 
 function options(clock: ManualClock, timers: Timers, extra: Partial<FlusherOptions> = {}): FlusherOptions {
   return { minIntervalMs: 1_000, heartbeatMs: 60_000, clock, timers, onOwnershipLost: jest.fn(), ...extra };
@@ -155,12 +155,13 @@ describe('CoalescingFlusher: coalescing', () => {
         { kind: 'section', message: 'second section done' },
         { kind: 'tool', message: 'search called' },
       ],
+      notesFrom: 0,
     });
     expect(flusher.writes).toBe(1);
     expect(timers.size).toBe(0);
   });
 
-  test('what was written is not written again', async () => {
+  test('progress and notes once written are not written again; cost is the running total of the claim', async () => {
     const clock = new ManualClock();
     const timers = new ManualTimers();
     const { write, calls } = recordingWrite(clock);
@@ -177,8 +178,8 @@ describe('CoalescingFlusher: coalescing', () => {
     await settle();
 
     expect(calls.map((call) => call.payload)).toEqual([
-      { progress: { done: 1 }, cost: { usd: 1 }, notes: [{ kind: 'a', message: 'one' }] },
-      { progress: {}, cost: { usd: 2 }, notes: [] },
+      { progress: { done: 1 }, cost: { usd: 1 }, notes: [{ kind: 'a', message: 'one' }], notesFrom: 0 },
+      { progress: {}, cost: { usd: 3 }, notes: [], notesFrom: 1 },
     ]);
   });
 
@@ -207,7 +208,7 @@ describe('CoalescingFlusher: coalescing', () => {
     expect(timers.runDue()).toBe(1);
     await settle();
     expect(calls).toHaveLength(2);
-    expect(calls[1]).toEqual({ atMs: 1_000, payload: { progress: { done: 3 }, cost: { calls: 1 }, notes: [] } });
+    expect(calls[1]).toEqual({ atMs: 1_000, payload: { progress: { done: 3 }, cost: { calls: 1 }, notes: [], notesFrom: 0 } });
   });
 
   test('a report long after the last write is written without waiting', async () => {
@@ -280,7 +281,7 @@ describe('CoalescingFlusher: heartbeat', () => {
 
     timers.fireAll();
     await settle();
-    expect(calls.map((call) => call.payload)).toContainEqual({ progress: { done: 4 }, cost: {}, notes: [] });
+    expect(calls.map((call) => call.payload)).toContainEqual({ progress: { done: 4 }, cost: {}, notes: [], notesFrom: 0 });
     expect(calls.filter((call) => call.payload.progress.done === 4)).toHaveLength(1);
   });
 });
@@ -319,7 +320,7 @@ describe('CoalescingFlusher: failed writes', () => {
     expect(onOwnershipLost).toHaveBeenCalledTimes(1);
   });
 
-  test('another error calls onWriteError, and the payload is merged into the next write', async () => {
+  test('another error calls onWriteError, and the next write carries the unconfirmed notes and the running cost again', async () => {
     const clock = new ManualClock();
     const timers = new ManualTimers();
     const outage = new Error('UNAVAILABLE: try again');
@@ -362,6 +363,7 @@ describe('CoalescingFlusher: failed writes', () => {
         { kind: 'section', message: 'first' },
         { kind: 'section', message: 'second' },
       ],
+      notesFrom: 0,
     });
     expect(flusher.writes).toBe(1);
     expect(onOwnershipLost).not.toHaveBeenCalled();
@@ -391,11 +393,12 @@ describe('CoalescingFlusher: failed writes', () => {
     timers.fireAll();
     await settle();
 
-    const totalCalls = calls.slice(1).reduce((sum, payload) => sum + (payload.cost.calls ?? 0), 0);
-    expect(calls[0]).toEqual({ progress: {}, cost: { calls: 4 }, notes: [{ kind: 'tool', message: 'fetch' }] });
-    expect(totalCalls).toBe(4);
+    expect(calls[0]).toEqual({ progress: {}, cost: { calls: 4 }, notes: [{ kind: 'tool', message: 'fetch' }], notesFrom: 0 });
+    expect(calls.length).toBeGreaterThan(1);
+    // Every later write carries the running total, never more: applying it twice cannot count twice.
+    expect(calls.slice(1).map((payload) => payload.cost.calls)).toEqual(calls.slice(1).map(() => 4));
     expect(calls.slice(1).flatMap((payload) => payload.notes)).toEqual([{ kind: 'tool', message: 'fetch' }]);
-    expect(await flusher.stop()).toEqual(EMPTY);
+    expect(await flusher.stop()).toEqual({ progress: {}, cost: { calls: 4 }, notes: [], notesFrom: 1 });
   });
 });
 
@@ -449,7 +452,7 @@ describe('CoalescingFlusher: stop', () => {
 
     writes.pending()[0]!.resolve();
     const rest = await stopping;
-    expect(rest).toEqual({ progress: { done: 2 }, cost: { usd: 5 }, notes: [] });
+    expect(rest).toEqual({ progress: { done: 2 }, cost: { usd: 5 }, notes: [], notesFrom: 0 });
     expect(writes.calls).toHaveLength(1);
     expect(flusher.writes).toBe(1);
   });
@@ -479,6 +482,7 @@ describe('CoalescingFlusher: stop', () => {
         { kind: 'a', message: 'carried' },
         { kind: 'b', message: 'newer' },
       ],
+      notesFrom: 0,
     });
     expect(onWriteError).toHaveBeenCalledTimes(1);
   });
@@ -518,9 +522,9 @@ describe('CoalescingFlusher: write rate', () => {
     for (let index = 1; index < calls.length; index += 1) {
       expect(calls[index]!.atMs - calls[index - 1]!.atMs).toBeGreaterThanOrEqual(minIntervalMs);
     }
-    expect(rest).toEqual(EMPTY);
+    expect(rest).toEqual({ progress: {}, cost: { calls: 100 }, notes: [], notesFrom: 100 });
     expect(calls.at(-1)!.payload.progress).toEqual({ sectionsDone: 100, sectionsTotal: 100 });
-    expect(calls.reduce((sum, call) => sum + (call.payload.cost.calls ?? 0), 0)).toBe(100);
+    expect(calls.at(-1)!.payload.cost).toEqual({ calls: 100 });
     expect(calls.flatMap((call) => call.payload.notes.map((note) => note.message))).toEqual(Array.from({ length: 100 }, (_, index) => `s${index + 1}`));
   });
 });
@@ -599,5 +603,51 @@ describe('addCounts', () => {
   test('empty increments give a copy of the base; an empty base gives the increments', () => {
     expect(addCounts({ a: 1 }, {})).toEqual({ a: 1 });
     expect(addCounts({}, { a: 1, b: -2 })).toEqual({ a: 1, b: -2 });
+  });
+});
+
+describe('applyClaimTally: cost and notes counted once per claim', () => {
+  const record = { progress: {}, cost: { usd: 10 }, claimTally: null as ClaimTally | null };
+
+  test('bug 12: a write applied twice (it committed, then a transient error re-ran it) adds its cost and notes once', () => {
+    const payload: FlushPayload = { progress: { done: 2 }, cost: { usd: 1.5, calls: 3 }, notes: [{ kind: 'tool', message: 'search' }], notesFrom: 0 };
+    const first = applyClaimTally(record, payload, 4);
+    expect(first.next.cost).toEqual({ usd: 11.5, calls: 3 });
+    expect(first.notes).toEqual([{ kind: 'tool', message: 'search' }]);
+    const again = applyClaimTally(first.next, payload, 4);
+    expect(again.next.cost).toEqual({ usd: 11.5, calls: 3 });
+    expect(again.notes).toEqual([]);
+    expect(again.next.progress).toEqual({ done: 2 });
+  });
+
+  test('bug 12: a flusher whose write commits and then reports an error never double-counts over many flushes', async () => {
+    const clock = new ManualClock();
+    const timers = new ManualTimers();
+    let stored = record;
+    let writes = 0;
+    const write = (payload: FlushPayload): Promise<void> => {
+      stored = applyClaimTally(stored, payload, 1).next;
+      writes += 1;
+      // Every other write commits but its caller hears DEADLINE_EXCEEDED.
+      return writes % 2 === 1 ? Promise.reject(new Error('DEADLINE_EXCEEDED')) : Promise.resolve();
+    };
+    const flusher = new CoalescingFlusher(write, options(clock, timers, { onWriteError: jest.fn() }));
+    for (let round = 0; round < 6; round += 1) {
+      flusher.addCost({ usd: 1 });
+      clock.advance(1_000);
+      timers.fireAll();
+      await settle();
+    }
+    const pending = await flusher.stop();
+    stored = applyClaimTally(stored, pending, 1).next;
+    expect(writes).toBeGreaterThan(3);
+    expect(stored.cost).toEqual({ usd: 16 });
+  });
+
+  test('a new claim starts its own tally; an older claim\'s tally does not hide new cost', () => {
+    const earlier = applyClaimTally(record, { progress: {}, cost: { usd: 2 }, notes: [], notesFrom: 0 }, 1).next;
+    const later = applyClaimTally(earlier, { progress: {}, cost: { usd: 2 }, notes: [], notesFrom: 0 }, 2).next;
+    expect(later.cost).toEqual({ usd: 14 });
+    expect(later.claimTally).toEqual({ epoch: 2, cost: { usd: 2 }, notes: 0 });
   });
 });

@@ -53,6 +53,7 @@ function job(overrides: Partial<JobRecord> = {}): JobRecord {
     waiting: null,
     quarantine: null,
     fanout: null,
+    claimTally: null,
     eventSeq: 0,
     createdAtMs: NOW - 60_000,
     updatedAtMs: NOW - 60_000,

@@ -9,9 +9,53 @@ import { OwnershipLostError } from './errors';
 export interface FlushPayload {
   /** Absolute figures to merge; empty when nothing changed. */
   readonly progress: Readonly<Record<string, number>>;
-  /** Increments to add. */
+  /**
+   * Everything this claim has spent so far (a running total, not an increment), so that a write
+   * retried after it had in fact committed cannot count the same money twice: see `applyClaimTally`.
+   */
   readonly cost: Readonly<Record<string, number>>;
+  /** Timeline notes not yet known to be written, the first of them being this claim's note number `notesFrom`. */
   readonly notes: readonly { readonly kind: string; readonly message: string }[];
+  readonly notesFrom: number;
+}
+
+export const EMPTY_FLUSH: FlushPayload = { progress: {}, cost: {}, notes: [], notesFrom: 0 };
+
+/** What one claim has already made durable on its owner document: its running cost and note count. */
+export interface ClaimTally {
+  readonly epoch: number;
+  readonly cost: Readonly<Record<string, number>>;
+  readonly notes: number;
+}
+
+/**
+ * Applies a payload to a record owned by the claim `epoch`, idempotently: the cost added is the
+ * payload's running total minus what this claim already recorded, and notes already written are
+ * skipped. Re-running a write whose first commit went through (a transient error after commit)
+ * therefore adds nothing twice.
+ */
+export function applyClaimTally<T extends { readonly progress: Readonly<Record<string, number>>; readonly cost: Readonly<Record<string, number>>; readonly claimTally: ClaimTally | null }>(
+  record: T,
+  payload: FlushPayload,
+  epoch: number,
+): { readonly next: T; readonly notes: readonly { readonly kind: string; readonly message: string }[] } {
+  const previous = record.claimTally?.epoch === epoch ? record.claimTally : { epoch, cost: {}, notes: 0 };
+  const increments: Record<string, number> = {};
+  const total: Record<string, number> = { ...previous.cost };
+  for (const [key, value] of Object.entries(payload.cost)) {
+    const already = previous.cost[key] ?? 0;
+    increments[key] = Math.max(0, value - already);
+    total[key] = Math.max(value, already);
+  }
+  const skip = Math.max(0, previous.notes - payload.notesFrom);
+  const notes = payload.notes.slice(skip);
+  const next: T = {
+    ...record,
+    progress: { ...record.progress, ...payload.progress },
+    cost: addCounts(record.cost, increments),
+    claimTally: { epoch, cost: total, notes: Math.max(previous.notes, payload.notesFrom + payload.notes.length) },
+  };
+  return { next, notes };
 }
 
 export interface Timers {
@@ -39,8 +83,11 @@ export interface FlusherOptions {
 
 export class CoalescingFlusher {
   private progress: Record<string, number> = {};
-  private cost: Record<string, number> = {};
+  /** The claim's running total; never reset, so every write carries all of it. */
+  private readonly cost: Record<string, number> = {};
+  /** Notes not yet confirmed written, the first being note number `confirmedNotes`. */
   private notes: { kind: string; message: string }[] = [];
+  private confirmedNotes = 0;
   private lastFlushAtMs = Number.NEGATIVE_INFINITY;
   private flushTimer: unknown = undefined;
   private heartbeatTimer: unknown = undefined;
@@ -94,6 +141,7 @@ export class CoalescingFlusher {
     this.inFlight = this.write(payload).then(
       () => {
         this.writes += 1;
+        this.confirm(payload);
       },
       (error: unknown) => {
         if (error instanceof OwnershipLostError) {
@@ -128,18 +176,23 @@ export class CoalescingFlusher {
     }, this.options.heartbeatMs);
   }
 
+  /** Progress changed since the last write, the running cost, and every unconfirmed note. */
   private take(): FlushPayload {
-    const payload = { progress: this.progress, cost: this.cost, notes: this.notes };
+    const payload = { progress: this.progress, cost: { ...this.cost }, notes: [...this.notes], notesFrom: this.confirmedNotes };
     this.progress = {};
-    this.cost = {};
-    this.notes = [];
     return payload;
   }
 
+  private confirm(payload: FlushPayload): void {
+    const written = payload.notesFrom + payload.notes.length - this.confirmedNotes;
+    if (written <= 0) return;
+    this.notes = this.notes.slice(written);
+    this.confirmedNotes += written;
+  }
+
+  /** A failed write may or may not have committed: keep its progress; cost and notes are re-sent anyway. */
   private restore(payload: FlushPayload): void {
     this.progress = { ...payload.progress, ...this.progress };
-    for (const [key, value] of Object.entries(payload.cost)) this.cost[key] = (this.cost[key] ?? 0) + value;
-    this.notes = [...payload.notes, ...this.notes];
   }
 }
 

@@ -1,4 +1,7 @@
 /** The job as the core sees it: plain data, times in epoch milliseconds, no Firebase types. */
+import type { EffectCounts } from '../effects/ledger';
+import type { ClaimTally } from './flusher';
+
 export const JOB_STATUSES = ['queued', 'running', 'waiting', 'completed', 'failed', 'cancelled', 'quarantined'] as const;
 export type JobStatus = (typeof JOB_STATUSES)[number];
 
@@ -68,21 +71,53 @@ export interface JobRecord {
   readonly quarantine: { readonly reason: string; readonly atMs: number } | null;
   /** Answers people gave, by question ID; phases read them through their context. */
   readonly decisions: Readonly<Record<string, string>>;
-  /** Set when the owner cancelled: when, and what the job had done by then. */
-  readonly cancellation: { readonly atMs: number; readonly reason: string; readonly report: string } | null;
+  /** Set when the owner cancelled: when, why, and what the job had done by then. */
+  readonly cancellation: Cancellation | null;
+  /**
+   * When the sweeper next checks this job's effect ledger against the system of record, once the
+   * job has stopped (cancelled, failed, quarantined); null or absent when nothing is left to check.
+   * Set when an effect is first sent and by a cancel, cleared once no entry is `applying` or
+   * `unknown` (engine/settle-stopped.ts). Meaningless while the job runs or after it completed.
+   */
+  readonly effectsToSettleAtMs?: number | null;
   readonly fanout: FanOutState | null;
+  /** What the current claim already recorded (running cost, notes), so retried writes add nothing twice. */
+  readonly claimTally: ClaimTally | null;
   readonly eventSeq: number;
   readonly createdAtMs: number;
   readonly updatedAtMs: number;
   readonly finishedAtMs: number | null;
 }
 
+/** A stopped job's effect ledger, counted by entry state (see effects/ledger.ts). */
+export interface StoppedEffects {
+  readonly counts: EffectCounts;
+  /** No entry is `applying` or `unknown`: the counts are final. */
+  readonly settled: boolean;
+  /** The system of record the ledger was last checked with, and when; null until the first check. */
+  readonly checkedWith: string | null;
+  readonly checkedAtMs: number | null;
+}
+
+/** The owner's cancel, as structured fields; rendered to words where shown (effects/stop-report.ts). */
+export interface Cancellation {
+  readonly atMs: number;
+  readonly reason: string;
+  /** The phase the job was in, or null before its first step. */
+  readonly phase: string | null;
+  /** Sections finished, for pipelines that count them. */
+  readonly sectionsDone: number | null;
+  /** Null when the job had no effect ledger. */
+  readonly effects: StoppedEffects | null;
+}
+
 /** What a task carries. Everything else is read from the job document. */
 export interface StepTask {
   readonly jobId: string;
   readonly step: number;
-  /** Set for a fan-out unit's task. */
+  /** Set for a fan-out unit's task, with the phase it belongs to (units are keyed by both). */
   readonly unit?: string;
+  readonly phase?: string;
 }
 
 /** Deterministic, so that enqueuing the same hand-off twice is harmless (Cloud Tasks dedups by name). */

@@ -4,6 +4,7 @@ import type { JobRecord, JobWait } from './job';
 import type { DecisionWait, ProviderWait } from './pipeline';
 import type { EngineOptions } from './options';
 import type { RandomSource } from './clock';
+import { capServerDelay } from './server-delay';
 
 export type ClaimDecision =
   | { readonly claimable: true }
@@ -19,7 +20,7 @@ export function decideClaim(job: JobRecord, step: number, nowMs: number): ClaimD
   return { claimable: true };
 }
 
-/** Full-jitter exponential backoff, never sooner than the error's own retry-after. */
+/** Full-jitter exponential backoff, never sooner than the error's own retry-after (already capped by the caller). */
 export function backoffDelayMs(attempt: number, options: EngineOptions, random: RandomSource, retryAfterMs = 0): number {
   const ceilingMs = Math.min(options.backoffMaxSeconds, options.backoffBaseSeconds * 2 ** Math.max(0, attempt - 1)) * 1000;
   return Math.max(retryAfterMs, Math.floor(random() * ceilingMs));
@@ -27,10 +28,15 @@ export function backoffDelayMs(attempt: number, options: EngineOptions, random: 
 
 export type ErrorDecision =
   | { readonly action: 'requeue'; readonly attempts: number; readonly nextRunAtMs: number }
+  /**
+   * The server asked for a delay past `maxServerDelaySeconds`: an outage, not a retry. The job
+   * waits until the cap (a stated resume time) and the error does not spend the retry budget.
+   */
+  | { readonly action: 'wait'; readonly attempts: number; readonly untilMs: number; readonly reason: string }
   | { readonly action: 'fail'; readonly attempts: number; readonly reason: string };
 
 export function decideAfterError(
-  job: JobRecord,
+  job: Pick<JobRecord, 'attempts'>,
   error: PhaselineError,
   options: EngineOptions,
   nowMs: number,
@@ -38,10 +44,29 @@ export function decideAfterError(
 ): ErrorDecision {
   const attempts = job.attempts + 1;
   if (!error.retryable) return { action: 'fail', attempts, reason: `terminal error (${error.code})` };
+  const serverDelay = capServerDelay(error.retryAfterMs, options.maxServerDelaySeconds * 1000);
+  if (serverDelay.capped) {
+    const untilMs = nowMs + serverDelay.delayMs;
+    return {
+      action: 'wait',
+      attempts: job.attempts,
+      untilMs,
+      reason:
+        `the service asked to wait ${describeDelay(serverDelay.requestedMs)}, longer than the ${options.maxServerDelaySeconds} s cap; ` +
+        `treated as an outage, resuming by itself at ${new Date(untilMs).toISOString()}`,
+    };
+  }
   if (attempts >= options.maxAttempts) {
     return { action: 'fail', attempts, reason: `retry budget spent (${attempts} of ${options.maxAttempts} attempts)` };
   }
-  return { action: 'requeue', attempts, nextRunAtMs: nowMs + backoffDelayMs(attempts, options, random, error.retryAfterMs) };
+  return { action: 'requeue', attempts, nextRunAtMs: nowMs + backoffDelayMs(attempts, options, random, serverDelay.delayMs) };
+}
+
+function describeDelay(ms: number): string {
+  const seconds = ms / 1000;
+  if (seconds < 3 * 86_400) return `${Math.round(seconds)} s`;
+  const days = seconds / 86_400;
+  return days < 3_650 ? `${Math.round(days)} days` : 'more than ten years';
 }
 
 export type ExpiredLeaseDecision =

@@ -10,15 +10,15 @@ import { z } from 'zod';
 import type { RandomSource } from '../core/clock';
 import { describeError, OwnershipLostError, PhaselineError, TerminalError, toPhaselineError } from '../core/errors';
 import { documentId, documentIdProblem } from '../core/ids';
-import { addCounts, CoalescingFlusher, type FlushPayload, type Timers } from '../core/flusher';
-import { stepTaskId, unitTaskId, type JobRecord, type StepTask } from '../core/job';
+import { addCounts, applyClaimTally, CoalescingFlusher, EMPTY_FLUSH, type FlushPayload, type Timers } from '../core/flusher';
+import { stepTaskId, unitTaskId, type JobRecord, type JobWait, type Lease, type StepTask } from '../core/job';
 import { decideAfterError, decideClaim, waitRecord } from '../core/lifecycle';
-import { resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, type StepLimits } from '../core/pipeline';
+import { resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, type SectionRecord, type StepContext, type StepLimits } from '../core/pipeline';
 import type { EngineOptions } from '../core/options';
 import { firestoreEffectLedger, unresolvedEffectKeys } from '../effects/firestore-ledger';
 import { decodeJob, decodeUnit, encodeUnit, type UnitRecord } from '../store/codec';
 import type { EventDraft, JobClaim, JobStore, UnitClaim } from '../store/job-store';
-import { messagePath, REJECTED_TASKS, resultPath, sectionKey, sectionPath, transcriptPath } from '../store/paths';
+import { messagePath, REJECTED_TASKS, resultPath, sectionKey, sectionPath, transcriptPath, unitsPath } from '../store/paths';
 import type { TaskQueuePort } from '../store/task-queue';
 import { checkpointDocumentFor, loadCheckpoints, loadSections } from './checkpoints';
 import { createStepContext, noDurableWrites, type DurableWrites } from './context';
@@ -50,7 +50,10 @@ export type StepOutcome =
 
 // The one check for IDs from outside (core/ids): the fan-out below lists units by the same rule, so its tasks are never refused.
 const firestoreId = documentId('ID');
-const stepTaskSchema = z.strictObject({ jobId: firestoreId, step: z.number().int().nonnegative(), unit: firestoreId.optional() });
+const phaseName = z.string().regex(/^[a-z][a-z0-9-]{0,63}$/, 'must be a kebab-case phase name');
+const stepTaskSchema = z
+  .strictObject({ jobId: firestoreId, step: z.number().int().nonnegative(), unit: firestoreId.optional(), phase: phaseName.optional() })
+  .refine((task) => (task.unit === undefined) === (task.phase === undefined), 'a unit task names both its unit and its phase; a job task names neither');
 
 export const defaultWorkerName = (): string => `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
 
@@ -62,9 +65,10 @@ export async function runStep(deps: RunnerDeps, payload: unknown): Promise<StepO
     await recordRejectedTask(deps, payload, reason);
     return { kind: 'rejected', reason };
   }
-  const task: StepTask = parsed.data.unit === undefined ? { jobId: parsed.data.jobId, step: parsed.data.step } : { ...parsed.data, unit: parsed.data.unit };
+  const { jobId, step, unit, phase } = parsed.data;
+  const task: StepTask = unit === undefined || phase === undefined ? { jobId, step } : { jobId, step, unit, phase };
   try {
-    return task.unit === undefined ? await runJobStep(deps, task) : await runUnitStep(deps, task, task.unit);
+    return task.unit === undefined || task.phase === undefined ? await runJobStep(deps, task) : await runUnitStep(deps, task, task.unit, task.phase);
   } catch (error) {
     if (error instanceof OwnershipLostError) return { kind: 'ownership-lost', reason: error.message };
     throw error;
@@ -120,10 +124,10 @@ async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<StepOutcome
   const claim: JobClaim = { jobId: job.id, epoch: job.epoch };
 
   const pipeline = deps.pipelines.get(job.pipeline);
-  if (!pipeline) return settleError(deps, claim, new TerminalError(`Unknown pipeline ${job.pipeline}`), emptyPayload());
+  if (!pipeline) return settleError(deps, claim, new TerminalError(`Unknown pipeline ${job.pipeline}`), EMPTY_FLUSH);
   const input = pipeline.input.safeParse(job.input);
   if (!input.success) {
-    return settleError(deps, claim, new TerminalError(`Stored input fails the ${pipeline.name} schema: ${z.prettifyError(input.error)}`), emptyPayload());
+    return settleError(deps, claim, new TerminalError(`Stored input fails the ${pipeline.name} schema: ${z.prettifyError(input.error)}`), EMPTY_FLUSH);
   }
   const running: Running = { deps, worker, pipeline, input: input.data, decisions: job.decisions, controller: new AbortController() };
 
@@ -147,12 +151,9 @@ function stepLimits(options: EngineOptions): StepLimits {
   return { maxServerDelayMs: options.maxServerDelaySeconds * 1000 };
 }
 
-function emptyPayload(): FlushPayload {
-  return { progress: {}, cost: {}, notes: [] };
-}
-
-function withPayload<T extends { progress: Readonly<Record<string, number>>; cost: Readonly<Record<string, number>> }>(record: T, payload: FlushPayload): T {
-  return { ...record, progress: { ...record.progress, ...payload.progress }, cost: addCounts(record.cost, payload.cost) };
+function freshLease(running: Running, epoch: number): Lease {
+  const { store } = running.deps;
+  return { epoch, worker: running.worker, expiresAtMs: store.clock.now() + store.options.leaseSeconds * 1000 };
 }
 
 function startFlusher(running: Running, write: (payload: FlushPayload) => Promise<void>): CoalescingFlusher {
@@ -182,13 +183,10 @@ async function runPhase(
   for (const refusal of loaded.refused) notes.push({ kind: 'section-refused', message: `Section ${refusal.id} of ${phase.name} failed validation and will be redone: ${refusal.reason}` });
 
   const flusher = startFlusher(running, (payload) =>
-    store.asOwner(claim, ({ job }) =>
-      Promise.resolve({
-        next: { ...withPayload(job, payload), lease: { epoch: claim.epoch, worker: running.worker, expiresAtMs: store.clock.now() + store.options.leaseSeconds * 1000 } },
-        events: payload.notes,
-        value: undefined,
-      }),
-    ),
+    store.asOwner(claim, ({ job }) => {
+      const applied = applyClaimTally(job, payload, claim.epoch);
+      return Promise.resolve({ next: { ...applied.next, lease: freshLease(running, claim.epoch) }, events: applied.notes, value: undefined });
+    }),
   );
   const context = createStepContext({
     jobId: claim.jobId,
@@ -218,7 +216,6 @@ async function runPhase(
   }
   const pending = await flusher.stop();
   if (running.controller.signal.aborted) return lost(running, running.controller.signal.reason);
-  const allNotes = [...notes, ...pending.notes];
 
   try {
     switch (outcome.kind) {
@@ -228,36 +225,35 @@ async function runPhase(
           return await settleError(running.deps, claim, new TerminalError(`Phase ${phase.name} produced a checkpoint that fails its schema: ${z.prettifyError(parsed.error)}`), pending, notes);
         }
         const nextPhase = running.pipeline.phases[index + 1];
-        await handOff(running, claim, pending, [...allNotes, { kind: 'checkpointed', message: `Finished ${phase.name}` }], {
+        await handOff(running, claim, pending, notes, [{ kind: 'checkpointed', message: `Finished ${phase.name}` }], {
           checkpoint: { phase, state: parsed.data },
           nextPhase: nextPhase?.name ?? phase.name,
         });
         return { kind: 'handed-off', phase: phase.name, checkpointed: true };
       }
       case 'yield': {
-        await handOff(running, claim, pending, [...allNotes, { kind: 'yielded', message: `${phase.name}: ${context.sections().length} sections recorded; continuing in a new step` }], {
+        await handOff(running, claim, pending, notes, [{ kind: 'yielded', message: `${phase.name}: ${context.sections().length} sections recorded; continuing in a new step` }], {
           nextPhase: phase.name,
         });
         return { kind: 'handed-off', phase: phase.name, checkpointed: false };
       }
       case 'wait': {
+        let waiting: JobWait;
+        try {
+          waiting = waitRecord(outcome);
+        } catch (error) {
+          return await settleError(running.deps, claim, toPhaselineError(error), pending, notes);
+        }
         const nowMs = store.clock.now();
-        await store.asOwner(claim, ({ job }) =>
-          Promise.resolve({
-            next: {
-              ...withPayload(job, pending),
-              status: 'waiting' as const,
-              lease: null,
-              step: job.step + 1,
-              dispatch: 0,
-              waiting: waitRecord(outcome),
-              nextRunAtMs: outcome.reason === 'provider' ? outcome.untilMs : nowMs,
-            },
-            events: [...allNotes, { kind: 'waiting', message: outcome.question }],
+        await store.asOwner(claim, ({ job }) => {
+          const applied = applyClaimTally(job, pending, claim.epoch);
+          return Promise.resolve({
+            next: { ...applied.next, status: 'waiting' as const, lease: null, step: job.step + 1, dispatch: 0, waiting, nextRunAtMs: waiting.untilMs ?? nowMs },
+            events: [...notes, ...applied.notes, { kind: 'waiting', message: waiting.question }],
             value: undefined,
-          }),
-        );
-        return { kind: 'waiting', reason: outcome.reason };
+          });
+        });
+        return { kind: 'waiting', reason: waiting.reason };
       }
     }
   } catch (error) {
@@ -273,9 +269,15 @@ function lost(running: Running, reason: unknown): StepOutcome {
 
 type SectionOwner = { readonly kind: 'job'; readonly claim: JobClaim } | { readonly kind: 'unit'; readonly claim: UnitClaim };
 
+const PROGRESS_RESETS_POISON: EventDraft = {
+  kind: 'progress',
+  message: 'A section was recorded after a lost worker: the job is making progress, so its lost-worker count starts again',
+};
+
 /** Section and transcript writes, each made only while the writer still holds its claim. */
 function durableWrites(running: Running, owner: SectionOwner, phase: string, unit: string | null): DurableWrites {
   const { store } = running.deps;
+  const transcriptRef = (sectionId: string) => store.db.doc(transcriptPath(owner.claim.jobId, sectionKey(phase, unit, sectionId)));
   const asOwner = async <T>(body: (context: { tx: FirebaseFirestore.Transaction }) => Promise<{ value: T }>): Promise<T> => {
     try {
       return owner.kind === 'job' ? await store.asOwner(owner.claim, body) : await store.asUnitOwner(owner.claim, body);
@@ -284,18 +286,38 @@ function durableWrites(running: Running, owner: SectionOwner, phase: string, uni
       throw error;
     }
   };
-  const transcriptRef = (sectionId: string) => store.db.doc(transcriptPath(owner.claim.jobId, sectionKey(phase, unit, sectionId)));
-  return {
-    // First write wins: a section is never rewritten.
-    writeSection: (section) => {
-      const ref = store.db.doc(sectionPath(owner.claim.jobId, sectionKey(section.phase, section.unit, section.id)));
-      return asOwner(async ({ tx }) => {
-        const existing = await tx.get(ref);
-        if (existing.exists) return { value: false };
-        tx.create(ref, { ...section, epoch: owner.claim.epoch });
-        return { value: true };
+  /**
+   * First write wins: a section is never rewritten. A recorded section is progress, so the poison
+   * count (workers lost without progress) of its owner starts again: see the README's quarantine rule.
+   */
+  const writeSection = async (section: SectionRecord): Promise<boolean> => {
+    const ref = store.db.doc(sectionPath(owner.claim.jobId, sectionKey(section.phase, section.unit, section.id)));
+    const create = async (tx: FirebaseFirestore.Transaction): Promise<boolean> => {
+      const existing = await tx.get(ref);
+      if (existing.exists) return false;
+      tx.create(ref, { ...section, epoch: owner.claim.epoch });
+      return true;
+    };
+    try {
+      if (owner.kind === 'job') {
+        return await store.asOwner(owner.claim, async ({ tx, job }) => {
+          const created = await create(tx);
+          if (!created || job.staleReclaims === 0) return { value: created };
+          return { next: { ...job, staleReclaims: 0 }, events: [PROGRESS_RESETS_POISON], value: created };
+        });
+      }
+      return await store.asUnitOwner(owner.claim, async ({ tx, unit: current }) => {
+        const created = await create(tx);
+        if (!created || current.staleReclaims === 0) return { value: created };
+        return { nextUnit: { ...current, staleReclaims: 0 }, events: [PROGRESS_RESETS_POISON], value: created };
       });
-    },
+    } catch (error) {
+      if (error instanceof OwnershipLostError) running.controller.abort(error);
+      throw error;
+    }
+  };
+  return {
+    writeSection,
     loadTranscript: async (sectionId) => {
       const snapshot = await transcriptRef(sectionId).get();
       return snapshot.exists ? (snapshot.get('transcript') as unknown) : null;
@@ -322,26 +344,31 @@ interface HandOff {
   readonly nextPhase: string;
 }
 
-/** Ends this step: optional checkpoint, job back to queued for the next step, and that step's task. */
-async function handOff(running: Running, claim: JobClaim, pending: FlushPayload, events: readonly EventDraft[], handOffTo: HandOff): Promise<void> {
+/**
+ * Ends this step: optional checkpoint, job back to queued for the next step, and that step's task.
+ * `lead` events come before the flusher's notes, `trail` after them.
+ */
+async function handOff(running: Running, claim: JobClaim, pending: FlushPayload, lead: readonly EventDraft[], trail: readonly EventDraft[], handOffTo: HandOff): Promise<void> {
   const { store } = running.deps;
   const nowMs = store.clock.now();
   const next = await store.asOwner(claim, ({ tx, job }) => {
     if (handOffTo.checkpoint) {
       tx.set(store.checkpointRef(job.id, handOffTo.checkpoint.phase.name), checkpointDocumentFor(handOffTo.checkpoint.phase, handOffTo.checkpoint.state, claim.epoch, nowMs));
     }
+    const applied = applyClaimTally(job, pending, claim.epoch);
     const record: JobRecord = {
-      ...withPayload(job, pending),
+      ...applied.next,
       status: 'queued',
       lease: null,
       phase: handOffTo.nextPhase,
       step: job.step + 1,
       dispatch: 0,
-      // A finished phase is progress: the error budget starts again for the next one.
+      // A finished phase is progress: the error budget and the lost-worker count start again.
       attempts: handOffTo.checkpoint ? 0 : job.attempts,
+      staleReclaims: handOffTo.checkpoint ? 0 : job.staleReclaims,
       nextRunAtMs: nowMs,
     };
-    return Promise.resolve({ next: record, events, value: record });
+    return Promise.resolve({ next: record, events: [...lead, ...applied.notes, ...trail], value: record });
   });
   await enqueueQuietly(running.deps, { jobId: next.id, step: next.step }, stepTaskId(next.id, next.step, next.dispatch), 0);
 }
@@ -357,34 +384,49 @@ async function enqueueQuietly(deps: RunnerDeps, task: StepTask, id: string, dela
 
 type SettledError<TRecord> =
   | { readonly kind: 'requeued'; readonly attempts: number; readonly delayMs: number; readonly record: TRecord }
+  | { readonly kind: 'waiting'; readonly reason: string }
   | { readonly kind: 'failed'; readonly reason: string };
 
-/** Records a caught error: requeue with backoff inside the budget, otherwise fail. */
+/** Records a caught error: requeue with backoff inside the budget, wait out a capped outage, otherwise fail. */
 async function settleError(deps: RunnerDeps, claim: JobClaim, error: PhaselineError, pending: FlushPayload, notes: readonly EventDraft[] = []): Promise<StepOutcome> {
   const { store } = deps;
   const nowMs = store.clock.now();
   try {
     const settled = await store.asOwner<SettledError<JobRecord>>(claim, ({ job }) => {
       const decision = decideAfterError(job, error, store.options, nowMs, deps.random);
+      const applied = applyClaimTally(job, pending, claim.epoch);
       const base: JobRecord = {
-        ...withPayload(job, pending),
+        ...applied.next,
         lease: null,
         attempts: decision.attempts,
         lastError: { code: error.code, message: error.message, retryable: error.retryable, atMs: nowMs },
       };
+      const lead = [...notes, ...applied.notes];
       if (decision.action === 'requeue') {
         const delayMs = decision.nextRunAtMs - nowMs;
         const next: JobRecord = { ...base, status: 'queued', step: job.step + 1, dispatch: 0, nextRunAtMs: decision.nextRunAtMs };
         return Promise.resolve({
           next,
-          events: [...notes, ...pending.notes, { kind: 'retrying', message: `Attempt ${decision.attempts} failed (${error.code}: ${error.message}); retrying in ${Math.round(delayMs / 1000)} s` }],
+          events: [...lead, { kind: 'retrying', message: `Attempt ${decision.attempts} failed (${error.code}: ${error.message}); retrying in ${Math.round(delayMs / 1000)} s` }],
           value: { kind: 'requeued' as const, attempts: decision.attempts, delayMs, record: next },
         });
+      }
+      if (decision.action === 'wait') {
+        const question = `${error.message}: ${decision.reason}.`;
+        const next: JobRecord = {
+          ...base,
+          status: 'waiting',
+          step: job.step + 1,
+          dispatch: 0,
+          waiting: { reason: 'provider', questionId: 'provider', question, options: [], untilMs: decision.untilMs },
+          nextRunAtMs: decision.untilMs,
+        };
+        return Promise.resolve({ next, events: [...lead, { kind: 'waiting', message: question }], value: { kind: 'waiting' as const, reason: 'provider' } });
       }
       const next: JobRecord = { ...base, status: 'failed', finishedAtMs: nowMs };
       return Promise.resolve({
         next,
-        events: [...notes, ...pending.notes, { kind: 'failed', message: `Failed: ${decision.reason}. Last error (${error.code}): ${error.message}` }],
+        events: [...lead, { kind: 'failed', message: `Failed: ${decision.reason}. Last error (${error.code}): ${error.message}` }],
         value: { kind: 'failed' as const, reason: decision.reason },
       });
     });
@@ -406,32 +448,38 @@ class UnresolvedEffectsError extends TerminalError {
   }
 }
 
-/** The last phase is checkpointed: publish the answer and complete, in one owner-checked transaction. */
-async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<string, unknown>, notes: readonly EventDraft[]): Promise<StepOutcome> {
+/** A context for code that runs inside the engine's own commits (units listing, join, publish): no durable writes of its own. */
+function bareContext(running: Running, jobId: string, phase: PhaseDefinition<unknown, unknown>, states: ReadonlyMap<string, unknown>, who: string) {
   const { store } = running.deps;
-  const lastPhase = running.pipeline.phases[running.pipeline.phases.length - 1] as PhaseDefinition<unknown, unknown>;
-  const context = createStepContext({
-    jobId: claim.jobId,
+  return createStepContext({
+    jobId,
     input: running.input,
     decisions: running.decisions,
     unit: null,
     signal: running.controller.signal,
     clock: store.clock,
     random: running.deps.random,
-    phase: { ...lastPhase, needs: running.pipeline.phases },
+    phase,
     states,
     sections: [],
     flusher: null,
     deadlineMs: Number.POSITIVE_INFINITY,
     budgetMs: 0,
     limits: stepLimits(store.options),
-    durable: noDurableWrites('publication'),
+    durable: noDurableWrites(who),
   });
+}
+
+/** The last phase is checkpointed: publish the answer and complete, in one owner-checked transaction. */
+async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<string, unknown>, notes: readonly EventDraft[]): Promise<StepOutcome> {
+  const { store } = running.deps;
+  const lastPhase = running.pipeline.phases[running.pipeline.phases.length - 1] as PhaseDefinition<unknown, unknown>;
+  const context = bareContext(running, claim.jobId, { ...lastPhase, needs: running.pipeline.phases }, states, 'publication');
   let result;
   try {
     result = running.pipeline.publish(context);
   } catch (error) {
-    return settleError(running.deps, claim, toPhaselineError(error), emptyPayload(), notes);
+    return settleError(running.deps, claim, toPhaselineError(error), EMPTY_FLUSH, notes);
   }
   const nowMs = store.clock.now();
   try {
@@ -462,7 +510,7 @@ async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<s
     });
   } catch (error) {
     if (error instanceof OwnershipLostError) return lost(running, error);
-    if (error instanceof UnresolvedEffectsError) return settleError(running.deps, claim, error, emptyPayload(), notes);
+    if (error instanceof UnresolvedEffectsError) return settleError(running.deps, claim, error, EMPTY_FLUSH, notes);
     throw error;
   }
   return { kind: 'completed', outcome: result.outcome };
@@ -472,6 +520,51 @@ async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<s
 // Fan-out: the coordinating step writes one unit document per unit and hands the work to unit
 // tasks; the job stays `running` without a lease while its units hold theirs. The unit that
 // finishes last joins, in the same transaction that records it, so the join happens exactly once.
+//
+// The invariant this keeps (checked by tests and the chaos soak over every job): a job that is
+// `running` without a lease is in a fan-out with at least one unit queued (with a due time the
+// sweeper acts on) or leased. So a fan-out that needs no unit work (no units, or every unit reused)
+// joins in the very commit that starts it: there is no moment at which it has no live unit.
+
+/** Thrown inside a fan-out commit when the pipeline's `join` fails: a defect, so the job fails with it. */
+class JoinFailedError extends TerminalError {}
+
+function joinState(phase: PhaseDefinition<unknown, unknown>, results: ReadonlyMap<string, unknown>, context: StepContext<unknown>): unknown {
+  const fanOut = phase.fanOut;
+  if (!fanOut) throw new Error(`Phase ${phase.name} has no fan-out`);
+  try {
+    return phase.state.parse(fanOut.join(results, context));
+  } catch (error) {
+    throw new JoinFailedError(`Phase ${phase.name} could not join its units: ${describeError(error)}`);
+  }
+}
+
+/** The job after a join: checkpoint written, back to queued at the next step, next phase named. */
+function joinedJob(running: Running, job: JobRecord, phase: PhaseDefinition<unknown, unknown>, nowMs: number): JobRecord {
+  const index = running.pipeline.phases.findIndex((candidate) => candidate.name === phase.name);
+  return {
+    ...job,
+    status: 'queued',
+    fanout: null,
+    lease: null,
+    phase: running.pipeline.phases[index + 1]?.name ?? phase.name,
+    step: job.step + 1,
+    dispatch: 0,
+    attempts: 0,
+    staleReclaims: 0,
+    nextRunAtMs: nowMs,
+  };
+}
+
+/** Adds the part of a unit's cost the job has not counted yet; each unit's cost is counted once. */
+function chargeUnit(job: JobRecord, unit: UnitRecord): { job: JobRecord; unit: UnitRecord } {
+  const uncounted: Record<string, number> = {};
+  for (const [key, value] of Object.entries(unit.cost)) {
+    const counted = unit.costInJob[key] ?? 0;
+    if (value > counted) uncounted[key] = value - counted;
+  }
+  return { job: { ...job, cost: addCounts(job.cost, uncounted) }, unit: { ...unit, costInJob: { ...unit.cost } } };
+}
 
 async function startFanOut(
   running: Running,
@@ -483,50 +576,35 @@ async function startFanOut(
   const { store } = running.deps;
   const fanOut = phase.fanOut;
   if (!fanOut) throw new Error(`Phase ${phase.name} has no fan-out`);
-  const context = createStepContext({
-    jobId: claim.jobId,
-    input: running.input,
-    decisions: running.decisions,
-    unit: null,
-    signal: running.controller.signal,
-    clock: store.clock,
-    random: running.deps.random,
-    phase,
-    states,
-    sections: [],
-    flusher: null,
-    deadlineMs: Number.POSITIVE_INFINITY,
-    budgetMs: 0,
-    limits: stepLimits(store.options),
-    durable: noDurableWrites('a fan-out coordinator'),
-  });
+  const context = bareContext(running, claim.jobId, phase, states, 'a fan-out coordinator');
   let unitIds: readonly string[];
   try {
     unitIds = [...new Set(fanOut.units(context))];
     const refusedUnit = unitIds.find((unit) => documentIdProblem(unit) !== null);
     if (refusedUnit !== undefined) throw new Error(`unit ID ${JSON.stringify(refusedUnit.slice(0, 140))} ${documentIdProblem(refusedUnit)}`);
   } catch (error) {
-    return settleError(running.deps, claim, new TerminalError(`Phase ${phase.name} could not list its units: ${describeError(error)}`), emptyPayload(), notes);
+    return settleError(running.deps, claim, new TerminalError(`Phase ${phase.name} could not list its units: ${describeError(error)}`), EMPTY_FLUSH, notes);
   }
   const nowMs = store.clock.now();
-  const toEnqueue: UnitRecord[] = [];
+  let started: { readonly toEnqueue: readonly UnitRecord[]; readonly joined: JobRecord | null };
   try {
-    await store.asOwner(claim, async ({ tx, job }) => {
-      const refs = unitIds.map((unit) => store.unitRef(job.id, unit));
+    started = await store.asOwner(claim, async ({ tx, job }) => {
+      // Unit documents are keyed by phase and unit ID: another fan-out phase never sees them.
+      const refs = unitIds.map((unit) => store.unitRef(job.id, phase.name, unit));
       const snapshots = refs.length > 0 ? await tx.getAll(...refs) : [];
-      let done = 0;
-      toEnqueue.length = 0;
-      snapshots.forEach((snapshot, position) => {
+      const toEnqueue: UnitRecord[] = [];
+      const reused = new Map<string, unknown>();
+      const records = snapshots.map((snapshot, position) => {
         const unit = unitIds[position] as string;
         const existing = snapshot.exists ? decodeUnit(snapshot.ref.path, snapshot.data()) : null;
-        // A unit finished under an earlier fan-out is reused as it is, if its result still validates.
-        const reusable = existing?.status === 'done' && fanOut.unitState.safeParse(existing.result).success;
+        // A unit finished under an earlier fan-out of this phase is reused as it is, if its result still validates.
+        const result = existing?.status === 'done' ? fanOut.unitState.safeParse(existing.result) : null;
         const record: UnitRecord = {
           jobId: job.id,
           unit,
           phase: phase.name,
           fanoutEpoch: claim.epoch,
-          status: reusable ? 'done' : 'queued',
+          status: result?.success ? 'done' : 'queued',
           epoch: existing?.epoch ?? 0,
           lease: null,
           step: (existing?.step ?? -1) + 1,
@@ -535,45 +613,58 @@ async function startFanOut(
           staleReclaims: existing?.staleReclaims ?? 0,
           nextRunAtMs: nowMs,
           progress: existing?.progress ?? {},
+          // Spent before stays spent and counted: a re-run adds only what it spends itself.
           cost: existing?.cost ?? {},
-          result: reusable ? existing.result : null,
+          costInJob: existing?.costInJob ?? {},
+          claimTally: null,
+          result: result?.success ? result.data : null,
           lastError: null,
           updatedAtMs: nowMs,
         };
-        if (reusable) done += 1;
+        if (result?.success) reused.set(unit, result.data);
         else toEnqueue.push(record);
-        tx.set(snapshot.ref, encodeUnit(record));
+        return { ref: snapshot.ref, record };
       });
-      const next: JobRecord = {
-        ...job,
-        lease: null,
-        phase: phase.name,
-        fanout: { phase: phase.name, epoch: claim.epoch, units: unitIds.length, done },
-      };
-      return { next, events: [...notes, { kind: 'fanned-out', message: `${phase.name}: ${unitIds.length} units (${done} reused)` }], value: undefined };
+      let next: JobRecord = { ...job, lease: null, phase: phase.name, fanout: { phase: phase.name, epoch: claim.epoch, units: unitIds.length, done: reused.size } };
+      const events: EventDraft[] = [...notes, { kind: 'fanned-out', message: `${phase.name}: ${unitIds.length} units (${reused.size} reused)` }];
+      let joined: JobRecord | null = null;
+      if (toEnqueue.length === 0) {
+        const loaded = await loadCheckpoints(store.db, job.id, running.pipeline);
+        const state = joinState(phase, reused, bareContext(running, job.id, phase, loaded.states, 'a join'));
+        tx.set(store.checkpointRef(job.id, phase.name), checkpointDocumentFor(phase, state, claim.epoch, nowMs));
+        joined = joinedJob(running, next, phase, nowMs);
+        next = joined;
+        events.push({ kind: 'joined', message: `${phase.name}: nothing left to run; joined at once` });
+      }
+      for (const { ref, record } of records) tx.set(ref, encodeUnit({ ...record, updatedAtMs: store.clock.now() }));
+      return { next, events, value: { toEnqueue, joined } };
     });
   } catch (error) {
     if (error instanceof OwnershipLostError) return lost(running, error);
+    if (error instanceof JoinFailedError) return settleError(running.deps, claim, error, EMPTY_FLUSH, notes);
     throw error;
   }
-  if (toEnqueue.length === 0) {
-    // Every unit was reused: join right away under the coordinator's epoch.
-    await joinFanOut(running, claim.jobId, claim.epoch, phase, emptyPayload(), null);
+  if (started.joined) {
+    await enqueueQuietly(running.deps, { jobId: claim.jobId, step: started.joined.step }, stepTaskId(claim.jobId, started.joined.step, 0), 0);
   }
-  for (const unit of toEnqueue) {
-    await enqueueQuietly(running.deps, { jobId: unit.jobId, step: unit.step, unit: unit.unit }, unitTaskId(unit.jobId, unit.fanoutEpoch, unit.unit, unit.step, 0), 0);
+  for (const unit of started.toEnqueue) {
+    await enqueueQuietly(running.deps, unitStepTask(unit), unitTaskId(unit.jobId, unit.fanoutEpoch, unit.unit, unit.step, 0), 0);
   }
   return { kind: 'fanned-out', phase: phase.name, units: unitIds.length };
 }
 
-async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string): Promise<StepOutcome> {
+function unitStepTask(unit: UnitRecord): StepTask {
+  return { jobId: unit.jobId, step: unit.step, unit: unit.unit, phase: unit.phase };
+}
+
+async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string, phaseName: string): Promise<StepOutcome> {
   const { store } = deps;
   const worker = deps.worker ?? defaultWorkerName();
   const nowMs = store.clock.now();
   const jobRef = store.jobRef(task.jobId);
-  const unitRef = store.unitRef(task.jobId, unitId);
+  const unitRef = store.unitRef(task.jobId, phaseName, unitId);
   type UnitClaimResult = { job: JobRecord; unit: UnitRecord } | { reason: string; notYetDueMs?: number };
-  const claimed = await store.retryingWrite(`unit claim ${task.jobId}/${unitId}`, () =>
+  const claimed = await store.retryingWrite(`unit claim ${task.jobId}/${phaseName}/${unitId}`, () =>
     store.db.runTransaction(async (tx): Promise<UnitClaimResult> => {
       const [jobSnapshot, unitSnapshot] = await tx.getAll(jobRef, unitRef);
       if (!jobSnapshot?.exists || !unitSnapshot?.exists) return { reason: 'no such job or unit' };
@@ -594,29 +685,26 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string): Pr
     return { kind: 'not-claimable', reason: claimed.reason };
   }
   const { job, unit } = claimed;
-  const claim: UnitClaim = { jobId: job.id, unit: unit.unit, epoch: unit.epoch, fanoutEpoch: unit.fanoutEpoch };
+  const claim: UnitClaim = { jobId: job.id, phase: unit.phase, unit: unit.unit, epoch: unit.epoch, fanoutEpoch: unit.fanoutEpoch };
   const pipeline = deps.pipelines.get(job.pipeline);
   const phase = pipeline?.phases.find((candidate) => candidate.name === unit.phase);
   const input = pipeline?.input.safeParse(job.input);
-  if (!pipeline || !phase?.fanOut || !input?.success) {
+  const running: Running | null = pipeline && input?.success ? { deps, worker, pipeline, input: input.data, decisions: job.decisions, controller: new AbortController() } : null;
+  if (!running || !phase?.fanOut) {
     return failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit}: pipeline ${job.pipeline} has no fan-out phase ${unit.phase}, or the stored input no longer validates`));
   }
   const fanOut = phase.fanOut;
-  const running: Running = { deps, worker, pipeline, input: input.data, decisions: job.decisions, controller: new AbortController() };
-  const loaded = await loadCheckpoints(store.db, job.id, pipeline);
+  const loaded = await loadCheckpoints(store.db, job.id, running.pipeline);
   const sections = await loadSections(store.db, job.id, phase, unit.unit);
   const flusher = startFlusher(running, (payload) =>
-    store.asUnitOwner(claim, ({ unit: current }) =>
-      Promise.resolve({
-        nextUnit: { ...withPayload(current, payload), lease: { epoch: claim.epoch, worker, expiresAtMs: store.clock.now() + store.options.leaseSeconds * 1000 } },
-        events: payload.notes,
-        value: undefined,
-      }),
-    ),
+    store.asUnitOwner(claim, ({ unit: current }) => {
+      const applied = applyClaimTally(current, payload, claim.epoch);
+      return Promise.resolve({ nextUnit: { ...applied.next, lease: freshLease(running, claim.epoch) }, events: applied.notes, value: undefined });
+    }),
   );
   const context = createStepContext({
     jobId: job.id,
-    input: input.data,
+    input: running.input,
     decisions: job.decisions,
     unit: unit.unit,
     signal: running.controller.signal,
@@ -646,115 +734,82 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string): Pr
   try {
     if (outcome.kind === 'yield') {
       const next = await store.asUnitOwner(claim, ({ unit: current }) => {
-        const record: UnitRecord = { ...withPayload(current, pending), status: 'queued', lease: null, step: current.step + 1, dispatch: 0, nextRunAtMs: store.clock.now() };
-        return Promise.resolve({ nextUnit: record, events: [...pending.notes, { kind: 'yielded', message: `${unit.unit}: continuing in a new step` }], value: record });
+        const applied = applyClaimTally(current, pending, claim.epoch);
+        const record: UnitRecord = { ...applied.next, status: 'queued', lease: null, step: current.step + 1, dispatch: 0, nextRunAtMs: store.clock.now() };
+        return Promise.resolve({ nextUnit: record, events: [...applied.notes, { kind: 'yielded', message: `${unit.unit}: continuing in a new step` }], value: record });
       });
-      await enqueueQuietly(deps, { jobId: job.id, step: next.step, unit: next.unit }, unitTaskId(job.id, next.fanoutEpoch, next.unit, next.step, 0), 0);
+      await enqueueQuietly(deps, unitStepTask(next), unitTaskId(job.id, next.fanoutEpoch, next.unit, next.step, 0), 0);
       return { kind: 'unit-yielded', unit: unit.unit };
     }
     if (outcome.kind === 'wait') {
-      await store.asUnitOwner(claim, ({ job, unit: current }) =>
-        Promise.resolve({
+      let waiting: JobWait;
+      try {
+        waiting = waitRecord({ kind: 'wait', reason: 'provider', questionId: 'provider', question: outcome.question, untilMs: outcome.untilMs });
+      } catch (error) {
+        return await settleUnitError(deps, claim, toPhaselineError(error), pending);
+      }
+      await store.asUnitOwner(claim, ({ job: current, unit: currentUnit }) => {
+        const applied = applyClaimTally(currentUnit, pending, claim.epoch);
+        const charged = chargeUnit(current, applied.next);
+        return Promise.resolve({
           // The fan-out ends here; on resume it starts again, reusing finished units and recorded sections.
-          next: {
-            ...job,
-            status: 'waiting' as const,
-            fanout: null,
-            lease: null,
-            step: job.step + 1,
-            dispatch: 0,
-            waiting: { reason: outcome.reason, questionId: 'provider', question: outcome.question, options: [], untilMs: outcome.untilMs },
-            nextRunAtMs: outcome.untilMs,
-          },
-          nextUnit: { ...withPayload(current, pending), status: 'queued' as const, lease: null },
-          events: [...pending.notes, { kind: 'waiting', message: `${unit.unit}: ${outcome.question}` }],
+          next: { ...charged.job, status: 'waiting' as const, fanout: null, lease: null, step: current.step + 1, dispatch: 0, waiting, nextRunAtMs: waiting.untilMs ?? store.clock.now() },
+          nextUnit: { ...charged.unit, status: 'queued' as const, lease: null },
+          events: [...applied.notes, { kind: 'waiting', message: `${unit.unit}: ${outcome.question}` }],
           value: undefined,
-        }),
-      );
+        });
+      });
       return { kind: 'waiting', reason: outcome.reason };
     }
     const parsed = fanOut.unitState.safeParse(outcome.state);
     if (!parsed.success) {
       return await failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit} produced a result that fails its schema: ${z.prettifyError(parsed.error)}`));
     }
-    const joined = await joinFanOut(running, job.id, claim.fanoutEpoch, phase, pending, { claim, result: parsed.data });
+    const joined = await finishUnit(running, claim, phase, pending, parsed.data);
     return { kind: 'unit-done', unit: unit.unit, joined };
   } catch (error) {
     if (error instanceof OwnershipLostError) return lost(running, error);
+    if (error instanceof JoinFailedError) return failJobFromUnit(deps, claim, error);
     throw error;
   }
 }
 
 /**
- * Records a finished unit (when given) and, if it was the last one, joins: the phase checkpoint
- * from every unit's result and the job's hand-off to its next step, all in one transaction.
+ * Records a finished unit and, if it was the last one, joins: the phase checkpoint from every
+ * unit's result and the job's hand-off to its next step, all in the transaction that records it.
  */
-async function joinFanOut(
-  running: Running,
-  jobId: string,
-  fanoutEpoch: number,
-  phase: PhaseDefinition<unknown, unknown>,
-  pending: FlushPayload,
-  finished: { readonly claim: UnitClaim; readonly result: unknown } | null,
-): Promise<boolean> {
+async function finishUnit(running: Running, claim: UnitClaim, phase: PhaseDefinition<unknown, unknown>, pending: FlushPayload, result: unknown): Promise<boolean> {
   const { store } = running.deps;
   const fanOut = phase.fanOut;
   if (!fanOut) throw new Error(`Phase ${phase.name} has no fan-out`);
   const nowMs = store.clock.now();
-  const body = async ({ tx, job, unit }: { tx: FirebaseFirestore.Transaction; job: JobRecord; unit?: UnitRecord }) => {
+  const settled = await store.asUnitOwner(claim, async ({ tx, job, unit }) => {
     const fanout = job.fanout;
-    if (fanout?.epoch !== fanoutEpoch) throw new OwnershipLostError(`Job ${jobId} is no longer in fan-out epoch ${fanoutEpoch}`);
-    const done = fanout.done + (finished ? 1 : 0);
-    const events: EventDraft[] = [...pending.notes];
-    let next: JobRecord = { ...job, cost: addCounts(job.cost, addCounts(unit?.cost ?? {}, pending.cost)), fanout: { ...fanout, done } };
-    let joined = false;
+    if (fanout?.epoch !== claim.fanoutEpoch) throw new OwnershipLostError(`Job ${claim.jobId} is no longer in fan-out epoch ${claim.fanoutEpoch}`);
+    const applied = applyClaimTally(unit, pending, claim.epoch);
+    const charged = chargeUnit(job, applied.next);
+    const done = fanout.done + 1;
+    let next: JobRecord = { ...charged.job, fanout: { ...fanout, done } };
+    const events: EventDraft[] = [{ kind: 'unit-done', message: `${claim.unit} finished` }, ...applied.notes];
     if (done >= fanout.units) {
-      const siblings = await store.db.collection(`jobs/${jobId}/units`).where('fanoutEpoch', '==', fanoutEpoch).get();
+      const siblings = await store.db.collection(unitsPath(claim.jobId)).where('fanoutEpoch', '==', claim.fanoutEpoch).get();
       const results = new Map<string, unknown>();
       for (const doc of siblings.docs) {
         const sibling = decodeUnit(doc.ref.path, doc.data());
-        const result = finished && sibling.unit === finished.claim.unit ? finished.result : sibling.result;
-        results.set(sibling.unit, fanOut.unitState.parse(result));
+        if (sibling.phase !== phase.name) continue;
+        results.set(sibling.unit, fanOut.unitState.parse(sibling.unit === claim.unit ? result : sibling.result));
       }
-      const loaded = await loadCheckpoints(store.db, jobId, running.pipeline);
-      const context = createStepContext({
-        jobId,
-        input: running.input,
-        decisions: running.decisions,
-        unit: null,
-        signal: running.controller.signal,
-        clock: store.clock,
-        random: running.deps.random,
-        phase,
-        states: loaded.states,
-        sections: [],
-        flusher: null,
-        deadlineMs: Number.POSITIVE_INFINITY,
-        budgetMs: 0,
-        limits: stepLimits(store.options),
-    durable: noDurableWrites('a join'),
-      });
-      const state = phase.state.parse(fanOut.join(results, context));
-      tx.set(store.checkpointRef(jobId, phase.name), checkpointDocumentFor(phase, state, fanoutEpoch, nowMs));
-      const index = running.pipeline.phases.findIndex((candidate) => candidate.name === phase.name);
-      next = { ...next, status: 'queued', fanout: null, lease: null, phase: running.pipeline.phases[index + 1]?.name ?? phase.name, step: job.step + 1, dispatch: 0, attempts: 0, nextRunAtMs: nowMs };
+      const loaded = await loadCheckpoints(store.db, claim.jobId, running.pipeline);
+      const state = joinState(phase, results, bareContext(running, claim.jobId, phase, loaded.states, 'a join'));
+      tx.set(store.checkpointRef(claim.jobId, phase.name), checkpointDocumentFor(phase, state, claim.fanoutEpoch, nowMs));
+      next = joinedJob(running, next, phase, nowMs);
       events.push({ kind: 'joined', message: `${phase.name}: all ${fanout.units} units finished` });
-      joined = true;
+      return { next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result }, events, value: { joined: true, next } };
     }
-    return { next, events, value: { joined, next } };
-  };
-  let settled: { joined: boolean; next: JobRecord };
-  if (finished) {
-    settled = await store.asUnitOwner(finished.claim, async (context) => {
-      const outcome = await body(context);
-      const nextUnit: UnitRecord = { ...withPayload(context.unit, pending), status: 'done', lease: null, result: finished.result };
-      return { ...outcome, nextUnit, events: [{ kind: 'unit-done', message: `${finished.claim.unit} finished` }, ...outcome.events] };
-    });
-  } else {
-    settled = await store.transact(jobId, () => null, (context) => body(context));
-  }
+    return { next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result }, events, value: { joined: false, next } };
+  });
   if (settled.joined) {
-    await enqueueQuietly(running.deps, { jobId, step: settled.next.step }, stepTaskId(jobId, settled.next.step, 0), 0);
+    await enqueueQuietly(running.deps, { jobId: claim.jobId, step: settled.next.step }, stepTaskId(claim.jobId, settled.next.step, 0), 0);
   }
   return settled.joined;
 }
@@ -763,36 +818,43 @@ async function settleUnitError(deps: RunnerDeps, claim: UnitClaim, error: Phasel
   const { store } = deps;
   const nowMs = store.clock.now();
   const settled = await store.asUnitOwner<SettledError<UnitRecord>>(claim, ({ job, unit }) => {
-    const decision = decideAfterError({ ...job, attempts: unit.attempts }, error, store.options, nowMs, deps.random);
+    const decision = decideAfterError(unit, error, store.options, nowMs, deps.random);
     const lastError = { code: error.code, message: error.message, atMs: nowMs };
-    if (decision.action === 'requeue') {
-      const nextUnit: UnitRecord = { ...withPayload(unit, pending), status: 'queued', lease: null, attempts: decision.attempts, step: unit.step + 1, dispatch: 0, nextRunAtMs: decision.nextRunAtMs, lastError };
+    const applied = applyClaimTally(unit, pending, claim.epoch);
+    if (decision.action !== 'fail') {
+      // A capped server delay holds only this unit back; its siblings go on, so it waits as a queued unit.
+      const nextRunAtMs = decision.action === 'requeue' ? decision.nextRunAtMs : decision.untilMs;
+      const nextUnit: UnitRecord = { ...applied.next, status: 'queued', lease: null, attempts: decision.attempts, step: unit.step + 1, dispatch: 0, nextRunAtMs, lastError };
+      const message =
+        decision.action === 'requeue'
+          ? `${unit.unit}: attempt ${decision.attempts} failed (${error.code}: ${error.message})`
+          : `${unit.unit}: ${error.message}: ${decision.reason}`;
       return Promise.resolve({
         nextUnit,
-        events: [...pending.notes, { kind: 'retrying', message: `${unit.unit}: attempt ${decision.attempts} failed (${error.code}: ${error.message})` }],
-        value: { kind: 'requeued' as const, record: nextUnit, delayMs: decision.nextRunAtMs - nowMs, attempts: decision.attempts },
+        events: [...applied.notes, { kind: decision.action === 'requeue' ? 'retrying' : 'waiting', message }],
+        value: { kind: 'requeued' as const, record: nextUnit, delayMs: nextRunAtMs - nowMs, attempts: decision.attempts },
       });
     }
     const reason = `unit ${unit.unit}: ${decision.reason}`;
+    const charged = chargeUnit(job, applied.next);
     const next: JobRecord = {
-      ...job,
+      ...charged.job,
       status: 'failed',
       fanout: null,
       lease: null,
       finishedAtMs: nowMs,
-      cost: addCounts(job.cost, addCounts(unit.cost, pending.cost)),
       lastError: { code: error.code, message: `${unit.unit}: ${error.message}`, retryable: error.retryable, atMs: nowMs },
     };
-    const nextUnit: UnitRecord = { ...unit, status: 'queued', lease: null, lastError };
-    return Promise.resolve({ next, nextUnit, events: [...pending.notes, { kind: 'failed', message: `Failed: ${reason}. Last error: ${error.message}` }], value: { kind: 'failed' as const, reason } });
+    const nextUnit: UnitRecord = { ...charged.unit, status: 'queued', lease: null, lastError };
+    return Promise.resolve({ next, nextUnit, events: [...applied.notes, { kind: 'failed', message: `Failed: ${reason}. Last error: ${error.message}` }], value: { kind: 'failed' as const, reason } });
   });
   if (settled.kind === 'requeued') {
-    await enqueueQuietly(deps, { jobId: claim.jobId, step: settled.record.step, unit: claim.unit }, unitTaskId(claim.jobId, claim.fanoutEpoch, claim.unit, settled.record.step, 0), settled.delayMs);
+    await enqueueQuietly(deps, unitStepTask(settled.record), unitTaskId(claim.jobId, claim.fanoutEpoch, claim.unit, settled.record.step, 0), settled.delayMs);
     return { kind: 'requeued', attempts: settled.attempts, delayMs: settled.delayMs };
   }
   return settled;
 }
 
 function failJobFromUnit(deps: RunnerDeps, claim: UnitClaim, error: TerminalError): Promise<StepOutcome> {
-  return settleUnitError(deps, claim, error, emptyPayload());
+  return settleUnitError(deps, claim, error, EMPTY_FLUSH);
 }

@@ -6,6 +6,7 @@
  *   2. expired unit leases   -> the same on the unit; a poison unit quarantines its job
  *   3. lost tasks            -> a queued job or unit long past its run time gets a fresh dispatch
  *   4. provider waits over   -> back to queued at step + 1
+ *   5. stopped jobs' effects -> checked with the system of record (its own module, settle-stopped.ts)
  *
  * Each query returns only documents that need action (its cost grows with expired leases, not
  * with the number of jobs), `sweepBatchSize` at a time, paged by (range field, document ID) up to
@@ -25,6 +26,7 @@ import { decodeJob, decodeUnit, type UnitRecord } from '../store/codec';
 import type { EventDraft, JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
 import { SWEEP_QUERIES, sweepQuery, type PageCursor, type SweepQueryName } from './indexed-queries';
+import { settleStoppedEffects, type SettleStoppedReport, type StoppedEffectsDeps } from './settle-stopped';
 
 /** Pages each query may read per run; with the default batch of 200, 1,000 documents per query. */
 export const SWEEP_MAX_PAGES = 5;
@@ -38,6 +40,8 @@ export interface SweepDeps {
   readonly queue: TaskQueuePort;
   /** Where warnings go (enqueue failures, unreadable documents). Defaults to console.warn. */
   readonly log?: SweepLog;
+  /** The effect adapters that settle stopped jobs' effects (settle-stopped.ts); without them that pass is skipped. */
+  readonly stoppedEffects?: StoppedEffectsDeps;
 }
 
 export interface SweepReport {
@@ -68,9 +72,11 @@ export interface SweepReport {
   readonly documentsRead: number;
   /** Queries that stopped at SWEEP_MAX_PAGES with more to do: the next run continues. */
   readonly truncated: readonly SweepQueryName[];
+  /** Stopped jobs' effects checked with their system of record (settle-stopped.ts, its own counters). */
+  readonly stoppedEffects: SettleStoppedReport;
 }
 
-type Counter = Exclude<keyof SweepReport, 'nowMs' | 'truncated'>;
+type Counter = Exclude<keyof SweepReport, 'nowMs' | 'truncated' | 'stoppedEffects'>;
 type Action = 'reclaimed' | 'unitsReclaimed' | 'quarantined' | 'redispatched' | 'unitsRedispatched' | 'resumed' | 'parkedUnits';
 
 /** What a transaction decided, and the task to enqueue once it has committed. */
@@ -112,7 +118,7 @@ class Sweep {
     this.counts.documentsRead += documents;
   }
 
-  report(): SweepReport {
+  report(): Omit<SweepReport, 'stoppedEffects'> {
     return { nowMs: this.nowMs, ...this.counts, truncated: [...this.truncated] };
   }
 
@@ -194,7 +200,8 @@ export async function sweep(deps: SweepDeps, nowMs: number): Promise<SweepReport
   await run.scan('lostJobTasks', lostBefore, (doc) => redispatchJob(run, doc, lostBefore), byDocument);
   await run.scan('lostUnitTasks', lostBefore, (doc) => redispatchUnit(run, doc, lostBefore), byJob);
   await run.scan('waitsOver', nowMs, (doc) => resumeWait(run, doc), byDocument);
-  return run.report();
+  const stoppedEffects = await settleStoppedEffects(deps, nowMs);
+  return { ...run.report(), stoppedEffects };
 }
 
 const iso = (ms: number): string => new Date(ms).toISOString();
@@ -338,7 +345,7 @@ async function reclaimUnitLease(run: Sweep, doc: QueryDocumentSnapshot): Promise
 }
 
 function unitTask(unit: UnitRecord): { task: StepTask; id: string } {
-  return { task: { jobId: unit.jobId, step: unit.step, unit: unit.unit }, id: unitTaskId(unit.jobId, unit.fanoutEpoch, unit.unit, unit.step, unit.dispatch) };
+  return { task: { jobId: unit.jobId, step: unit.step, unit: unit.unit, phase: unit.phase }, id: unitTaskId(unit.jobId, unit.fanoutEpoch, unit.unit, unit.step, unit.dispatch) };
 }
 
 // ---- Rule 3: lost tasks ------------------------------------------------------------------------

@@ -5,12 +5,37 @@
 import { Timestamp, type DocumentData } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import { CorruptCheckpointError } from '../core/errors';
-import { JOB_STATUSES, type JobRecord, type Lease } from '../core/job';
+import type { ClaimTally } from '../core/flusher';
+import { JOB_STATUSES, type Cancellation, type JobRecord, type Lease } from '../core/job';
 
 const millis = z.instanceof(Timestamp).transform((value) => value.toMillis());
 const counts = z.record(z.string(), z.number());
 
 const leaseSchema = z.object({ epoch: z.number().int(), worker: z.string(), expiresAt: millis });
+const claimTallySchema = z.object({ epoch: z.number().int(), cost: counts, notes: z.number().int().nonnegative() });
+
+const effectCountsSchema = z.object({
+  planned: z.number().int().nonnegative(),
+  applying: z.number().int().nonnegative(),
+  applied: z.number().int().nonnegative(),
+  unknown: z.number().int().nonnegative(),
+  failed: z.number().int().nonnegative(),
+});
+
+/**
+ * Structured fields only: the words are rendered where they are shown. A cancellation written
+ * before these fields existed (it had a `report` sentence) reads with them empty.
+ */
+const cancellationSchema = z.object({
+  at: millis,
+  reason: z.string(),
+  phase: z.string().nullable().default(null),
+  sectionsDone: z.number().int().nonnegative().nullable().default(null),
+  effects: z
+    .object({ counts: effectCountsSchema, settled: z.boolean(), checkedWith: z.string().nullable(), checkedAt: millis.nullable() })
+    .nullable()
+    .default(null),
+});
 
 const jobDocumentSchema = z.object({
   owner: z.string(),
@@ -42,8 +67,10 @@ const jobDocumentSchema = z.object({
     .nullable(),
   quarantine: z.object({ reason: z.string(), at: millis }).nullable(),
   decisions: z.record(z.string(), z.string()),
-  cancellation: z.object({ at: millis, reason: z.string(), report: z.string() }).nullable(),
+  cancellation: cancellationSchema.nullable(),
+  effectsToSettleAt: millis.nullable().default(null),
   fanout: z.object({ phase: z.string(), epoch: z.number().int(), units: z.number().int(), done: z.number().int() }).nullable(),
+  claimTally: claimTallySchema.nullable().default(null),
   eventSeq: z.number().int().nonnegative(),
   createdAt: millis,
   updatedAt: millis,
@@ -52,6 +79,22 @@ const jobDocumentSchema = z.object({
 
 const ts = (ms: number): Timestamp => Timestamp.fromMillis(ms);
 const tsOrNull = (ms: number | null): Timestamp | null => (ms === null ? null : ts(ms));
+
+function decodeCancellation(doc: z.infer<typeof cancellationSchema>): Cancellation {
+  const effects = doc.effects && { counts: doc.effects.counts, settled: doc.effects.settled, checkedWith: doc.effects.checkedWith, checkedAtMs: doc.effects.checkedAt };
+  return { atMs: doc.at, reason: doc.reason, phase: doc.phase, sectionsDone: doc.sectionsDone, effects };
+}
+
+function encodeCancellation(cancellation: Cancellation): DocumentData {
+  const { effects } = cancellation;
+  return {
+    at: ts(cancellation.atMs),
+    reason: cancellation.reason,
+    phase: cancellation.phase,
+    sectionsDone: cancellation.sectionsDone,
+    effects: effects && { counts: effects.counts, settled: effects.settled, checkedWith: effects.checkedWith, checkedAt: tsOrNull(effects.checkedAtMs) },
+  };
+}
 
 export function decodeJob(id: string, data: DocumentData | undefined): JobRecord {
   const parsed = jobDocumentSchema.safeParse(data);
@@ -86,8 +129,10 @@ export function decodeJob(id: string, data: DocumentData | undefined): JobRecord
     },
     quarantine: doc.quarantine && { reason: doc.quarantine.reason, atMs: doc.quarantine.at },
     decisions: doc.decisions,
-    cancellation: doc.cancellation && { atMs: doc.cancellation.at, reason: doc.cancellation.reason, report: doc.cancellation.report },
+    cancellation: doc.cancellation && decodeCancellation(doc.cancellation),
+    effectsToSettleAtMs: doc.effectsToSettleAt,
     fanout: doc.fanout,
+    claimTally: doc.claimTally,
     eventSeq: doc.eventSeq,
     createdAtMs: doc.createdAt,
     updatedAtMs: doc.updatedAt,
@@ -126,8 +171,10 @@ export function encodeJob(job: JobRecord): DocumentData {
     },
     quarantine: job.quarantine && { reason: job.quarantine.reason, at: ts(job.quarantine.atMs) },
     decisions: job.decisions,
-    cancellation: job.cancellation && { at: ts(job.cancellation.atMs), reason: job.cancellation.reason, report: job.cancellation.report },
+    cancellation: job.cancellation && encodeCancellation(job.cancellation),
+    effectsToSettleAt: tsOrNull(job.effectsToSettleAtMs ?? null),
     fanout: job.fanout,
+    claimTally: job.claimTally,
     eventSeq: job.eventSeq,
     createdAt: ts(job.createdAtMs),
     updatedAt: ts(job.updatedAtMs),
@@ -154,6 +201,9 @@ export interface UnitRecord {
   readonly nextRunAtMs: number;
   readonly progress: Readonly<Record<string, number>>;
   readonly cost: Readonly<Record<string, number>>;
+  /** The part of `cost` already added to the job's cost: each unit's cost is counted once. */
+  readonly costInJob: Readonly<Record<string, number>>;
+  readonly claimTally: ClaimTally | null;
   readonly result: unknown;
   readonly lastError: { readonly code: string; readonly message: string; readonly atMs: number } | null;
   readonly updatedAtMs: number;
@@ -174,6 +224,8 @@ const unitDocumentSchema = z.object({
   nextRunAt: millis,
   progress: counts,
   cost: counts,
+  costInJob: counts.default({}),
+  claimTally: claimTallySchema.nullable().default(null),
   result: z.unknown(),
   lastError: z.object({ code: z.string(), message: z.string(), at: millis }).nullable(),
   updatedAt: millis,
@@ -198,6 +250,8 @@ export function decodeUnit(path: string, data: DocumentData | undefined): UnitRe
     nextRunAtMs: doc.nextRunAt,
     progress: doc.progress,
     cost: doc.cost,
+    costInJob: doc.costInJob,
+    claimTally: doc.claimTally,
     result: doc.result ?? null,
     lastError: doc.lastError && { code: doc.lastError.code, message: doc.lastError.message, atMs: doc.lastError.at },
     updatedAtMs: doc.updatedAt,
@@ -220,6 +274,8 @@ export function encodeUnit(unit: UnitRecord): DocumentData {
     nextRunAt: ts(unit.nextRunAtMs),
     progress: unit.progress,
     cost: unit.cost,
+    costInJob: unit.costInJob,
+    claimTally: unit.claimTally,
     result: unit.result ?? null,
     lastError: unit.lastError && { code: unit.lastError.code, message: unit.lastError.message, at: ts(unit.lastError.atMs) },
     updatedAt: ts(unit.updatedAtMs),

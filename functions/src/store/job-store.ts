@@ -3,7 +3,7 @@
  * claim prove ownership inside the transaction: status `running`, the claim's fencing epoch equal
  * to the stored one, and the update conditioned on the document's update time as read.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { DocumentReference, DocumentSnapshot, Firestore, Transaction } from 'firebase-admin/firestore';
 import pRetry, { AbortError } from 'p-retry';
 import type { Clock } from '../core/clock';
@@ -20,6 +20,7 @@ export interface JobClaim {
 
 export interface UnitClaim {
   readonly jobId: string;
+  readonly phase: string;
   readonly unit: string;
   readonly epoch: number;
   readonly fanoutEpoch: number;
@@ -97,8 +98,8 @@ export class JobStore {
     return this.db.doc(jobPath(jobId));
   }
 
-  unitRef(jobId: string, unit: string): DocumentReference {
-    return this.db.doc(unitPath(jobId, unit));
+  unitRef(jobId: string, phase: string, unit: string): DocumentReference {
+    return this.db.doc(unitPath(jobId, phase, unit));
   }
 
   async read(jobId: string): Promise<JobRecord | null> {
@@ -153,6 +154,7 @@ export class JobStore {
         decisions: {},
         cancellation: null,
         fanout: null,
+        claimTally: null,
         eventSeq: 1,
         createdAtMs: nowMs,
         updatedAtMs: nowMs,
@@ -220,7 +222,7 @@ export class JobStore {
     }>,
   ): Promise<T> {
     const jobRef = this.jobRef(claim.jobId);
-    const unitRef = this.unitRef(claim.jobId, claim.unit);
+    const unitRef = this.unitRef(claim.jobId, claim.phase, claim.unit);
     return this.retryingWrite(`unit ${claim.jobId}/${claim.unit}`, () =>
       this.db.runTransaction(async (tx) => {
         const [snapshot, unitSnapshot] = await tx.getAll(jobRef, unitRef);
@@ -257,12 +259,18 @@ export class JobStore {
     tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }), { lastUpdateTime: snapshot.updateTime });
   }
 
-  /** Unit events go under the job without touching the hot job document. */
+  /**
+   * Unit events go under the job without touching the hot job document, so they cannot take a
+   * number from its sequence. Their IDs sort by time and stay unique without one: the commit's
+   * own random part keeps two commits in the same millisecond apart, and `create` (not `set`)
+   * makes a collision fail the commit instead of overwriting an event.
+   */
   private writeUnitEvents(tx: Transaction, job: JobRecord, unit: UnitRecord, events: readonly EventDraft[]): void {
     const nowMs = this.clock.now();
+    const commit = randomUUID().replaceAll('-', '').slice(0, 12);
     events.forEach((event, index) => {
-      const id = `u-${unit.unit}-${String(unit.epoch).padStart(4, '0')}-${String(nowMs).padStart(14, '0')}-${index}`;
-      tx.set(this.db.doc(eventPath(job.id, id)), eventDocument(job, { ...event, unit: unit.unit }, nowMs));
+      const id = `u-${String(nowMs).padStart(14, '0')}-${unit.phase}~${unit.unit}-${String(unit.epoch).padStart(4, '0')}-${commit}-${index}`;
+      tx.create(this.db.doc(eventPath(job.id, id)), eventDocument(job, { ...event, unit: unit.unit }, nowMs));
     });
   }
 

@@ -1,7 +1,9 @@
 /** Every Firestore path the engine uses, in one place. */
 export const JOBS = 'jobs';
 export const jobPath = (jobId: string): string => `${JOBS}/${jobId}`;
-export const unitPath = (jobId: string, unit: string): string => `${JOBS}/${jobId}/units/${unit}`;
+export const unitsPath = (jobId: string): string => `${JOBS}/${jobId}/units`;
+/** Units are keyed by phase and unit ID, so two fan-out phases with the same unit IDs never share a document. */
+export const unitPath = (jobId: string, phase: string, unit: string): string => `${JOBS}/${jobId}/units/${phase}~${unit}`;
 export const checkpointPath = (jobId: string, phase: string): string => `${JOBS}/${jobId}/checkpoints/${phase}`;
 export const sectionPath = (jobId: string, sectionKey: string): string => `${JOBS}/${jobId}/sections/${sectionKey}`;
 export const transcriptPath = (jobId: string, sectionKeyValue: string): string => `${JOBS}/${jobId}/transcripts/${sectionKeyValue}`;
