@@ -1,5 +1,7 @@
 import { getApps, initializeApp, type App } from 'firebase-admin/app';
 import { getFirestore, type Firestore } from 'firebase-admin/firestore';
+import { cloudTasksQueue } from '../store/cloud-tasks-queue';
+import type { TaskQueuePort } from '../store/task-queue';
 
 /** The default admin app, created on first use (not at import, so tests can load triggers freely). */
 export function adminApp(): App {
@@ -11,6 +13,36 @@ export function adminApp(): App {
   return initializeApp(underEmulator && projectId ? { serviceAccountId: `${projectId}@appspot.gserviceaccount.com` } : {});
 }
 
+/** What every trigger reads and writes through. */
+export interface Backends {
+  readonly firestore: Firestore;
+  /** Where step and unit tasks go. */
+  readonly queue: TaskQueuePort;
+}
+
+let backends: Backends | undefined;
+
+/**
+ * For a host that runs the exported trigger objects outside Cloud Functions (the emulator tests
+ * run them through firebase-functions-test): the triggers then use this Firestore and this queue.
+ * Deployed functions never call it and get the default app's. Only before the first trigger
+ * call, because triggers keep what they were built with.
+ */
+export function provideBackends(provided: Backends): void {
+  if (backends) throw new Error('The triggers are already connected to their backends: provide them before the first trigger call');
+  backends = provided;
+}
+
+function connectedBackends(): Backends {
+  backends ??= { firestore: getFirestore(adminApp()), queue: cloudTasksQueue(adminApp()) };
+  return backends;
+}
+
 export function firestore(): Firestore {
-  return getFirestore(adminApp());
+  return connectedBackends().firestore;
+}
+
+/** Cloud Tasks (its emulator when CLOUD_TASKS_EMULATOR_HOST is set), unless a host provided another queue. */
+export function stepQueue(): TaskQueuePort {
+  return connectedBackends().queue;
 }

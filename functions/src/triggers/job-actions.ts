@@ -3,16 +3,15 @@ import { logger } from 'firebase-functions/logger';
 import { onRequest } from 'firebase-functions/v2/https';
 import { systemClock } from '../core/clock';
 import { createJobActionHandler, type JobActionDeps } from '../http/job-actions-handler';
-import { cloudTasksQueue } from '../store/cloud-tasks-queue';
 import { JobStore } from '../store/job-store';
-import { adminApp, firestore } from './admin';
+import { adminApp, firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
 
 let deps: JobActionDeps | undefined;
 function actionDeps(): JobActionDeps {
   deps ??= {
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
-    queue: cloudTasksQueue(adminApp()),
+    queue: stepQueue(),
     verifyToken: async (token) => ({ uid: (await getAuth(adminApp()).verifyIdToken(token)).uid }),
     logger,
   };

@@ -4,16 +4,15 @@ import { systemClock } from '../core/clock';
 import { runStep, type RunnerDeps } from '../engine/runner';
 import { pipelines } from '../pipelines';
 import { modelApiKey } from '../pipelines/providers';
-import { cloudTasksQueue } from '../store/cloud-tasks-queue';
 import { JobStore } from '../store/job-store';
-import { adminApp, firestore } from './admin';
+import { firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
 
 let deps: RunnerDeps | undefined;
 function runnerDeps(): RunnerDeps {
   deps ??= {
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
-    queue: cloudTasksQueue(adminApp()),
+    queue: stepQueue(),
     pipelines,
     random: Math.random,
     log: (message, detail) => logger.info(message, detail),

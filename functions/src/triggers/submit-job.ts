@@ -4,9 +4,8 @@ import { onRequest } from 'firebase-functions/v2/https';
 import { systemClock } from '../core/clock';
 import { createSubmitHandler, type HttpRequest, type HttpResponse } from '../http/submit-handler';
 import { pipelines } from '../pipelines';
-import { cloudTasksQueue } from '../store/cloud-tasks-queue';
 import { JobStore } from '../store/job-store';
-import { adminApp, firestore } from './admin';
+import { adminApp, firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
 
 let handler: ((request: HttpRequest, response: HttpResponse) => Promise<void>) | undefined;
@@ -15,7 +14,7 @@ let handler: ((request: HttpRequest, response: HttpResponse) => Promise<void>) |
 function submitHandler(): (request: HttpRequest, response: HttpResponse) => Promise<void> {
   handler ??= createSubmitHandler({
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
-    queue: cloudTasksQueue(adminApp()),
+    queue: stepQueue(),
     // Under the emulators FIREBASE_AUTH_EMULATOR_HOST makes this accept the Auth emulator's tokens.
     verifyToken: async (token) => ({ uid: (await getAuth(adminApp()).verifyIdToken(token)).uid }),
     pipelines,

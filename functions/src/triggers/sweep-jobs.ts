@@ -2,9 +2,8 @@ import { logger } from 'firebase-functions';
 import { onSchedule } from 'firebase-functions/v2/scheduler';
 import { systemClock } from '../core/clock';
 import { sweep, type SweepDeps } from '../engine/sweeper';
-import { cloudTasksQueue } from '../store/cloud-tasks-queue';
 import { JobStore } from '../store/job-store';
-import { adminApp, firestore } from './admin';
+import { firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
 
 /** The sweep's "now": the time the run was scheduled for (Cloud Scheduler's header), else the wall clock. */
@@ -28,7 +27,7 @@ function sweepDeps(): SweepDeps {
   // The same options as the step runner (engineOptionsFromEnv), so both agree on budgets and grace periods.
   deps ??= {
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
-    queue: cloudTasksQueue(adminApp()),
+    queue: stepQueue(),
     log: (message, detail) => logger.warn(message, detail),
   };
   return deps;
