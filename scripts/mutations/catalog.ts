@@ -1,0 +1,132 @@
+/**
+ * The protections `npm run test:mutations` removes, one at a time, and the deterministic tests
+ * that must notice. Each mutant is an exact search/replace on one source file; a search text that
+ * is not found exactly once stops the check, so this list cannot drift silently when the code it
+ * names changes: update the search text (and the tests) instead.
+ */
+
+export interface TestSelection {
+  /** Test files, relative to the repository root (under test/unit or test/emulator). */
+  readonly files: readonly string[];
+  /** A regular expression over full test names, as jest's --testNamePattern takes it. */
+  readonly names: string;
+}
+
+export interface Mutant {
+  /** Short kebab-case name, shown in the table and accepted by --only. */
+  readonly name: string;
+  /** The protection that is removed, in words. */
+  readonly removes: string;
+  readonly file: string;
+  readonly search: string;
+  readonly replace: string;
+  /** At least one of these tests must fail with the mutant applied. */
+  readonly tests: readonly TestSelection[];
+}
+
+const FENCING = 'test/emulator/fencing.test.ts';
+
+export const MUTANTS: readonly Mutant[] = [
+  {
+    name: 'job-epoch-check',
+    removes: 'the fencing epoch in holdsClaim (status alone decides who owns a job)',
+    file: 'functions/src/store/job-store.ts',
+    search: "return job.status === 'running' && job.epoch === claim.epoch && job.lease?.epoch === claim.epoch;",
+    replace: "return job.status === 'running';",
+    tests: [{ files: [FENCING], names: 'bug 14: job, ' }],
+  },
+  {
+    name: 'unit-epoch-check',
+    removes: 'the fencing epoch in holdsUnitClaim (status alone decides who owns a unit)',
+    file: 'functions/src/store/job-store.ts',
+    search: "    unit.status === 'running' &&\n    unit.epoch === claim.epoch &&\n    unit.lease?.epoch === claim.epoch\n",
+    replace: "    unit.status === 'running'\n",
+    tests: [{ files: [FENCING], names: 'bug 14: unit, ' }],
+  },
+  {
+    name: 'fanout-epoch-check',
+    removes: "the job's fan-out epoch in holdsUnitClaim (a unit of a fan-out that ended may write)",
+    file: 'functions/src/store/job-store.ts',
+    search: '    job.fanout?.epoch === claim.fanoutEpoch &&\n',
+    replace: '',
+    tests: [{ files: [FENCING], names: 'bug 14: unit, fan-out epoch:' }],
+  },
+  {
+    name: 'claim-running-job',
+    removes: 'the claim decision refusing a job that is already running',
+    file: 'functions/src/core/lifecycle.ts',
+    search: "if (job.status !== 'queued') return { claimable: false, reason: `job is ${job.status}` };",
+    replace: "if (job.status !== 'queued' && job.status !== 'running') return { claimable: false, reason: `job is ${job.status}` };",
+    tests: [{ files: [FENCING], names: 'bug 14: job, claim:' }],
+  },
+  {
+    name: 'claim-running-unit',
+    removes: 'the unit claim refusing a unit that is already running',
+    file: 'functions/src/engine/runner.ts',
+    search: "if (unit.status !== 'queued') return { reason: `unit is ${unit.status}` };",
+    replace: "if (unit.status !== 'queued' && unit.status !== 'running') return { reason: `unit is ${unit.status}` };",
+    tests: [{ files: [FENCING], names: 'bug 14: unit, claim:' }],
+  },
+  {
+    name: 'job-update-time',
+    removes: 'the lastUpdateTime precondition on every job commit',
+    file: 'functions/src/store/job-store.ts',
+    search: 'tx.update(snapshot.ref, encodeJob(record), { lastUpdateTime: snapshot.updateTime });',
+    replace: 'tx.update(snapshot.ref, encodeJob(record));',
+    tests: [{ files: [FENCING], names: 'bug 14: update time: a job commit' }],
+  },
+  {
+    name: 'unit-update-time',
+    removes: 'the lastUpdateTime precondition on every unit commit',
+    file: 'functions/src/store/job-store.ts',
+    search: 'tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }), { lastUpdateTime: snapshot.updateTime });',
+    replace: 'tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }));',
+    tests: [{ files: [FENCING], names: 'bug 14: update time: a unit commit' }],
+  },
+  {
+    name: 'outbox-in-completion',
+    removes: 'the outbox (published answer) write in the completing commit',
+    file: 'functions/src/engine/runner.ts',
+    search: '      if (!published.exists) {\n        tx.create(outbox, {',
+    replace: '      if (!published.exists) {\n        void ({',
+    tests: [
+      { files: [FENCING], names: 'bug 14: job, completion and publication' },
+      { files: ['test/emulator/runner.test.ts'], names: 'publishes one result|published as the assistant message' },
+    ],
+  },
+  {
+    name: 'completion-over-unknown-effect',
+    removes: 'the completing commit refusing while an effect is unresolved',
+    file: 'functions/src/engine/runner.ts',
+    search: 'if (unresolved.length > 0) throw new UnresolvedEffectsError(unresolved);',
+    replace: '',
+    tests: [{ files: ['test/emulator/effects.test.ts'], names: 'a job cannot complete while an effect is unknown' }],
+  },
+  {
+    name: 'lookup-before-effect-retry',
+    removes: 'the lookup in the system of record before an unknown effect is retried',
+    file: 'functions/src/effects/protocol.ts',
+    search: 'const lookup = await adapter.lookup(entry.idempotencyKey, options.signal);',
+    replace: "const lookup = { kind: 'not-found' } as const;",
+    tests: [{ files: ['test/emulator/effects.test.ts'], names: 'reconciled as applied from a lookup|fault 9:' }],
+  },
+  {
+    name: 'tool-result-saved',
+    removes: 'saving each tool result before the next call',
+    file: 'functions/src/agent/section-runner.ts',
+    search: "      this.messages.push({ role: 'tool', toolCallId: call.id, name: call.name, content });\n      await this.save();\n",
+    replace: "      this.messages.push({ role: 'tool', toolCallId: call.id, name: call.name, content });\n",
+    tests: [
+      { files: ['test/unit/agent-section-runner.test.ts'], names: 'every step saved|bug 3: a worker killed after each tool result' },
+      { files: ['test/emulator/research.test.ts'], names: 'fault 1:' },
+    ],
+  },
+  {
+    name: 'sweeper-lease-recheck',
+    removes: "the sweeper's re-check, inside its transaction, that the lease is still expired",
+    file: 'functions/src/engine/sweeper.ts',
+    search: "      if (job.lease.expiresAtMs > nowMs) return 'the lease was extended since the query';\n",
+    replace: '',
+    tests: [{ files: ['test/emulator/sweeper.test.ts'], names: 'fault 7:' }],
+  },
+];
