@@ -85,6 +85,8 @@ export class Receiver {
   beforeApply: ((request: ApplyRequestInfo) => void | Promise<void>) | null = null;
   /** Awaited after an application is recorded and before it is answered (an effect in flight). */
   afterApply: ((application: Application) => void | Promise<void>) | null = null;
+  /** The Retry-After header of every 503 (seconds or an HTTP date), so a test can ask for an absurd wait. */
+  retryAfter = '1';
 
   private readonly faults: { fault: Fault; left: number }[] = [];
   private readonly byKey = new Map<string, Application>();
@@ -211,9 +213,9 @@ export class Receiver {
     if (intent === undefined || kind === null) return this.answer(record, response, 400, { error: 'the body must be { intent: { kind, ... } }' });
 
     await this.beforeApply?.({ key, kind, intent });
-    if (this.availability === 'unavailable') return this.answer(record, response, 503, { error: 'service unavailable' }, { 'retry-after': '1' });
+    if (this.availability === 'unavailable') return this.answer(record, response, 503, { error: 'service unavailable' }, { 'retry-after': this.retryAfter });
     const fault = this.takeFault('apply', key, kind);
-    if (fault === 'unavailable') return this.answer(record, response, 503, { error: 'service unavailable (injected)' }, { 'retry-after': '1' });
+    if (fault === 'unavailable') return this.answer(record, response, 503, { error: 'service unavailable (injected)' }, { 'retry-after': this.retryAfter });
     if (fault === 'fail-before-apply') return this.answer(record, response, 500, { error: 'internal error before applying (injected)' });
     if (fault === 'drop-connection') {
       record.outcome = 'dropped';

@@ -1,4 +1,5 @@
 /** Pure formatting of jobs and timelines for a terminal: no I/O, every clock and zone passed in. */
+import { cancellationReport } from '../../functions/src/effects/stop-report';
 import type { SweepReport } from '../../functions/src/engine/sweeper';
 import type { EventView, JobView } from './views';
 
@@ -160,7 +161,7 @@ export function finalLines(job: JobView, resultPath: string, options: TimeOption
     case 'failed':
       return [`Failed${took}: ${job.lastError?.message ?? 'no reason recorded'}${job.lastError ? ` (${job.lastError.code})` : ''}`, ...spent];
     case 'cancelled':
-      return [`Cancelled${took}.`, ...(job.cancellation ? [job.cancellation.report] : []), ...spent];
+      return [`Cancelled${took}.`, ...(job.cancellation ? [cancellationReport(job.cancellation)] : []), ...spent];
     case 'quarantined':
       return [
         `Quarantined${took}: ${job.quarantine?.reason ?? 'no reason recorded'}.`,
@@ -221,8 +222,12 @@ export function sweepReportLines(report: SweepReport): string[] {
     `  left alone     ${count(report.skipped, 'document')} that changed since the query`,
     `  tasks          ${report.enqueued} enqueued, ${report.enqueueFailures} failed (a failed one is dispatched again by a later sweep)`,
     `  read           ${count(report.documentsRead, 'document')} in ${count(report.queryPages, 'query page')}`,
+    `  effects        ${count(report.stoppedEffects.checked, 'stopped job')} checked with the system of record: ` +
+      `${report.stoppedEffects.settled} settled, ${report.stoppedEffects.pending} still unknown, ${report.stoppedEffects.deferred} in their grace period`,
   ];
-  if (report.errors > 0) lines.push(`  errors         ${report.errors} (see the warnings above; the next sweep tries again)`);
-  if (report.truncated.length > 0) lines.push(`  unfinished     ${report.truncated.join(', ')} hit the page limit; the next sweep continues`);
+  const errors = report.errors + report.stoppedEffects.errors;
+  const truncated = [...report.truncated, ...report.stoppedEffects.truncated];
+  if (errors > 0) lines.push(`  errors         ${errors} (see the warnings above; the next sweep tries again)`);
+  if (truncated.length > 0) lines.push(`  unfinished     ${truncated.join(', ')} hit the page limit; the next sweep continues`);
   return lines;
 }

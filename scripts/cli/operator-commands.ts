@@ -11,6 +11,7 @@ import { systemClock } from '../../functions/src/core/clock';
 import { describeError } from '../../functions/src/core/errors';
 import { OperatorActionRefusedError, releaseQuarantined } from '../../functions/src/engine/operator';
 import { sweep as runSweep } from '../../functions/src/engine/sweeper';
+import { notifyStoppedEffects } from '../../functions/src/pipelines/notify/config';
 import { decodeJob } from '../../functions/src/store/codec';
 import { cloudTasksQueue } from '../../functions/src/store/cloud-tasks-queue';
 import { JobStore } from '../../functions/src/store/job-store';
@@ -124,9 +125,15 @@ export async function release(ctx: OperatorContext, command: ReleaseCommand): Pr
 /** One sweep, run here with the engine's sweep(); exits 1 when a query or a document failed. */
 export async function sweep(ctx: OperatorContext): Promise<number> {
   const report = await runSweep(
-    { store: ctx.store, queue: ctx.queue, log: (message, detail) => ctx.io.err(`warning: ${message}${detail ? ` ${JSON.stringify(detail)}` : ''}`) },
+    {
+      store: ctx.store,
+      queue: ctx.queue,
+      log: (message, detail) => ctx.io.err(`warning: ${message}${detail ? ` ${JSON.stringify(detail)}` : ''}`),
+      // As the deployed sweepJobs: stopped notify jobs' effects are checked with PHASELINE_RECEIVER_URL's receiver.
+      stoppedEffects: { settlerFor: notifyStoppedEffects() },
+    },
     ctx.now(),
   );
   for (const line of sweepReportLines(report)) ctx.io.out(line);
-  return report.errors > 0 ? EXIT.failure : EXIT.ok;
+  return report.errors > 0 || report.stoppedEffects.errors > 0 ? EXIT.failure : EXIT.ok;
 }

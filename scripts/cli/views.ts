@@ -68,9 +68,34 @@ const jobData = z.looseObject({
     .nullish()
     .transform((value) => (value ? { reason: value.reason, atMs: value.at } : null)),
   cancellation: z
-    .object({ reason: z.string(), report: z.string(), at: millis })
+    .object({
+      reason: z.string(),
+      at: millis,
+      phase: z.string().nullish(),
+      sectionsDone: z.number().nullish(),
+      effects: z
+        .object({
+          counts: z.object({ planned: z.number(), applying: z.number(), applied: z.number(), unknown: z.number(), failed: z.number() }),
+          settled: z.boolean(),
+          checkedWith: z.string().nullish(),
+          checkedAt: millis.nullish(),
+        })
+        .nullish(),
+    })
     .nullish()
-    .transform((value) => (value ? { reason: value.reason, report: value.report, atMs: value.at } : null)),
+    .transform((value) =>
+      value
+        ? {
+            reason: value.reason,
+            atMs: value.at,
+            phase: value.phase ?? null,
+            sectionsDone: value.sectionsDone ?? null,
+            effects: value.effects
+              ? { counts: value.effects.counts, settled: value.effects.settled, checkedWith: value.effects.checkedWith ?? null, checkedAtMs: value.effects.checkedAt ?? null }
+              : null,
+          }
+        : null,
+    ),
   fanout: z
     .object({ phase: z.string(), epoch: z.number(), units: z.number(), done: z.number() })
     .nullish()

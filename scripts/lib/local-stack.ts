@@ -20,7 +20,8 @@ import { createInterface } from 'node:readline';
 import { deleteApp, initializeApp, type App } from 'firebase-admin/app';
 import { getFirestore } from 'firebase-admin/firestore';
 import { systemClock } from '../../functions/src/core/clock';
-import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
+import { sweep, type SweepDeps, type SweepReport } from '../../functions/src/engine/sweeper';
+import { notifyStoppedEffects } from '../../functions/src/pipelines/notify/config';
 import { cloudTasksQueue } from '../../functions/src/store/cloud-tasks-queue';
 import { JobStore } from '../../functions/src/store/job-store';
 import { engineOptionsFromEnv } from '../../functions/src/triggers/config';
@@ -222,7 +223,13 @@ export function startSweeper(options: { readonly projectId: string; readonly fir
     { projectId: options.projectId, serviceAccountId: `${options.projectId}@appspot.gserviceaccount.com` },
     `phaseline-local-sweeper-${process.pid}`,
   );
-  const deps = { store: new JobStore(getFirestore(app), systemClock, engineOptionsFromEnv()), queue: cloudTasksQueue(app), log: (message: string) => options.log(`sweeper: ${message}`) };
+  const deps: SweepDeps = {
+    store: new JobStore(getFirestore(app), systemClock, engineOptionsFromEnv()),
+    queue: cloudTasksQueue(app),
+    log: (message: string) => options.log(`sweeper: ${message}`),
+    // As the deployed sweepJobs: stopped notify jobs' effects are checked with PHASELINE_RECEIVER_URL's receiver.
+    stoppedEffects: { settlerFor: notifyStoppedEffects() },
+  };
   let inFlight: Promise<SweepReport> | null = null;
   const runNow = (): Promise<SweepReport> => {
     inFlight ??= sweep(deps, Date.now()).finally(() => {
@@ -234,7 +241,9 @@ export function startSweeper(options: { readonly projectId: string; readonly fir
     runNow().then(
       (report) => {
         const acted = (['reclaimed', 'unitsReclaimed', 'quarantined', 'redispatched', 'unitsRedispatched', 'resumed', 'parkedUnits', 'errors', 'enqueueFailures'] as const).filter((key) => report[key] > 0);
-        if (acted.length > 0) options.log(`sweeper: ${acted.map((key) => `${key} ${report[key]}`).join(', ')}`);
+        const effects = (['checked', 'settled', 'pending', 'errors'] as const).filter((key) => report.stoppedEffects[key] > 0);
+        const said = [...acted.map((key) => `${key} ${report[key]}`), ...effects.map((key) => `stopped-job effects ${key} ${report.stoppedEffects[key]}`)];
+        if (said.length > 0) options.log(`sweeper: ${said.join(', ')}`);
       },
       (error: unknown) => options.log(`sweeper: the pass failed (${error instanceof Error ? error.message : String(error)}); the next one tries again`),
     );

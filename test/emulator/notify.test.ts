@@ -7,6 +7,8 @@ import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { reconcileStoppedJob } from '../../functions/src/effects/after-stop';
+import { cancellationReport } from '../../functions/src/effects/stop-report';
+import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';
 import { effectEntrySchema } from '../../functions/src/effects/ledger';
 import { buildPlan, notifyInput, notifyProgressFromLedger, UNAVAILABLE_QUESTION_ID } from '../../functions/src/pipelines/notify';
 import { decodeJob } from '../../functions/src/store/codec';
@@ -35,6 +37,8 @@ const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
 const ledger = async (jobId: string) => (await db().collection(`${JOBS}/${jobId}/effects`).get()).docs.map((doc) => effectEntrySchema.parse(doc.data()));
 const sweepNow = () => sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+/** Patient enough that a held request is still in flight when a cancel lands, however slow the machine. */
+const patientAdapter = () => createHttpEffectAdapter({ baseUrl: receiver.url, timeoutMs: 120_000, name: 'the test receiver' });
 const yields = (outcomes: readonly StepOutcome[]) => outcomes.filter((outcome) => outcome.kind === 'handed-off' && !outcome.checkpointed).length;
 
 test('120 messages, the receiver goes down at item 74: exact counts at the pause, a resume by itself after recovery, each message applied once', async () => {
@@ -101,6 +105,7 @@ test('120 messages, the receiver goes down at item 74: exact counts at the pause
 test('cancel mid-batch: nothing new is sent after the cancel, and the reconciled report matches the receiver', async () => {
   const jobId = await harness.submit('notify', { campaign: 'Renewal', recipients: 30 }, 'owner-1');
   expect((await harness.drain(1)).map((outcome) => outcome.kind)).toEqual(['handed-off']); // the plan
+  notify.deps.current = { ...notify.deps.current, adapter: patientAdapter() };
 
   // The tenth message is applied at the receiver, and its answer is held back: an effect in flight.
   const hold = gate();
@@ -120,7 +125,8 @@ test('cancel mid-batch: nothing new is sent after the cancel, and the reconciled
   expect(applicationsAtCancel).toBe(19); // 10 messages, 9 records
   const { job: cancelled, unknownEffects } = await cancelJob(harness.store, { jobId, owner: 'owner-1', reason: 'wrong list' });
   expect(unknownEffects).toBe(1);
-  expect(cancelled.cancellation?.report).toContain('Effects: 18 applied, 41 not applied, 1 unknown (being checked).');
+  expect(cancelled.cancellation?.effects).toEqual({ counts: { planned: 41, applying: 0, applied: 18, unknown: 1, failed: 0 }, settled: false, checkedWith: null, checkedAtMs: null });
+  expect(cancellationReport(cancelled.cancellation!)).toContain('Effects: 18 applied, 41 not applied, 1 unknown (being checked).');
 
   hold.open();
   expect((await worker).kind).toBe('ownership-lost');
@@ -131,24 +137,28 @@ test('cancel mid-batch: nothing new is sent after the cancel, and the reconciled
   expect((await ledger(jobId)).find((entry) => entry.key === inFlight)?.state).toBe('unknown');
 
   const reconciled = await reconcileStoppedJob(harness.store, httpAdapter(receiver), jobId, { progress: notifyProgressFromLedger });
-  expect(reconciled).toMatchObject({ checked: 1, foundApplied: 1, notApplied: 0, stillUnknown: 0, counts: { applied: 19, planned: 41, unknown: 0 } });
+  expect(reconciled).toMatchObject({ checked: 1, foundApplied: 1, notApplied: 0, stillUnknown: 0, effects: { counts: { applied: 19, planned: 41, unknown: 0 } } });
 
   const job = await readJob(jobId);
   expect(job.status).toBe('cancelled');
   // The report now counts what the receiver has: 19 applications, 41 effects never sent.
-  expect(job.cancellation?.report).toContain(`Effects: ${receiver.applied().length} applied, 41 not applied, 0 unknown (checked with the test receiver).`);
-  expect(job.cancellation?.report).toMatch(/cannot be undone/);
+  expect(job.cancellation?.effects).toMatchObject({ counts: { applied: receiver.applied().length, planned: 41, applying: 0, unknown: 0 }, settled: true, checkedWith: 'the test receiver' });
+  expect(job.effectsToSettleAtMs).toBeNull();
+  const report = cancellationReport(job.cancellation!);
+  expect(report).toContain(`Effects: ${receiver.applied().length} applied, 41 not applied, 0 unknown (final, checked with the test receiver).`);
+  expect(report).toMatch(/cannot be undone/);
   expect(job.progress).toMatchObject({ total: 30, sent: receiver.applied('message').length, logged: receiver.applied('record').length, unknown: 0 });
   const appliedKeys = (await ledger(jobId)).filter((entry) => entry.state === 'applied').map((entry) => entry.key);
   expect(new Set(appliedKeys)).toEqual(new Set(receiver.applied().map((application) => application.key)));
 
   // Running it again changes nothing.
-  expect(await reconcileStoppedJob(harness.store, httpAdapter(receiver), jobId)).toMatchObject({ checked: 0, counts: { applied: 19 } });
+  expect(await reconcileStoppedJob(harness.store, httpAdapter(receiver), jobId)).toMatchObject({ checked: 0, effects: { counts: { applied: 19 }, settled: true } });
 });
 
 test('a stopped job whose in-flight effect the receiver does not have: written off only after the grace period', async () => {
   const jobId = await harness.submit('notify', { campaign: 'Renewal', recipients: 2 }, 'owner-1');
   await harness.drain(1);
+  notify.deps.current = { ...notify.deps.current, adapter: patientAdapter() };
   const hold = gate();
   let arrived = false;
   receiver.beforeApply = async ({ kind }) => {
@@ -168,10 +178,55 @@ test('a stopped job whose in-flight effect the receiver does not have: written o
 
   const early = await reconcileStoppedJob(harness.store, httpAdapter(receiver), jobId, { settleGraceMs: 60_000 });
   expect(early).toMatchObject({ checked: 1, notApplied: 0, stillUnknown: 1 });
-  expect((await readJob(jobId)).cancellation?.report).toContain('1 unknown (could not be checked with the test receiver yet)');
+  expect((await readJob(jobId)).cancellation?.effects).toMatchObject({ counts: { unknown: 1 }, settled: false, checkedWith: 'the test receiver' });
+  expect(early.nextCheckAtMs).toBe(harness.clock.now() + 60_000);
 
   harness.clock.advance(60_000);
   const late = await reconcileStoppedJob(harness.store, httpAdapter(receiver), jobId, { settleGraceMs: 60_000 });
-  expect(late).toMatchObject({ checked: 1, notApplied: 1, stillUnknown: 0, counts: { applied: 0, failed: 1, planned: 3 } });
-  expect((await readJob(jobId)).cancellation?.report).toContain('Effects: 0 applied, 4 not applied, 0 unknown');
+  expect(late).toMatchObject({ checked: 1, notApplied: 1, stillUnknown: 0, effects: { counts: { applied: 0, failed: 1, planned: 3 }, settled: true }, nextCheckAtMs: null });
+  expect(cancellationReport((await readJob(jobId)).cancellation!)).toContain('Effects: 0 applied, 4 not applied, 0 unknown (final, checked with the test receiver).');
+});
+
+describe('the receiver asks for an absurd Retry-After', () => {
+  test.each([
+    ['a day in seconds', '86400', 86_400_000],
+    ['an HTTP date in 2100', 'Fri, 01 Jan 2100 00:00:00 GMT', Date.UTC(2100, 0, 1) - Date.now()],
+    ['10^15 ms', '1000000000000', 1e15],
+  ])('bug 4: Retry-After of %s pauses the job as an outage until now + the cap, with the resume time stated, and it resumes then', async (_, header, askedMs) => {
+    const jobId = await harness.submit('notify', { campaign: 'Renewal', recipients: 2 });
+    expect((await harness.drain(1)).map((outcome) => outcome.kind)).toEqual(['handed-off']); // the plan
+    receiver.retryAfter = header;
+    await receiver.setAvailability('unavailable');
+
+    expect((await harness.drain()).map((outcome) => outcome.kind)).toEqual(['waiting']);
+    const capMs = harness.options.maxServerDelaySeconds * 1000;
+    expect(capMs).toBeLessThan(askedMs - 60_000);
+    let job = await readJob(jobId);
+    const untilMs = harness.clock.now() + capMs;
+    expect(job).toMatchObject({ status: 'waiting', waiting: { reason: 'provider', questionId: UNAVAILABLE_QUESTION_ID, untilMs }, nextRunAtMs: untilMs });
+    expect(job.waiting?.question).toContain(`more than the ${capMs / 1000} s cap: treated as an outage`);
+    expect(job.waiting?.question).toContain(`Resuming by itself at ${new Date(untilMs).toISOString()}.`);
+
+    // Not a moment before the stated time, and then by itself.
+    harness.clock.set(untilMs - 1);
+    expect((await sweepNow()).resumed).toBe(0);
+    await receiver.setAvailability('up');
+    harness.clock.set(untilMs);
+    expect((await sweepNow()).resumed).toBe(1);
+    expect((await harness.drain()).at(-1)?.kind).toBe('completed');
+    job = await readJob(jobId);
+    expect(job).toMatchObject({ status: 'completed', outcome: 'complete', staleReclaims: 0 });
+    expect(receiver.applied('message')).toHaveLength(2);
+  });
+
+  test('bug 4: a Retry-After within the cap is honoured as it is', async () => {
+    const jobId = await harness.submit('notify', { campaign: 'Renewal', recipients: 1 });
+    await harness.drain(1);
+    receiver.retryAfter = '300';
+    await receiver.setAvailability('unavailable');
+    expect((await harness.drain()).map((outcome) => outcome.kind)).toEqual(['waiting']);
+    const job = await readJob(jobId);
+    expect(job.waiting?.untilMs).toBe(harness.clock.now() + 300_000);
+    expect(job.waiting?.question).not.toContain('treated as an outage');
+  });
 });

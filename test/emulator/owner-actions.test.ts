@@ -1,3 +1,5 @@
+import { DEFAULT_SETTLE_GRACE_MS } from '../../functions/src/effects/after-stop';
+import { cancellationReport } from '../../functions/src/effects/stop-report';
 import { createJobActionHandler } from '../../functions/src/http/job-actions-handler';
 import { cancelJob, decideJob, OwnerActionError } from '../../functions/src/engine/owner-actions';
 import { runStep } from '../../functions/src/engine/runner';
@@ -86,8 +88,16 @@ describe('cancellation', () => {
     const { job, unknownEffects } = await cancelJob(harness.store, { jobId, owner: 'owner-1', reason: 'changed my mind' });
     expect(unknownEffects).toBe(1);
     expect(job.status).toBe('cancelled');
-    expect(job.cancellation?.report).toMatch(/1 applied, 1 not applied, 1 unknown/);
-    expect(job.cancellation?.report).toMatch(/cannot be undone/);
+    expect(job.cancellation).toEqual({
+      atMs: harness.clock.now(),
+      reason: 'changed my mind',
+      phase: null,
+      sectionsDone: null,
+      effects: { counts: { planned: 1, applying: 0, applied: 1, unknown: 1, failed: 0 }, settled: false, checkedWith: null, checkedAtMs: null },
+    });
+    // The sweeper checks the unknown one with the system of record once the grace period is over.
+    expect(job.effectsToSettleAtMs).toBe(harness.clock.now() + DEFAULT_SETTLE_GRACE_MS);
+    expect(cancellationReport(job.cancellation!)).toMatch(/Effects: 1 applied, 1 not applied, 1 unknown \(being checked\)\. .*cannot be undone/);
     expect((await db().doc(`${JOBS}/${jobId}/effects/fx-flight`).get()).get('state')).toBe('unknown');
 
     hold.open();

@@ -111,7 +111,7 @@ describe('status line', () => {
 
   test('the ends say why', () => {
     expect(statusLine(job({ status: 'failed', lastError: { code: 'terminal', message: 'bad input', retryable: false, atMs: T0 } }))).toMatch(/failed: bad input$/);
-    expect(statusLine(job({ status: 'cancelled', cancellation: { reason: 'too slow', report: 'r', atMs: T0 } }))).toMatch(/cancelled: too slow$/);
+    expect(statusLine(job({ status: 'cancelled', cancellation: { reason: 'too slow', atMs: T0, phase: null, sectionsDone: null, effects: null } }))).toMatch(/cancelled: too slow$/);
     expect(statusLine(job({ status: 'quarantined', quarantine: { reason: 'lease expired 4 times', atMs: T0 } }))).toMatch(/quarantined: lease expired 4 times$/);
     expect(statusLine(job({ status: 'completed', outcome: 'partial', phase: null }))).toBe(`completed   [${'█'.repeat(24)}] 100%  completed, partial`);
   });
@@ -174,9 +174,15 @@ describe('the end of a watch', () => {
     expect(finalLines(job({ status: 'failed', finishedAtMs: T0 + 2_000, lastError: { code: 'terminal', message: 'bad input', retryable: false, atMs: T0 } }), 'p')).toEqual([
       'Failed in 2 s: bad input (terminal)',
     ]);
-    expect(finalLines(job({ status: 'cancelled', finishedAtMs: T0, cancellation: { reason: 'r', report: 'Cancelled during outline.', atMs: T0 } }), 'p')).toEqual([
+    expect(finalLines(job({ status: 'cancelled', finishedAtMs: T0, cancellation: { reason: 'r', atMs: T0, phase: 'outline', sectionsDone: 2, effects: null } }), 'p')).toEqual([
       'Cancelled in 0 ms.',
-      'Cancelled during outline.',
+      'Cancelled by its owner during outline (r). 2 sections were finished.',
+    ]);
+    const effects = { counts: { planned: 3, applying: 0, applied: 5, unknown: 1, failed: 1 }, settled: false, checkedWith: null, checkedAtMs: null };
+    expect(finalLines(job({ status: 'cancelled', finishedAtMs: T0, cancellation: { reason: 'r', atMs: T0, phase: 'send', sectionsDone: null, effects } }), 'p')).toEqual([
+      'Cancelled in 0 ms.',
+      'Cancelled by its owner during send (r). Effects: 5 applied, 4 not applied, 1 unknown (being checked). ' +
+        'Effects already applied (messages sent, payments made) cannot be undone by cancelling.',
     ]);
     expect(finalLines(job({ status: 'quarantined', quarantine: { reason: 'lease expired 4 times', atMs: T0 } }), 'p')).toEqual([
       'Quarantined: lease expired 4 times.',
@@ -221,6 +227,19 @@ describe('tables', () => {
       queryDocuments: 6,
       documentsRead: 12,
       truncated: ['expiredJobLeases'],
+      stoppedEffects: {
+        checked: 2,
+        settled: 1,
+        deferred: 3,
+        pending: 1,
+        effectsFoundApplied: 1,
+        effectsNotApplied: 0,
+        skipped: 0,
+        errors: 1,
+        queryPages: 3,
+        queryDocuments: 5,
+        truncated: [],
+      },
     };
     expect(sweepReportLines(report)).toEqual([
       'Sweep at 2026-03-14T09:26:53.000Z:',
@@ -232,7 +251,8 @@ describe('tables', () => {
       '  left alone     1 document that changed since the query',
       '  tasks          3 enqueued, 1 failed (a failed one is dispatched again by a later sweep)',
       '  read           12 documents in 5 query pages',
-      '  errors         1 (see the warnings above; the next sweep tries again)',
+      '  effects        2 stopped jobs checked with the system of record: 1 settled, 1 still unknown, 3 in their grace period',
+      '  errors         2 (see the warnings above; the next sweep tries again)',
       '  unfinished     expiredJobLeases hit the page limit; the next sweep continues',
     ]);
   });

@@ -13,8 +13,10 @@ import {
 import type { ApplyOutcome, EffectAdapter, LookupOutcome } from '../../functions/src/effects/port';
 import { settleEffect, type SettleOptions } from '../../functions/src/effects/protocol';
 import { decideReconcile, type ReconcileDecision, type UnknownAnswer } from '../../functions/src/effects/reconcile';
-import { classifyApplyResponse, classifyLookupResponse, classifyTransportError, retryAfterMs } from '../../functions/src/effects/http-adapter';
-import { buildPlan, countItems, countItemsFromLedger, itemStatus, notifyDepsFromEnv, notifyInput, render } from '../../functions/src/pipelines/notify';
+import { classifyApplyResponse, classifyLookupResponse, classifyTransportError, createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';
+import { buildPlan, countItems, countItemsFromLedger, itemStatus, notifyDepsFromEnv, notifyInput, notifyStoppedEffects, render } from '../../functions/src/pipelines/notify';
+import { DEFAULT_SETTLE_GRACE_MS, MAX_SETTLE_RECHECK_MS, settleRecheckAtMs } from '../../functions/src/effects/after-stop';
+import { cancellationReport, stoppedEffectsSentence } from '../../functions/src/effects/stop-report';
 import { TerminalError } from '../../functions/src/core/errors';
 
 const intent: EffectIntent = { kind: 'message', identity: 'renewal/c001', target: 'a@example.test', payload: { subject: 'Hello', body: 'Hi' } };
@@ -349,12 +351,33 @@ describe('HTTP classification', () => {
     expect(classifyTransportError('r', reset, 300).kind).toBe('unknown');
   });
 
-  test('Retry-After in seconds or as a date', () => {
+  /** The adapter over a fetch that answers every apply with 503 and this Retry-After. */
+  function answering503(retryAfter: string | null, clock: ManualClock): EffectAdapter {
+    const fetch = (): Promise<Response> =>
+      Promise.resolve(new Response('{"error":"down"}', { status: 503, headers: retryAfter === null ? {} : { 'retry-after': retryAfter } }));
+    return createHttpEffectAdapter({ baseUrl: 'http://receiver.test', timeoutMs: 1_000, name: 'r', fetch, now: () => clock.now() });
+  }
+  const applyOnce = (adapter: EffectAdapter) => adapter.apply(intent, 'fx_0000000000000000000000000000000000000001', new AbortController().signal);
+
+  test('Retry-After in seconds or as a date (on the injected clock); absent or unreadable gives no hint', async () => {
     const clock = new ManualClock(Date.UTC(2026, 0, 1));
-    expect(retryAfterMs('2', clock.now())).toBe(2_000);
-    expect(retryAfterMs(new Date(clock.now() + 5_000).toUTCString(), clock.now())).toBe(5_000);
-    expect(retryAfterMs(null, clock.now())).toBeNull();
-    expect(retryAfterMs('soon', clock.now())).toBeNull();
+    expect(await applyOnce(answering503('2', clock))).toEqual({ kind: 'unavailable', reason: 'r answered 503', retryAfterMs: 2_000 });
+    expect(await applyOnce(answering503(new Date(clock.now() + 5_000).toUTCString(), clock))).toMatchObject({ retryAfterMs: 5_000 });
+    expect(await applyOnce(answering503(null, clock))).toEqual({ kind: 'unavailable', reason: 'r answered 503' });
+    expect(await applyOnce(answering503('soon', clock))).toEqual({ kind: 'unavailable', reason: 'r answered 503' });
+  });
+
+  test.each<[string, string, (nowMs: number) => number]>([
+    ['a day in seconds', '86400', () => 86_400_000],
+    ['an HTTP date in 2100', 'Fri, 01 Jan 2100 00:00:00 GMT', (nowMs) => Date.UTC(2100, 0, 1) - nowMs],
+    ['10^15 ms', '1000000000000', () => 1e15],
+    ['more digits than a double holds', '9'.repeat(400), () => Number.MAX_SAFE_INTEGER],
+  ])('bug 4: a Retry-After of %s is read as a finite, non-negative delay (capped by the caller, never by trust)', async (_, header, expected) => {
+    const clock = new ManualClock(Date.UTC(2026, 0, 1));
+    const outcome = await applyOnce(answering503(header, clock));
+    expect(outcome).toEqual({ kind: 'unavailable', reason: 'r answered 503', retryAfterMs: expected(clock.now()) });
+    const delay = outcome.kind === 'unavailable' ? (outcome.retryAfterMs ?? Number.NaN) : Number.NaN;
+    expect(Number.isSafeInteger(delay)).toBe(true);
   });
 });
 
@@ -402,5 +425,45 @@ describe('notify configuration', () => {
   ])('%j fails the job that needs it, naming the setting', (env, message) => {
     expect(() => notifyDepsFromEnv(env)).toThrow(message);
     expect(() => notifyDepsFromEnv(env)).toThrow(TerminalError);
+  });
+});
+
+describe('the effects of a stopped job, in words and in time', () => {
+  const counts = { planned: 2, applying: 1, applied: 3, unknown: 1, failed: 1 };
+
+  test('the sentence is rendered from the counts; whether they are final is said, never guessed from text', () => {
+    expect(stoppedEffectsSentence({ counts, settled: false, checkedWith: null })).toBe('Effects: 3 applied, 3 not applied, 2 unknown (being checked).');
+    expect(stoppedEffectsSentence({ counts, settled: false, checkedWith: 'the receiver' })).toBe(
+      'Effects: 3 applied, 3 not applied, 2 unknown (not yet confirmed by the receiver; checked again later).',
+    );
+    const final = { ...counts, applying: 0, unknown: 0, applied: 5 };
+    expect(stoppedEffectsSentence({ counts: final, settled: true, checkedWith: 'the receiver' })).toBe('Effects: 5 applied, 3 not applied, 0 unknown (final, checked with the receiver).');
+    expect(stoppedEffectsSentence({ counts: final, settled: true, checkedWith: null })).toBe('Effects: 5 applied, 3 not applied, 0 unknown (final).');
+  });
+
+  test('a cancellation report names the phase, the reason, the sections and the effects', () => {
+    expect(cancellationReport({ reason: 'not needed', phase: null, sectionsDone: null, effects: null })).toBe('Cancelled by its owner during its first step (not needed).');
+    expect(cancellationReport({ reason: 'r', phase: 'send', sectionsDone: 4, effects: { counts, settled: false, checkedWith: null } })).toBe(
+      'Cancelled by its owner during send (r). 4 sections were finished. Effects: 3 applied, 3 not applied, 2 unknown (being checked). ' +
+        'Effects already applied (messages sent, payments made) cannot be undone by cancelling.',
+    );
+  });
+
+  test('a target that cannot answer is asked again as long after as the job has been stopped, between the grace period and an hour', () => {
+    const grace = DEFAULT_SETTLE_GRACE_MS;
+    expect(settleRecheckAtMs(1_000_000, 1_000_000 - grace, grace)).toBe(1_000_000 + grace);
+    expect(settleRecheckAtMs(1_000_000, 1_000_000 - 5 * grace, grace)).toBe(1_000_000 + 5 * grace);
+    expect(settleRecheckAtMs(100_000_000, 0, grace)).toBe(100_000_000 + MAX_SETTLE_RECHECK_MS);
+    expect(settleRecheckAtMs(1_000, 900, grace)).toBe(1_000 + grace);
+  });
+
+  test('the deployed sweeper checks notify jobs with the receiver they sent through; other pipelines have no effects', () => {
+    const deps = notifyDepsFromEnv({ PHASELINE_RECEIVER_URL: 'http://127.0.0.1:8787' });
+    const settlerFor = notifyStoppedEffects(() => deps);
+    expect(settlerFor('notify')?.adapter).toBe(deps.adapter);
+    expect(settlerFor('notify')?.progress?.([])).toEqual({});
+    expect(settlerFor('research')).toBeNull();
+    // Without a receiver setting, the settler fails by name when a stopped notify job needs it.
+    expect(() => notifyStoppedEffects(() => notifyDepsFromEnv({}))('notify')).toThrow(/PHASELINE_RECEIVER_URL is not set/);
   });
 });

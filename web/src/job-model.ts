@@ -4,6 +4,7 @@
  * chat page and `npm run demo` both show. No DOM and no Firebase imports: the page and the
  * terminal share it.
  */
+import { cancellationReport, type StoppedEffectsView } from '../../functions/src/effects/stop-report';
 
 export const JOB_STATUSES = ['queued', 'running', 'waiting', 'completed', 'failed', 'cancelled', 'quarantined'] as const;
 export type JobStatus = (typeof JOB_STATUSES)[number];
@@ -41,7 +42,8 @@ export interface JobView {
   readonly waiting: JobWaitView | null;
   readonly lastError: { readonly code: string; readonly message: string; readonly retryable: boolean } | null;
   readonly quarantine: { readonly reason: string } | null;
-  readonly cancellation: { readonly reason: string; readonly report: string } | null;
+  /** `report` is rendered here from the structured fields the engine stores (never stored as words). */
+  readonly cancellation: { readonly reason: string; readonly report: string; readonly effects: StoppedEffectsView | null } | null;
   readonly decisions: Readonly<Record<string, string>>;
   readonly createdAtMs: number | null;
   readonly finishedAtMs: number | null;
@@ -151,11 +153,29 @@ export function readJob(id: string, data: unknown): JobView {
       : null,
     lastError: doc.lastError ? { code: text(lastError.code) ?? 'unknown', message: text(lastError.message) ?? '', retryable: lastError.retryable === true } : null,
     quarantine: doc.quarantine ? { reason: text(quarantine.reason) ?? 'no reason recorded' } : null,
-    cancellation: doc.cancellation ? { reason: text(cancellation.reason) ?? '', report: text(cancellation.report) ?? '' } : null,
+    cancellation: doc.cancellation ? readCancellation(cancellation) : null,
     decisions,
     createdAtMs: millisOf(doc.createdAt),
     finishedAtMs: millisOf(doc.finishedAt),
   };
+}
+
+function readStoppedEffects(value: unknown): StoppedEffectsView | null {
+  const effects = fields(value);
+  if (!value || typeof effects.settled !== 'boolean') return null;
+  const tally = fields(effects.counts);
+  return {
+    counts: { planned: count(tally.planned), applying: count(tally.applying), applied: count(tally.applied), unknown: count(tally.unknown), failed: count(tally.failed) },
+    settled: effects.settled,
+    checkedWith: text(effects.checkedWith),
+  };
+}
+
+function readCancellation(doc: Fields): NonNullable<JobView['cancellation']> {
+  const reason = text(doc.reason) ?? '';
+  const effects = readStoppedEffects(doc.effects);
+  const sectionsDone = typeof doc.sectionsDone === 'number' ? doc.sectionsDone : null;
+  return { reason, effects, report: cancellationReport({ reason, phase: text(doc.phase), sectionsDone, effects }) };
 }
 
 export function readUnit(id: string, data: unknown): UnitView {

@@ -1,20 +1,23 @@
 /**
  * Reconciliation after a job stopped (cancelled, failed, quarantined): nobody holds a claim any
  * more, so no worker will settle the effects it left `applying` or `unknown`. This looks each one
- * up in the system of record, records what it finds, and brings the job's counts and cancellation
- * report in line with the ledger, so the report says what the target really has.
+ * up in the system of record, records what it finds, and brings the job's structured effect
+ * counts (its cancellation record, its progress figures) and its next check time in line with the
+ * ledger. The sweeper runs it (engine/settle-stopped.ts); nothing here is found by its wording.
  *
  * Its writes are conditioned on the job still being stopped and the entry still unresolved (both
  * read in the same transaction): a stopped job has no owner whose claim could be checked, and no
  * worker can write to it any more (every owner-checked write needs `running`).
  */
 import type { Firestore } from 'firebase-admin/firestore';
-import type { JobRecord, JobStatus } from '../core/job';
+import { describeError } from '../core/errors';
+import type { JobRecord, JobStatus, StoppedEffects } from '../core/job';
 import type { JobStore } from '../store/job-store';
 import { effectPath, effectsPath } from '../store/paths';
 import { allEffectEntries, parseEffectEntry } from './firestore-ledger';
-import { applyChange, countEffectStates, UNRESOLVED_EFFECT_STATES, type EffectChange, type EffectCounts, type EffectEntry } from './ledger';
-import type { EffectAdapter } from './port';
+import { applyChange, countEffectStates, UNRESOLVED_EFFECT_STATES, type EffectChange, type EffectEntry } from './ledger';
+import type { EffectAdapter, LookupOutcome } from './port';
+import { stoppedEffectsSentence } from './stop-report';
 
 export interface StoppedReconcileOptions {
   /**
@@ -25,35 +28,52 @@ export interface StoppedReconcileOptions {
   /** The pipeline's own progress figures, recomputed from the ledger. */
   readonly progress?: (entries: readonly EffectEntry[]) => Record<string, number>;
   readonly signal?: AbortSignal;
+  /** "Now" for the grace decisions (the sweeper passes its scheduled time); the store's clock otherwise. */
+  readonly nowMs?: number;
+  /** Lookups this run may make; the rest wait for the next run. */
+  readonly maxLookups?: number;
 }
 
 export interface StoppedReconcileResult {
+  /** Entries looked up in this run. */
   readonly checked: number;
   readonly foundApplied: number;
   readonly notApplied: number;
+  /** Entries still `applying` or `unknown` after this run. */
   readonly stillUnknown: number;
-  /** The ledger's states after this run. */
-  readonly counts: EffectCounts;
-  /** The cancellation report as rewritten, for a cancelled job. */
-  readonly report: string | null;
+  /** The ledger's states after this run: final once `settled`. */
+  readonly effects: StoppedEffects;
+  /** When the ledger should be checked again, or null once it is settled. */
+  readonly nextCheckAtMs: number | null;
+  /** A lookup could not get an answer: the target is down or unreachable. */
+  readonly unreachable: boolean;
 }
 
 const STOPPED: ReadonlySet<JobStatus> = new Set(['cancelled', 'failed', 'quarantined']);
 export const DEFAULT_SETTLE_GRACE_MS = 60_000;
+/** Longest gap between two checks of a ledger whose target cannot answer. */
+export const MAX_SETTLE_RECHECK_MS = 3_600_000;
+export const DEFAULT_MAX_LOOKUPS_PER_JOB = 50;
 
-/** The sentence cancelJob writes about effects, and the one this rewrites it to. */
-const EFFECTS_SENTENCE = /Effects: \d+ applied, \d+ not applied, \d+ unknown[^.]*\./;
+export function isStopped(job: Pick<JobRecord, 'status'>): boolean {
+  return STOPPED.has(job.status);
+}
 
-export function effectsSentence(counts: EffectCounts, target: string): string {
-  const unknown = counts.unknown + counts.applying;
-  return (
-    `Effects: ${counts.applied} applied, ${counts.planned + counts.failed} not applied, ${unknown} unknown` +
-    (unknown > 0 ? ` (could not be checked with ${target} yet).` : ` (checked with ${target}).`)
-  );
+/** When the job stopped: its finish time, else its cancel time, else its last write. */
+export function stoppedAtMs(job: Pick<JobRecord, 'finishedAtMs' | 'cancellation' | 'updatedAtMs'>): number {
+  return job.finishedAtMs ?? job.cancellation?.atMs ?? job.updatedAtMs;
+}
+
+/**
+ * The next check of a ledger the target could not (fully) answer for: as long again as the job has
+ * been stopped, at least the grace period and at most an hour. Stateless, so no counter is stored.
+ */
+export function settleRecheckAtMs(nowMs: number, stoppedMs: number, graceMs: number): number {
+  return nowMs + Math.min(MAX_SETTLE_RECHECK_MS, Math.max(graceMs, nowMs - stoppedMs));
 }
 
 function stoppedCheck(job: JobRecord): string | null {
-  return STOPPED.has(job.status) ? null : `Job ${job.id} is ${job.status}: only a stopped job's effects are reconciled from outside`;
+  return isStopped(job) ? null : `Job ${job.id} is ${job.status}: only a stopped job's effects are reconciled from outside`;
 }
 
 async function recordOutcome(store: JobStore, jobId: string, key: string, change: EffectChange): Promise<boolean> {
@@ -68,6 +88,16 @@ async function recordOutcome(store: JobStore, jobId: string, key: string, change
   });
 }
 
+async function lookupQuietly(adapter: EffectAdapter, key: string, signal: AbortSignal): Promise<LookupOutcome> {
+  try {
+    return await adapter.lookup(key, signal);
+  } catch (error) {
+    signal.throwIfAborted();
+    // An adapter that throws breaks its port's contract; nobody can tell all the same.
+    return { kind: 'unreachable', reason: `the adapter threw: ${describeError(error)}` };
+  }
+}
+
 export async function reconcileStoppedJob(store: JobStore, adapter: EffectAdapter, jobId: string, options: StoppedReconcileOptions = {}): Promise<StoppedReconcileResult> {
   const job = await store.read(jobId);
   if (!job) throw new Error(`No job ${jobId}`);
@@ -75,13 +105,25 @@ export async function reconcileStoppedJob(store: JobStore, adapter: EffectAdapte
   if (refusal !== null) throw new Error(refusal);
   const signal = options.signal ?? new AbortController().signal;
   const graceMs = options.settleGraceMs ?? DEFAULT_SETTLE_GRACE_MS;
+  const nowMs = options.nowMs ?? store.clock.now();
+  const maxLookups = options.maxLookups ?? DEFAULT_MAX_LOOKUPS_PER_JOB;
 
   const unresolved = (await allEffectEntries(store.db, jobId)).filter((entry) => UNRESOLVED_EFFECT_STATES.includes(entry.state));
+  let checked = 0;
   let foundApplied = 0;
   let notApplied = 0;
-  let stillUnknown = 0;
+  /** The earliest end of a grace period an entry the target does not have yet is waiting for. */
+  let graceEndsMs: number | null = null;
+  /** The target could not answer, or this run ran out of lookups: ask again after a pause. */
+  let askAgainLater = false;
+  let unreachable = false;
   for (const entry of unresolved) {
-    const lookup = await adapter.lookup(entry.idempotencyKey, signal);
+    if (checked >= maxLookups) {
+      askAgainLater = true;
+      break;
+    }
+    checked += 1;
+    const lookup = await lookupQuietly(adapter, entry.idempotencyKey, signal);
     const countUnknown = entry.state === 'applying';
     if (lookup.kind === 'found') {
       const written = await recordOutcome(store, jobId, entry.key, {
@@ -96,8 +138,14 @@ export async function reconcileStoppedJob(store: JobStore, adapter: EffectAdapte
       if (written) foundApplied += 1;
       continue;
     }
-    const sinceMs = entry.unknownSinceMs ?? entry.updatedAtMs;
-    if (lookup.kind === 'not-found' && store.clock.now() - sinceMs >= graceMs) {
+    if (lookup.kind === 'unreachable') {
+      // The target cannot answer now; the other entries would get the same answer.
+      askAgainLater = true;
+      unreachable = true;
+      break;
+    }
+    const endsMs = (entry.unknownSinceMs ?? entry.updatedAtMs) + graceMs;
+    if (nowMs >= endsMs) {
       const written = await recordOutcome(store, jobId, entry.key, {
         state: 'failed',
         countLookup: true,
@@ -108,32 +156,32 @@ export async function reconcileStoppedJob(store: JobStore, adapter: EffectAdapte
       if (written) notApplied += 1;
       continue;
     }
-    stillUnknown += 1;
+    graceEndsMs = Math.min(graceEndsMs ?? endsMs, endsMs);
   }
 
   return store.transact(jobId, stoppedCheck, async ({ tx, job: current }) => {
     const snapshot = await tx.get(store.db.collection(effectsPath(jobId)));
     const entries = snapshot.docs.map((doc) => parseEffectEntry(doc.ref.path, doc.data()));
     const counts = countEffectStates(entries);
-    const sentence = effectsSentence(counts, adapter.name);
-    let cancellation = current.cancellation;
-    if (cancellation) {
-      const report = EFFECTS_SENTENCE.test(cancellation.report) ? cancellation.report.replace(EFFECTS_SENTENCE, sentence) : `${cancellation.report} ${sentence}`;
-      cancellation = { ...cancellation, report };
-    }
+    const stillUnknown = counts.applying + counts.unknown;
+    const settled = stillUnknown === 0;
+    const effects: StoppedEffects = { counts, settled, checkedWith: adapter.name, checkedAtMs: nowMs };
+    const candidates = [...(graceEndsMs === null ? [] : [graceEndsMs]), ...(askAgainLater ? [settleRecheckAtMs(nowMs, stoppedAtMs(current), graceMs)] : [])];
+    // An entry still unresolved that this run did not explain (it appeared since the read): the next run looks.
+    const nextCheckAtMs = settled ? null : candidates.length > 0 ? Math.min(...candidates) : nowMs + graceMs;
     const next: JobRecord = {
       ...current,
-      cancellation,
+      cancellation: current.cancellation && { ...current.cancellation, effects },
       progress: options.progress ? { ...current.progress, ...options.progress(entries) } : current.progress,
+      effectsToSettleAtMs: nextCheckAtMs,
     };
     const message =
-      `Checked ${unresolved.length} effects left unresolved with ${adapter.name}: ${foundApplied} found applied, ` +
-      `${notApplied} not applied, ${stillUnknown} still unknown. ${sentence}`;
+      `Checked ${checked} of ${unresolved.length} effects left unresolved with ${adapter.name}: ${foundApplied} found applied, ` +
+      `${notApplied} not applied, ${stillUnknown} still unknown. ${stoppedEffectsSentence(effects)}`;
     return {
       next,
-      events: [{ kind: 'effects-reconciled', message }],
-      value: { checked: unresolved.length, foundApplied, notApplied, stillUnknown, counts, report: cancellation?.report ?? null },
+      events: checked > 0 ? [{ kind: 'effects-reconciled', message }] : [],
+      value: { checked, foundApplied, notApplied, stillUnknown, effects, nextCheckAtMs, unreachable },
     };
   });
 }
-

@@ -4,11 +4,11 @@
  * so a worker that lost its claim, or a job that was cancelled, cannot move an entry. Entries are
  * zod-parsed on every read and every write.
  */
-import type { Firestore, Query, Transaction } from 'firebase-admin/firestore';
+import { Timestamp, type Firestore, type Query, type Transaction } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import type { Clock } from '../core/clock';
 import { CorruptCheckpointError } from '../core/errors';
-import { effectPath, effectsPath } from '../store/paths';
+import { effectPath, effectsPath, jobPath } from '../store/paths';
 import { deriveEffectKey, intentFingerprint } from './keys';
 import {
   applyChange,
@@ -39,6 +39,13 @@ export interface FirestoreLedgerParts {
 /** Entries planned per transaction: well inside Firestore's 500 writes per commit. */
 const PLAN_CHUNK = 100;
 
+/**
+ * The job field the sweeper's stopped-effects pass queries (store/codec.ts `effectsToSettleAtMs`).
+ * Set, if unset, in the same commit that first moves an entry to `applying`: whatever stops the job
+ * later (a cancel, a failure, a quarantine), its ledger is then checked once it has stopped.
+ */
+export const EFFECTS_TO_SETTLE_FIELD = 'effectsToSettleAt';
+
 export function parseEffectEntry(path: string, data: unknown): EffectEntry {
   const parsed = effectEntrySchema.safeParse(data);
   if (!parsed.success) throw new CorruptCheckpointError(`Effect ledger entry ${path} is malformed: ${z.prettifyError(parsed.error)}`);
@@ -48,6 +55,9 @@ export function parseEffectEntry(path: string, data: unknown): EffectEntry {
 export function firestoreEffectLedger(parts: FirestoreLedgerParts): EffectLedger {
   const { db, jobId, unit, epoch, clock, signal, owned } = parts;
   const ref = (key: string) => db.doc(effectPath(jobId, key));
+  const jobRef = db.doc(jobPath(jobId));
+  // Once this step has seen the mark, it stays: only the stopped-effects pass clears it, and only on a stopped job.
+  let markedForSettling = false;
   return {
     async entries() {
       const snapshot = await db.collection(effectsPath(jobId)).where('unit', '==', unit).get();
@@ -102,19 +112,26 @@ export function firestoreEffectLedger(parts: FirestoreLedgerParts): EffectLedger
       return stored;
     },
 
-    transition(key, from, change) {
+    async transition(key, from, change) {
       signal.throwIfAborted();
-      return owned(async ({ tx }) => {
+      const moved = await owned(async ({ tx }) => {
         const snapshot = await tx.get(ref(key));
         if (!snapshot.exists) throw new EffectStateConflictError(`Effect ${key} of job ${jobId} is not in the ledger`);
         const entry = parseEffectEntry(snapshot.ref.path, snapshot.data());
         if (!from.includes(entry.state)) {
           throw new EffectStateConflictError(`Effect ${key} is ${entry.state}, not ${from.join(' or ')}: the ledger moved under this step`);
         }
-        const next = applyChange(entry, change, epoch, clock.now());
+        const marking = change.state === 'applying' && !markedForSettling;
+        const job = marking ? await tx.get(jobRef) : null;
+        const nowMs = clock.now();
+        const next = applyChange(entry, change, epoch, nowMs);
         tx.set(snapshot.ref, next);
+        const marked: unknown = job?.get(EFFECTS_TO_SETTLE_FIELD);
+        if (job?.exists && !(marked instanceof Timestamp)) tx.update(jobRef, { [EFFECTS_TO_SETTLE_FIELD]: Timestamp.fromMillis(nowMs) });
         return { value: next };
       });
+      if (change.state === 'applying') markedForSettling = true;
+      return moved;
     },
   };
 }

@@ -18,6 +18,7 @@
  */
 import { z } from 'zod';
 import { describeError } from '../core/errors';
+import { parseRetryAfter } from '../core/server-delay';
 import { canonicalJson } from './keys';
 import type { EffectEvidence, EffectIntent } from './ledger';
 import type { ApplyOutcome, EffectAdapter, LookupOutcome } from './port';
@@ -28,6 +29,8 @@ export interface HttpEffectAdapterOptions {
   readonly timeoutMs: number;
   readonly name?: string;
   readonly fetch?: typeof fetch;
+  /** Resolves a Retry-After given as a date; the system clock by default. */
+  readonly now?: () => number;
 }
 
 const appliedBody = z.object({ effectId: z.string().min(1), appliedAtMs: z.number(), replayed: z.boolean().optional() });
@@ -42,15 +45,6 @@ function parseJson(text: string): unknown {
   } catch {
     return undefined;
   }
-}
-
-/** Seconds or an HTTP date, as Retry-After allows; null when absent or unreadable. */
-export function retryAfterMs(header: string | null, nowMs: number): number | null {
-  if (header === null || header.trim() === '') return null;
-  const seconds = Number(header);
-  if (Number.isFinite(seconds) && seconds >= 0) return Math.round(seconds * 1000);
-  const date = Date.parse(header);
-  return Number.isFinite(date) ? Math.max(0, date - nowMs) : null;
 }
 
 export function classifyApplyResponse(name: string, status: number, bodyText: string, retryAfter: number | null): ApplyOutcome {
@@ -110,6 +104,7 @@ export function createHttpEffectAdapter(options: HttpEffectAdapterOptions): Effe
   const base = options.baseUrl.replace(/\/+$/, '');
   const name = options.name ?? `receiver at ${base}`;
   const fetchImpl = options.fetch ?? fetch;
+  const now = options.now ?? Date.now;
 
   /** Runs one request; a caller's abort is rethrown (the caller lost its claim), a timeout is not. */
   async function exchange(signal: AbortSignal, url: string, init: RequestInit): Promise<{ status: number; text: string; retryAfter: string | null } | { error: unknown }> {
@@ -134,7 +129,8 @@ export function createHttpEffectAdapter(options: HttpEffectAdapterOptions): Effe
         body: canonicalJson({ intent }),
       });
       if ('error' in answer) return classifyTransportError(name, answer.error, options.timeoutMs);
-      return classifyApplyResponse(name, answer.status, answer.text, retryAfterMs(answer.retryAfter, Date.now()));
+      // Parsed only (finite, non-negative); the caller caps it against its own limit before waiting on it.
+      return classifyApplyResponse(name, answer.status, answer.text, parseRetryAfter(answer.retryAfter, now()));
     },
     async lookup(idempotencyKey: string, signal: AbortSignal): Promise<LookupOutcome> {
       const answer = await exchange(signal, `${base}/effects/${encodeURIComponent(idempotencyKey)}`, { method: 'GET' });

@@ -36,6 +36,14 @@ export const SWEEP_QUERIES = {
   lostUnitTasks: { collection: UNITS, scope: 'COLLECTION_GROUP', equals: { status: 'queued' }, range: 'nextRunAt' },
   /** Provider waits whose time is up (decision waits have `until: null` and never match). */
   waitsOver: { collection: JOBS, scope: 'COLLECTION', equals: { status: 'waiting' }, range: 'waiting.until' },
+  /**
+   * Stopped jobs whose effect ledger is due for a check against the system of record
+   * (engine/settle-stopped.ts). `effectsToSettleAt` is null once nothing is left to check, so these
+   * match only work still to do; one query per stopped status keeps each an equality plus a range.
+   */
+  cancelledEffectsToSettle: { collection: JOBS, scope: 'COLLECTION', equals: { status: 'cancelled' }, range: 'effectsToSettleAt' },
+  failedEffectsToSettle: { collection: JOBS, scope: 'COLLECTION', equals: { status: 'failed' }, range: 'effectsToSettleAt' },
+  quarantinedEffectsToSettle: { collection: JOBS, scope: 'COLLECTION', equals: { status: 'quarantined' }, range: 'effectsToSettleAt' },
 } as const satisfies Record<string, QueryShape>;
 
 export type SweepQueryName = keyof typeof SWEEP_QUERIES;

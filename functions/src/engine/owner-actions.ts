@@ -2,8 +2,12 @@
  * What a job's owner can do to it after submitting: cancel it, and answer the question it waits
  * on. Each is one transaction on the job document.
  */
+import { FieldValue } from 'firebase-admin/firestore';
 import { PhaselineError } from '../core/errors';
-import { stepTaskId, TERMINAL_STATUSES, type JobRecord } from '../core/job';
+import { stepTaskId, TERMINAL_STATUSES, type Cancellation, type JobRecord } from '../core/job';
+import { DEFAULT_SETTLE_GRACE_MS } from '../effects/after-stop';
+import { countEffectStates, EFFECT_STATES, type EffectState } from '../effects/ledger';
+import { cancellationReport } from '../effects/stop-report';
 import type { JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
 
@@ -18,8 +22,8 @@ export class OwnerActionError extends PhaselineError {
 }
 
 /** Effect states as the ledger records them (see the effects module). */
-export const IN_FLIGHT_EFFECT_STATE = 'applying';
-export const UNKNOWN_EFFECT_STATE = 'unknown';
+export const IN_FLIGHT_EFFECT_STATE: EffectState = 'applying';
+export const UNKNOWN_EFFECT_STATE: EffectState = 'unknown';
 
 export interface CancelResult {
   readonly job: JobRecord;
@@ -43,29 +47,29 @@ export async function cancelJob(store: JobStore, request: { jobId: string; owner
         ownedJob(job, request.owner);
         if (TERMINAL_STATUSES.has(job.status)) throw new OwnerActionError(409, `Job ${job.id} is already ${job.status}`);
         const ledger = await tx.get(effects);
-        const counts = new Map<string, number>();
+        const states: EffectState[] = [];
         let unknownEffects = 0;
         for (const effect of ledger.docs) {
-          let state = String(effect.get('state'));
+          const state: unknown = effect.get('state');
           if (state === IN_FLIGHT_EFFECT_STATE) {
             // Its outcome is not known until someone checks with the system of record.
-            tx.update(effect.ref, { state: UNKNOWN_EFFECT_STATE, unknownSinceMs: nowMs, unknownBecause: 'cancelled while in flight' });
-            state = UNKNOWN_EFFECT_STATE;
+            // The apply will not be answered to anyone who may record it: counted as one without a usable answer.
+            tx.update(effect.ref, { state: UNKNOWN_EFFECT_STATE, unknowns: FieldValue.increment(1), unknownSinceMs: nowMs, unknownBecause: 'cancelled while in flight' });
             unknownEffects += 1;
+            states.push(UNKNOWN_EFFECT_STATE);
+          } else if ((EFFECT_STATES as readonly unknown[]).includes(state)) {
+            states.push(state as EffectState);
           }
-          counts.set(state, (counts.get(state) ?? 0) + 1);
         }
-        const sections = job.progress.sectionsDone;
-        const parts = [
-          `Cancelled by its owner during ${job.phase ?? 'its first step'} (${request.reason}).`,
-          ...(sections === undefined ? [] : [`${sections} sections were finished.`]),
-          ...(ledger.empty
-            ? []
-            : [
-                `Effects: ${counts.get('applied') ?? 0} applied, ${(counts.get('planned') ?? 0) + (counts.get('failed') ?? 0)} not applied, ${counts.get(UNKNOWN_EFFECT_STATE) ?? 0} unknown (being checked).`,
-                'Effects already applied (messages sent, payments made) cannot be undone by cancelling.',
-              ]),
-        ];
+        const counts = countEffectStates(states.map((state) => ({ state })));
+        const settled = counts.applying + counts.unknown === 0;
+        const cancellation: Cancellation = {
+          atMs: nowMs,
+          reason: request.reason,
+          phase: job.phase,
+          sectionsDone: job.progress.sectionsDone ?? null,
+          effects: ledger.empty ? null : { counts, settled, checkedWith: null, checkedAtMs: null },
+        };
         const next: JobRecord = {
           ...job,
           status: 'cancelled',
@@ -73,9 +77,11 @@ export async function cancelJob(store: JobStore, request: { jobId: string; owner
           fanout: null,
           waiting: null,
           finishedAtMs: nowMs,
-          cancellation: { atMs: nowMs, reason: request.reason, report: parts.join(' ') },
+          cancellation,
+          // The sweeper checks what nobody knows yet with the system of record, once the grace period is over.
+          effectsToSettleAtMs: settled ? null : nowMs + DEFAULT_SETTLE_GRACE_MS,
         };
-        return { next, events: [{ kind: 'cancelled', message: parts.join(' ') }], value: { job: next, unknownEffects } };
+        return { next, events: [{ kind: 'cancelled', message: cancellationReport(cancellation) }], value: { job: next, unknownEffects } };
       },
     );
   } catch (error) {

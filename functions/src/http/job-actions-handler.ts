@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import { describeError } from '../core/errors';
 import { documentId } from '../core/ids';
+import { cancellationReport } from '../effects/stop-report';
 import { cancelJob, decideJob, OwnerActionError } from '../engine/owner-actions';
 import type { JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
@@ -52,7 +53,7 @@ export function createJobActionHandler(action: Action, deps: JobActionDeps): (re
         const parsed = cancelBody.safeParse(body.value);
         if (!parsed.success) return reply(response, { status: 400, error: 'invalid_request', message: z.prettifyError(parsed.error) });
         const { job, unknownEffects } = await cancelJob(deps.store, { ...parsed.data, owner });
-        response.status(200).json({ jobId: job.id, status: job.status, unknownEffects, report: job.cancellation?.report ?? null });
+        response.status(200).json({ jobId: job.id, status: job.status, unknownEffects, report: job.cancellation ? cancellationReport(job.cancellation) : null });
         return;
       }
       const parsed = decideBody.safeParse(body.value);

@@ -2,6 +2,7 @@ import { logger } from 'firebase-functions';
 import { onSchedule } from 'firebase-functions/v2/scheduler';
 import { systemClock } from '../core/clock';
 import { sweep, type SweepDeps } from '../engine/sweeper';
+import { notifyStoppedEffects } from '../pipelines/notify/config';
 import { JobStore } from '../store/job-store';
 import { firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
@@ -17,7 +18,7 @@ export function sweepHandler(deps: () => SweepDeps): (event: { readonly schedule
   return async (event) => {
     const report = await sweep(deps(), scheduledNowMs(event.scheduleTime));
     const entry = { ...report, now: new Date(report.nowMs).toISOString() };
-    if (report.errors > 0 || report.enqueueFailures > 0) logger.warn('sweepJobs finished with failures', entry);
+    if (report.errors > 0 || report.enqueueFailures > 0 || report.stoppedEffects.errors > 0) logger.warn('sweepJobs finished with failures', entry);
     else logger.info('sweepJobs finished', entry);
   };
 }
@@ -29,6 +30,8 @@ function sweepDeps(): SweepDeps {
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
     queue: stepQueue(),
     log: (message, detail) => logger.warn(message, detail),
+    // Stopped jobs' effects are checked with the receiver the notify pipeline sends through (PHASELINE_RECEIVER_URL).
+    stoppedEffects: { settlerFor: notifyStoppedEffects() },
   };
   return deps;
 }

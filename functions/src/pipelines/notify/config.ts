@@ -4,7 +4,9 @@
  */
 import { TerminalError } from '../../core/errors';
 import { createHttpEffectAdapter } from '../../effects/http-adapter';
-import type { NotifyDeps } from './pipeline';
+import type { StoppedEffectsDeps } from '../../engine/settle-stopped';
+import { notifyProgressFromLedger } from './counts';
+import { NOTIFY_PIPELINE, type NotifyDeps } from './pipeline';
 
 export const RECEIVER_URL_VARIABLE = 'PHASELINE_RECEIVER_URL';
 export const RECEIVER_TIMEOUT_VARIABLE = 'PHASELINE_RECEIVER_TIMEOUT_MS';
@@ -49,4 +51,13 @@ let configured: NotifyDeps | undefined;
 export function configuredNotifyDeps(): NotifyDeps {
   configured ??= notifyDepsFromEnv();
   return configured;
+}
+
+/**
+ * How the sweeper checks a stopped notify job's effects: through the same receiver the job sent
+ * them to, with the item counts recomputed from the ledger. Resolved when a stopped notify job is
+ * found (so a missing receiver setting is reported then, by name), null for other pipelines.
+ */
+export function notifyStoppedEffects(deps: () => NotifyDeps = configuredNotifyDeps): StoppedEffectsDeps['settlerFor'] {
+  return (pipeline) => (pipeline === NOTIFY_PIPELINE ? { adapter: deps().adapter, progress: notifyProgressFromLedger } : null);
 }

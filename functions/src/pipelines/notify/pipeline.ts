@@ -15,6 +15,7 @@
  */
 import { z } from 'zod';
 import { CorruptCheckpointError, TerminalError } from '../../core/errors';
+import { capServerDelay } from '../../core/server-delay';
 import { definePhase, definePipeline, type PhaseOutcome, type StepContext } from '../../core/pipeline';
 import { deriveEffectKey } from '../../effects/keys';
 import { UNRESOLVED_EFFECT_STATES, type EffectEntry } from '../../effects/ledger';
@@ -35,6 +36,7 @@ export interface NotifyDeps {
 }
 
 export const DEFAULT_UNAVAILABLE_WAIT_MS = 60_000;
+export const NOTIFY_PIPELINE = 'notify';
 
 /** The options a person is offered when outcomes are unknown and the receiver cannot be asked. */
 export const UNKNOWN_OPTIONS = {
@@ -65,6 +67,7 @@ export const sendState = z.strictObject({
 export type SendState = z.infer<typeof sendState>;
 
 const iso = (ms: number) => new Date(ms).toISOString();
+const seconds = (ms: number) => `${Math.round(ms / 1000)} s`;
 const plural = (count: number, word: string) => `${count} ${word}${count === 1 ? '' : 's'}`;
 
 export function createNotifyPipeline(resolveDeps: () => NotifyDeps) {
@@ -88,7 +91,7 @@ export function createNotifyPipeline(resolveDeps: () => NotifyDeps) {
   });
 
   return definePipeline<NotifyInput>({
-    name: 'notify',
+    name: NOTIFY_PIPELINE,
     description: 'A batch of personalised messages, each sent through the receiver and logged to the customer record, with an effect ledger.',
     input: notifyInput,
     phases: [plan, send],
@@ -253,14 +256,23 @@ class Batch {
     return `${counts.done} of ${counts.total} done, ${counts.remaining} remaining, ${counts.needsAttention} need attention, ${counts.unknown} unknown`;
   }
 
+  /**
+   * A provider wait. The receiver's Retry-After is advice from outside: capped (engine option
+   * maxServerDelaySeconds), and a longer one is read as an outage whose resume time the wait states,
+   * never as a reason to park the job for as long as the receiver said.
+   */
   private pause(reason: string, retryAfterMs: number | null): PhaseOutcome<SendState> {
     const counts = this.report();
-    const untilMs = this.context.clock.now() + Math.max(this.deps.unavailableWaitMs ?? DEFAULT_UNAVAILABLE_WAIT_MS, retryAfterMs ?? 0);
+    const serverDelay = capServerDelay(retryAfterMs, this.context.limits.maxServerDelayMs);
+    const untilMs = this.context.clock.now() + Math.max(this.deps.unavailableWaitMs ?? DEFAULT_UNAVAILABLE_WAIT_MS, serverDelay.delayMs);
+    const outage = serverDelay.capped
+      ? ` It asked to be retried in ${seconds(serverDelay.requestedMs)}, more than the ${seconds(this.context.limits.maxServerDelayMs)} cap: treated as an outage.`
+      : '';
     return {
       kind: 'wait',
       reason: 'provider',
       questionId: UNAVAILABLE_QUESTION_ID,
-      question: `Service unavailable: ${this.adapter.name} (${reason}). ${this.summary(counts)}. Resuming by itself at ${iso(untilMs)}.`,
+      question: `Service unavailable: ${this.adapter.name} (${reason}).${outage} ${this.summary(counts)}. Resuming by itself at ${iso(untilMs)}.`,
       untilMs,
     };
   }
@@ -299,7 +311,7 @@ class Batch {
     const counts = this.report();
     throw new TerminalError(
       `Stopped as the owner decided: ${this.summary(counts)} (${counts.sent} messages sent). ` +
-        'Messages already sent cannot be unsent; effects still unknown can be checked later with the effects reconciliation.',
+        'Messages already sent cannot be unsent; effects still unknown are checked with the receiver once the job has stopped.',
     );
   }
 }

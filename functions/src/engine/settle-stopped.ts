@@ -1,0 +1,217 @@
+/**
+ * The sweeper's pass over the effects of stopped jobs. A job cancelled, failed or quarantined
+ * while an effect was in flight (or unknown) has no worker left to find out what happened to it;
+ * this pass asks the system of record, through the pipeline's effect adapter, and makes the job's
+ * effect counts final (effects/after-stop.ts does the asking and the recording).
+ *
+ * Which jobs: those whose `effectsToSettleAt` is due, by one index-backed query per stopped status
+ * (indexed-queries.ts), paged and bounded like the sweeper's own. The field is set when a job first
+ * sends an effect and by a cancel, and cleared once nothing is unresolved, so the queries return
+ * only work still to do, never every stopped job.
+ *
+ * When: not before the grace period after the job stopped (a request sent just before the stop may
+ * still be on its way to the target). A job found earlier has its check moved to the end of the
+ * grace period. A target that cannot answer is asked again later (longer and longer, at most hourly)
+ * and, within one pass, not again for other jobs.
+ */
+import { Timestamp, type QueryDocumentSnapshot } from 'firebase-admin/firestore';
+import { describeError, OwnershipLostError } from '../core/errors';
+import type { JobRecord } from '../core/job';
+import {
+  DEFAULT_SETTLE_GRACE_MS,
+  isStopped,
+  reconcileStoppedJob,
+  settleRecheckAtMs,
+  stoppedAtMs,
+  type StoppedReconcileResult,
+} from '../effects/after-stop';
+import { unresolvedEffectKeys } from '../effects/firestore-ledger';
+import type { EffectEntry } from '../effects/ledger';
+import type { EffectAdapter } from '../effects/port';
+import type { JobStore } from '../store/job-store';
+import { sweepQuery, type PageCursor, type SweepQueryName } from './indexed-queries';
+
+/** How a pipeline's effects are checked after its job stopped. */
+export interface StoppedEffectsSettler {
+  readonly adapter: EffectAdapter;
+  /** The pipeline's progress figures recomputed from the ledger, so they agree with it. */
+  readonly progress?: (entries: readonly EffectEntry[]) => Record<string, number>;
+}
+
+export interface StoppedEffectsDeps {
+  /** The settler for a pipeline, or null when it has no effects. May throw when its configuration is missing. */
+  readonly settlerFor: (pipeline: string) => StoppedEffectsSettler | null;
+  readonly settleGraceMs?: number;
+}
+
+export interface SettleStoppedReport {
+  /** Jobs whose ledger was checked with its system of record. */
+  readonly checked: number;
+  /** Jobs whose effect counts are now final. */
+  readonly settled: number;
+  /** Jobs stopped less than the grace period ago: their check was moved to its end. */
+  readonly deferred: number;
+  /** Jobs with an entry still unknown after the check (the target could not say yet): checked again later. */
+  readonly pending: number;
+  readonly effectsFoundApplied: number;
+  readonly effectsNotApplied: number;
+  /** Jobs that changed between the query and the transaction, left alone. */
+  readonly skipped: number;
+  /** Jobs that could not be handled (logged); each is checked again later. */
+  readonly errors: number;
+  readonly queryPages: number;
+  readonly queryDocuments: number;
+  /** Queries that stopped at the page limit with more to do: the next run continues. */
+  readonly truncated: readonly SweepQueryName[];
+}
+
+export const SETTLE_QUERIES: readonly SweepQueryName[] = ['cancelledEffectsToSettle', 'failedEffectsToSettle', 'quarantinedEffectsToSettle'];
+/** Pages each query may read per run. */
+export const SETTLE_MAX_PAGES = 5;
+/** Jobs checked at once: each check waits on the target's answers. */
+export const SETTLE_CONCURRENCY = 4;
+/** How long a job whose pipeline has no settler (or whose settler is not configured) waits before it is tried again. */
+const NO_SETTLER_RETRY_MS = 3_600_000;
+
+type Log = (message: string, detail?: Record<string, unknown>) => void;
+type Counter = Exclude<keyof SettleStoppedReport, 'truncated'>;
+
+/** What the first transaction decided for a job. */
+type Triage = { readonly action: 'settled' | 'deferred' } | { readonly action: 'check'; readonly job: JobRecord };
+
+/**
+ * One pass at `nowMs`. Without `effects` (no adapters wired) it does nothing: the deployed trigger
+ * and the local stack always wire them. Never throws for a single job or query: see the report.
+ */
+export async function settleStoppedEffects(deps: { readonly store: JobStore; readonly stoppedEffects?: StoppedEffectsDeps; readonly log?: Log }, nowMs: number): Promise<SettleStoppedReport> {
+  const counts: Record<Counter, number> = {
+    checked: 0,
+    settled: 0,
+    deferred: 0,
+    pending: 0,
+    effectsFoundApplied: 0,
+    effectsNotApplied: 0,
+    skipped: 0,
+    errors: 0,
+    queryPages: 0,
+    queryDocuments: 0,
+  };
+  const truncated: SweepQueryName[] = [];
+  const effects = deps.stoppedEffects;
+  if (!effects) return { ...counts, truncated };
+  const { store } = deps;
+  const log: Log = deps.log ?? ((message, detail) => console.warn(JSON.stringify({ severity: 'WARNING', message, ...detail })));
+  const graceMs = effects.settleGraceMs ?? DEFAULT_SETTLE_GRACE_MS;
+  const unreachableTargets = new Set<string>();
+  const batch = Math.max(1, Math.floor(store.options.sweepBatchSize));
+
+  const deferTo = (jobId: string, seenMs: number, atMs: number): Promise<void> =>
+    store.transact(jobId, (job) => dueCheck(job, nowMs, seenMs), ({ job }) => Promise.resolve({ next: { ...job, effectsToSettleAtMs: atMs }, value: undefined }));
+
+  const handle = async (doc: QueryDocumentSnapshot): Promise<void> => {
+    const seen: unknown = doc.get('effectsToSettleAt');
+    if (!(seen instanceof Timestamp)) return; // cannot happen: the query matched a timestamp range
+    const seenMs = seen.toMillis();
+    const triage = await store.transact<Triage>(doc.id, (job) => dueCheck(job, nowMs, seenMs), async ({ tx, job }) => {
+      const unresolved = await unresolvedEffectKeys(tx, store.db, job.id, 1);
+      // Nothing unresolved and nothing reported as unsettled: nothing to ask anyone.
+      if (unresolved.length === 0 && job.cancellation?.effects?.settled !== false) {
+        return { next: { ...job, effectsToSettleAtMs: null }, value: { action: 'settled' } };
+      }
+      const dueMs = stoppedAtMs(job) + graceMs;
+      if (dueMs > nowMs) return { next: { ...job, effectsToSettleAtMs: dueMs }, value: { action: 'deferred' } };
+      return { value: { action: 'check', job } };
+    });
+    if (triage.action !== 'check') {
+      counts[triage.action] += 1;
+      return;
+    }
+    const { job } = triage;
+    let settler: StoppedEffectsSettler | null;
+    try {
+      settler = effects.settlerFor(job.pipeline);
+    } catch (error) {
+      settler = null;
+      log('settling stopped effects: the pipeline has no usable effect adapter', { jobId: job.id, pipeline: job.pipeline, error: describeError(error) });
+    }
+    if (settler === null) {
+      counts.errors += 1;
+      await deferTo(job.id, seenMs, nowMs + NO_SETTLER_RETRY_MS);
+      return;
+    }
+    if (unreachableTargets.has(settler.adapter.name)) {
+      counts.pending += 1;
+      await deferTo(job.id, seenMs, settleRecheckAtMs(nowMs, stoppedAtMs(job), graceMs));
+      return;
+    }
+    const result: StoppedReconcileResult = await reconcileStoppedJob(store, settler.adapter, job.id, {
+      nowMs,
+      settleGraceMs: graceMs,
+      ...(settler.progress ? { progress: settler.progress } : {}),
+    });
+    if (result.unreachable) unreachableTargets.add(settler.adapter.name);
+    counts.checked += 1;
+    counts.effectsFoundApplied += result.foundApplied;
+    counts.effectsNotApplied += result.notApplied;
+    counts[result.effects.settled ? 'settled' : 'pending'] += 1;
+  };
+
+  const settleOne = async (name: SweepQueryName, doc: QueryDocumentSnapshot): Promise<void> => {
+    try {
+      await handle(doc);
+    } catch (error) {
+      if (error instanceof OwnershipLostError) {
+        counts.skipped += 1;
+        return;
+      }
+      counts.errors += 1;
+      log('settling stopped effects: could not handle a job', { query: name, jobId: doc.id, error: describeError(error) });
+    }
+  };
+
+  for (const name of SETTLE_QUERIES) {
+    let cursor: PageCursor | null = null;
+    let finished = false;
+    for (let page = 0; page < SETTLE_MAX_PAGES && !finished; page += 1) {
+      let docs: QueryDocumentSnapshot[];
+      try {
+        docs = (await sweepQuery(store.db, name, Timestamp.fromMillis(nowMs), batch, cursor).get()).docs;
+      } catch (error) {
+        counts.errors += 1;
+        log('settling stopped effects: query failed', { query: name, error: describeError(error) });
+        finished = true;
+        continue;
+      }
+      counts.queryPages += 1;
+      counts.queryDocuments += docs.length;
+      await forEachLimited(docs, SETTLE_CONCURRENCY, (doc) => settleOne(name, doc));
+      const last = docs.at(-1);
+      const value: unknown = last?.get('effectsToSettleAt');
+      if (!last || docs.length < batch || !(value instanceof Timestamp)) finished = true;
+      else cursor = { value, ref: last.ref };
+    }
+    if (!finished) truncated.push(name);
+  }
+  return { ...counts, truncated };
+}
+
+/** The job is still stopped and its check is still the one the query found (another pass may have moved it). */
+function dueCheck(job: JobRecord, nowMs: number, seenMs: number): string | null {
+  if (!isStopped(job)) return `job is ${job.status} now`;
+  const atMs = job.effectsToSettleAtMs ?? null;
+  if (atMs === null) return 'its effects were settled since the query';
+  if (atMs !== seenMs || atMs > nowMs) return 'its check was moved since the query';
+  return null;
+}
+
+async function forEachLimited<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const lane = async (): Promise<void> => {
+    while (next < items.length) {
+      const item = items[next] as T;
+      next += 1;
+      await work(item);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+}

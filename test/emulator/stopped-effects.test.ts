@@ -1,0 +1,229 @@
+/**
+ * Effects a job left in flight or unknown when it stopped (a cancel, the owner's "stop here", a
+ * quarantine) are settled by the sweeper alone: `sweep()` with the pipeline's effect adapter asks
+ * the local receiver (the system of record) once the grace period is over, and the job's structured
+ * effect counts become final and agree with the receiver. On the official Firestore emulator.
+ */
+import { pipelineRegistry } from '../../functions/src/core/pipeline';
+import { DEFAULT_SETTLE_GRACE_MS } from '../../functions/src/effects/after-stop';
+import { effectEntrySchema, type EffectEntry, type EffectIntent } from '../../functions/src/effects/ledger';
+import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';
+import type { EffectAdapter } from '../../functions/src/effects/port';
+import { cancellationReport } from '../../functions/src/effects/stop-report';
+import { cancelJob, decideJob } from '../../functions/src/engine/owner-actions';
+import { runStep } from '../../functions/src/engine/runner';
+import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
+import { buildPlan, notifyInput, notifyStoppedEffects, UNKNOWN_OPTIONS } from '../../functions/src/pipelines/notify';
+import { decodeJob } from '../../functions/src/store/codec';
+import { JOBS } from '../../functions/src/store/paths';
+import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { eventually, httpAdapter, notifySetup, startReceiver, type Receiver } from '../support/receiver';
+import { hangForever } from '../support/research';
+
+let receiver: Receiver;
+const notify = notifySetup(() => receiver);
+let harness: EngineHarness;
+
+beforeAll(() => {
+  // The first expired lease quarantines, so a worker lost mid-apply leaves a quarantined job behind.
+  harness = engineHarness('stopped-effects', pipelineRegistry(...([...notify.registry.values()] as [never])), { maxStaleReclaims: 0 });
+});
+beforeEach(async () => {
+  harness.queue.drain();
+  await harness.firestore.reset();
+  receiver = await startReceiver(harness.clock);
+  notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
+});
+afterEach(() => receiver.stop());
+afterAll(() => harness.firestore.close());
+
+const GRACE_MS = DEFAULT_SETTLE_GRACE_MS;
+const db = () => harness.firestore.db;
+const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
+const ledger = async (jobId: string): Promise<EffectEntry[]> => (await db().collection(`${JOBS}/${jobId}/effects`).get()).docs.map((doc) => effectEntrySchema.parse(doc.data()));
+const entry = async (jobId: string, key: string): Promise<EffectEntry> => effectEntrySchema.parse((await db().doc(`${JOBS}/${jobId}/effects/${key}`).get()).data());
+const lookups = () => receiver.requests.filter((request) => request.op === 'lookup').length;
+const kinds = (outcomes: readonly { kind: string }[]) => outcomes.map((outcome) => outcome.kind);
+
+/** The sweep as the deployed trigger runs it: with the notify pipeline's effect adapter. */
+function sweepAt(nowMs: number): Promise<SweepReport> {
+  harness.clock.set(nowMs);
+  return sweep({ store: harness.store, queue: harness.queue, log: () => undefined, stoppedEffects: { settlerFor: notifyStoppedEffects(() => notify.deps.current) } }, nowMs);
+}
+
+/** Applied keys in the ledger and at the receiver are the same set. */
+async function expectLedgerMatchesReceiver(jobId: string): Promise<void> {
+  const applied = (await ledger(jobId)).filter((candidate) => candidate.state === 'applied').map((candidate) => candidate.key);
+  expect(new Set(applied)).toEqual(new Set(receiver.applied().map((application) => application.key)));
+}
+
+/** Submits a notify job, plans it, and starts its send step with the third message held in flight. */
+async function cancelWithThirdMessageInFlight(recipients: number, hold: Promise<void>, where: 'after-apply' | 'before-apply') {
+  const jobId = await harness.submit('notify', { campaign: 'Renewal', recipients }, 'owner-1');
+  expect(kinds(await harness.drain(1))).toEqual(['handed-off']); // the plan
+  // Patient enough that the held request is still in flight when the cancel lands, however slow the machine.
+  notify.deps.current = { ...notify.deps.current, adapter: createHttpEffectAdapter({ baseUrl: receiver.url, timeoutMs: 120_000, name: 'the test receiver' }) };
+  let inFlight: string | null = null;
+  if (where === 'after-apply') {
+    receiver.afterApply = async (application) => {
+      if (application.kind === 'message' && receiver.applied('message').length === 3) {
+        inFlight = application.key;
+        await hold; // applied at the receiver; the answer is held back
+      }
+    };
+  } else {
+    let messages = 0;
+    receiver.beforeApply = async ({ kind, key }) => {
+      if (kind === 'message' && (messages += 1) === 3) {
+        inFlight = key;
+        await hold; // held before applying: once released, it fails without applying
+      }
+    };
+  }
+  const [task] = harness.queue.drain();
+  const worker = runStep(harness.deps(), task!.task);
+  await eventually(() => inFlight !== null, 'the third message is in flight');
+  const cancelAtMs = harness.clock.now();
+  const { job, unknownEffects } = await cancelJob(harness.store, { jobId, owner: 'owner-1', reason: 'wrong list' });
+  expect(unknownEffects).toBe(1);
+  return { jobId, worker, cancelAtMs, cancelled: job, inFlightKey: () => inFlight ?? '' };
+}
+
+test('bug 2: a cancelled job with an in-flight effect is settled by sweep() alone after the grace period, not before, and its counts match the receiver', async () => {
+  const hold = gate();
+  const { jobId, worker, cancelAtMs, cancelled, inFlightKey } = await cancelWithThirdMessageInFlight(5, hold.promise, 'after-apply');
+  expect(cancelled.cancellation?.effects).toEqual({ counts: { planned: 5, applying: 0, applied: 4, unknown: 1, failed: 0 }, settled: false, checkedWith: null, checkedAtMs: null });
+  expect(cancellationReport(cancelled.cancellation!)).toContain('Effects: 4 applied, 5 not applied, 1 unknown (being checked).');
+  hold.open();
+  expect((await worker).kind).toBe('ownership-lost');
+  expect(receiver.applied()).toHaveLength(5); // 3 messages, 2 records: the held one did land
+
+  // Within the grace period the sweeper does not even ask.
+  for (const atMs of [cancelAtMs, cancelAtMs + GRACE_MS / 2, cancelAtMs + GRACE_MS - 1]) {
+    expect((await sweepAt(atMs)).stoppedEffects).toMatchObject({ checked: 0, settled: 0, queryDocuments: 0 });
+  }
+  expect(lookups()).toBe(0);
+  expect((await entry(jobId, inFlightKey())).state).toBe('unknown');
+  expect((await readJob(jobId)).cancellation?.effects?.settled).toBe(false);
+
+  // At the end of it, one sweep settles it: found at the receiver, recorded as applied.
+  const report = await sweepAt(cancelAtMs + GRACE_MS);
+  expect(report.stoppedEffects).toMatchObject({ checked: 1, settled: 1, pending: 0, effectsFoundApplied: 1, effectsNotApplied: 0, errors: 0 });
+  expect(await entry(jobId, inFlightKey())).toMatchObject({ state: 'applied', reconciled: true, attempts: 1, unknowns: 1, lookups: 1 });
+  const job = await readJob(jobId);
+  expect(job.status).toBe('cancelled');
+  expect(job.effectsToSettleAtMs).toBeNull();
+  expect(job.cancellation?.effects).toEqual({
+    counts: { planned: 5, applying: 0, applied: receiver.applied().length, unknown: 0, failed: 0 },
+    settled: true,
+    checkedWith: 'the test receiver',
+    checkedAtMs: cancelAtMs + GRACE_MS,
+  });
+  expect(cancellationReport(job.cancellation!)).toContain(`Effects: ${receiver.applied().length} applied, 5 not applied, 0 unknown (final, checked with the test receiver).`);
+  expect(job.progress).toMatchObject({ total: 5, sent: receiver.applied('message').length, logged: receiver.applied('record').length, unknown: 0 });
+  await expectLedgerMatchesReceiver(jobId);
+
+  // Nothing is left to do: later sweeps find no job to read, and ask the receiver nothing more.
+  const lookupsAfter = lookups();
+  expect((await sweepAt(cancelAtMs + 10 * GRACE_MS)).stoppedEffects).toMatchObject({ queryDocuments: 0, checked: 0 });
+  expect(lookups()).toBe(lookupsAfter);
+});
+
+test('bug 2: an in-flight effect the receiver never got is recorded as not applied by sweep() alone after the grace period', async () => {
+  const hold = gate();
+  const { jobId, worker, cancelAtMs, inFlightKey } = await cancelWithThirdMessageInFlight(3, hold.promise, 'before-apply');
+  receiver.inject({ op: 'apply', mode: 'fail-before-apply', times: 1 });
+  hold.open();
+  expect((await worker).kind).toBe('ownership-lost');
+  expect(receiver.applied()).toHaveLength(4); // the first two recipients, sent and logged
+
+  expect((await sweepAt(cancelAtMs + GRACE_MS - 1)).stoppedEffects.checked).toBe(0);
+  expect((await entry(jobId, inFlightKey())).state).toBe('unknown');
+
+  expect((await sweepAt(cancelAtMs + GRACE_MS)).stoppedEffects).toMatchObject({ checked: 1, settled: 1, effectsNotApplied: 1 });
+  expect(await entry(jobId, inFlightKey())).toMatchObject({ state: 'failed', lookups: 1 });
+  const job = await readJob(jobId);
+  expect(job.cancellation?.effects).toMatchObject({ counts: { applied: 4, planned: 1, failed: 1, unknown: 0, applying: 0 }, settled: true });
+  expect(job.effectsToSettleAtMs).toBeNull();
+  expect(cancellationReport(job.cancellation!)).toContain('Effects: 4 applied, 2 not applied, 0 unknown (final, checked with the test receiver).');
+  await expectLedgerMatchesReceiver(jobId);
+});
+
+test('bug 2: after the owner\'s "stop here" the failed job\'s unknown effect is checked again until the receiver answers, then settled', async () => {
+  const input = { campaign: 'Renewal', recipients: 3 };
+  const jobId = await harness.submit('notify', input, 'owner-1');
+  const second = buildPlan(jobId, notifyInput.parse(input)).messages[1]!;
+  receiver.inject({ op: 'apply', mode: 'apply-then-hang', times: 1, key: second.sendKey });
+  receiver.inject({ op: 'lookup', mode: 'unavailable', times: Number.POSITIVE_INFINITY });
+  expect(kinds(await harness.drain())).toEqual(['handed-off', 'waiting']);
+  await decideJob(harness.store, harness.queue, { jobId, owner: 'owner-1', questionId: 'unknown-effects-1', answer: UNKNOWN_OPTIONS.stop });
+  expect(kinds(await harness.drain())).toEqual(['failed']);
+  const stoppedMs = harness.clock.now();
+  expect((await readJob(jobId)).effectsToSettleAtMs).not.toBeNull(); // marked when its first effect was sent
+
+  // Found before the grace period is over: its check is moved to the end of it, nothing is asked.
+  const lookupsBefore = lookups();
+  expect((await sweepAt(stoppedMs)).stoppedEffects).toMatchObject({ deferred: 1, checked: 0 });
+  expect((await readJob(jobId)).effectsToSettleAtMs).toBe(stoppedMs + GRACE_MS);
+  expect(lookups()).toBe(lookupsBefore);
+
+  // The receiver still cannot answer lookups: still unknown, asked again later.
+  expect((await sweepAt(stoppedMs + GRACE_MS)).stoppedEffects).toMatchObject({ checked: 1, settled: 0, pending: 1 });
+  const retryAtMs = (await readJob(jobId)).effectsToSettleAtMs ?? 0;
+  expect(retryAtMs).toBe(stoppedMs + 2 * GRACE_MS);
+  expect((await entry(jobId, second.sendKey)).state).toBe('unknown');
+
+  receiver.clearFaults();
+  expect((await sweepAt(retryAtMs - 1)).stoppedEffects.checked).toBe(0);
+  expect((await sweepAt(retryAtMs)).stoppedEffects).toMatchObject({ checked: 1, settled: 1, effectsFoundApplied: 1 });
+  const job = await readJob(jobId);
+  expect(job).toMatchObject({ status: 'failed', effectsToSettleAtMs: null, progress: { unknown: 0, sent: receiver.applied('message').length } });
+  expect(await entry(jobId, second.sendKey)).toMatchObject({ state: 'applied', reconciled: true });
+  await expectLedgerMatchesReceiver(jobId);
+  const events = (await db().collection(`${JOBS}/${jobId}/events`).get()).docs.map((doc) => doc.get('kind') as string);
+  expect(events.filter((kind) => kind === 'effects-reconciled')).toHaveLength(2);
+});
+
+test('bug 2: a job quarantined while its worker was lost mid-apply has that effect settled by the sweeper', async () => {
+  const input = { campaign: 'Renewal', recipients: 2 };
+  const jobId = await harness.submit('notify', input, 'owner-1');
+  const target = buildPlan(jobId, notifyInput.parse(input)).messages[0]!.sendKey;
+  const real = httpAdapter(receiver);
+  const freezing: EffectAdapter = {
+    name: real.name,
+    lookup: (key, signal) => real.lookup(key, signal),
+    async apply(intent: EffectIntent, key: string, signal: AbortSignal) {
+      await real.apply(intent, key, signal);
+      return hangForever(); // applied at the receiver; this worker never writes the ledger
+    },
+  };
+  notify.deps.current = { ...notify.deps.current, adapter: freezing };
+  expect(kinds(await harness.drain(1))).toEqual(['handed-off']);
+  const [task] = harness.queue.drain();
+  void runStep(harness.deps('doomed-worker'), task!.task);
+  await eventually(() => receiver.applied().length === 1, 'the frozen apply reached the receiver');
+  notify.deps.current = { ...notify.deps.current, adapter: real };
+
+  const expiredMs = harness.clock.now() + (harness.options.leaseSeconds + 1) * 1000;
+  const first = await sweepAt(expiredMs);
+  expect(first.quarantined).toBe(1);
+  expect(first.stoppedEffects).toMatchObject({ deferred: 1, checked: 0 });
+  expect((await entry(jobId, target)).state).toBe('applying');
+
+  expect((await sweepAt(expiredMs + GRACE_MS)).stoppedEffects).toMatchObject({ checked: 1, settled: 1, effectsFoundApplied: 1 });
+  expect(await entry(jobId, target)).toMatchObject({ state: 'applied', reconciled: true, unknowns: 1 });
+  expect(await readJob(jobId)).toMatchObject({ status: 'quarantined', effectsToSettleAtMs: null, progress: { sent: 1, unknown: 0 } });
+  expect(receiver.applied()).toHaveLength(1);
+  await expectLedgerMatchesReceiver(jobId);
+});
+
+test('a sweep without effect adapters wired leaves stopped jobs\' effects alone and reads nothing for them', async () => {
+  const hold = gate();
+  const { jobId, worker, cancelAtMs } = await cancelWithThirdMessageInFlight(3, hold.promise, 'after-apply');
+  hold.open();
+  await worker;
+  harness.clock.set(cancelAtMs + GRACE_MS);
+  const report = await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+  expect(report.stoppedEffects).toMatchObject({ checked: 0, queryPages: 0 });
+  expect((await readJob(jobId)).effectsToSettleAtMs).toBe(cancelAtMs + GRACE_MS);
+});
