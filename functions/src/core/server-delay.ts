@@ -36,9 +36,10 @@ export interface CappedDelay {
   readonly capped: boolean;
 }
 
-/** Caps a server-given delay. Anything not a finite non-negative number counts as no delay. */
+/** Caps a server-given delay. NaN, negative or missing counts as no delay. */
 export function capServerDelay(requestedMs: number | null | undefined, capMs: number): CappedDelay {
-  const requested = typeof requestedMs === 'number' && Number.isFinite(requestedMs) && requestedMs > 0 ? requestedMs : 0;
+  // Infinity is a server saying "not in any time we could schedule": an outage past the cap.
+  const requested = typeof requestedMs === 'number' && requestedMs > 0 ? requestedMs : 0;
   if (requested > capMs) return { delayMs: capMs, requestedMs: requested, capped: true };
   return { delayMs: requested, requestedMs: requested, capped: false };
 }
