@@ -1,6 +1,6 @@
 /** A scratch copy of the repository to mutate, and the exact search/replace that makes a mutant. */
 import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { basename, join, relative, sep } from 'node:path';
+import { basename, join, relative } from 'node:path';
 import type { Mutant } from './catalog';
 
 /** Never copied: dependencies are linked instead, history and build output are not needed. */
@@ -16,7 +16,7 @@ export function copyRepository(repo: string, scratch: string): void {
     recursive: true,
     filter: (source) => {
       const path = relative(repo, source);
-      return path === '' || (!SKIPPED.has(basename(source)) && !SKIPPED_PATHS.has(path) && !path.startsWith(`.git${sep}`));
+      return path === '' || (!SKIPPED.has(basename(source)) && !SKIPPED_PATHS.has(path));
     },
   });
   for (const dir of DEPENDENCY_DIRS) {
