@@ -1,5 +1,6 @@
 /**
- * The chat page in a real browser (Debian's Chromium driven by playwright-core), against the
+ * The chat page in a real browser (Chromium driven by playwright-core: the one packaged in
+ * @sparticuz/chromium, else the system's; see test/support/browser.ts), against the
  * emulators this layer runs under: the page is built and served from here on a free port, with a
  * /config.json that points it at them. A person's three paths: ask a question and read the report
  * as the reply (through a dropped answer that the page retries with the same Idempotency-Key),
@@ -10,35 +11,27 @@
  * engine would leave them: no pipeline here asks a person anything, and a job the functions run
  * would race the cancel button.
  */
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { deleteApp, initializeApp, type App } from 'firebase-admin/app';
 import { getFirestore, type Firestore } from 'firebase-admin/firestore';
-import { chromium, type BrowserContext, type Locator, type Page } from 'playwright-core';
+import type { BrowserContext, Locator, Page } from 'playwright-core';
 import { systemClock } from '../../functions/src/core/clock';
 import type { JobRecord } from '../../functions/src/core/job';
 import { resolveEngineOptions } from '../../functions/src/core/options';
 import { jobIdForIdempotencyKey, JobStore } from '../../functions/src/store/job-store';
 import { buildWeb, serveWeb, webConfig, type WebServer } from '../../scripts/lib/local-stack';
 import { REPO_ROOT } from '../../scripts/lib/stack';
-import { E2E_PROJECT_ID, emulatorAddress } from '../support/emulators';
+import { launchTestBrowser, type LaunchedBrowser } from '../support/browser';
+import { anonymousUser, E2E_PROJECT_ID, emulatorAddress, functionUrl } from '../support/emulators';
 
-const CHROMIUM = process.env.PHASELINE_CHROMIUM ?? '/usr/bin/chromium';
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 const OUTPUT_DIR = join(REPO_ROOT, 'test-output');
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 let server: WebServer;
+let browser: LaunchedBrowser;
 let context: BrowserContext;
 let page: Page;
 let userDataDir: string;
@@ -53,9 +46,6 @@ const causedOnPurpose: string[] = [];
 jest.setTimeout(120_000);
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(`No Chromium at ${CHROMIUM}: install Debian's \`chromium\` (apt-get install chromium), as .ci/run does, or set PHASELINE_CHROMIUM.`);
-  }
   // The page is built here, so a fresh clone's `npm test` needs no separate step.
   await buildWeb();
   const firestoreHost = process.env.FIRESTORE_EMULATOR_HOST;
@@ -67,13 +57,9 @@ beforeAll(async () => {
   db = getFirestore(admin);
   store = new JobStore(db, systemClock, resolveEngineOptions());
 
-  userDataDir = mkdtempSync(join(tmpdir(), 'phaseline-chromium-'));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: CHROMIUM_ARGS,
-    viewport: { width: 1200, height: 900 },
-  });
+  userDataDir = mkdtempSync(join(tmpdir(), 'phaseline-browser-profile-'));
+  browser = await launchTestBrowser(userDataDir, { viewport: { width: 1200, height: 900 } });
+  context = browser.context;
   page = await context.newPage();
   page.on('pageerror', (error) => pageProblems.push(`page error: ${error.message}`));
   page.on('console', (message) => {
@@ -250,7 +236,35 @@ test('cancels a queued job: the page shows it cancelled, and an effect that was 
   await page.screenshot({ path: join(OUTPUT_DIR, 'chat-all-turns.png'), fullPage: true });
 });
 
-test('the page raised no errors along the way, apart from the answer dropped on purpose', () => {
+test('bug 7: page JavaScript on another origin reads Idempotent-Replayed and WWW-Authenticate, and no header left unexposed', async () => {
+  const submitUrl = await functionUrl('submitJob');
+  const pageOrigin = new URL(page.url()).origin;
+  expect(new URL(submitUrl).origin).not.toBe(pageOrigin);
+  const { idToken } = await anonymousUser();
+  const request = { url: submitUrl, idToken, key: `bug-7-${randomUUID()}`, body: JSON.stringify({ pipeline: 'canary', input: { text: 'One paragraph for the CORS check.' } }) };
+
+  // What reached the browser from the network, before CORS filtered it for the page.
+  const firstOnTheWire = page.waitForResponse((response) => response.url() === submitUrl && response.request().method() === 'POST');
+  causedOnPurpose.push('console error: Failed to load resource: the server responded with a status of 401 (Unauthorized)');
+  const seenByPage = await page.evaluate(async ({ url, idToken, key, body }) => {
+    const post = async (headers: Record<string, string>): Promise<{ status: number; replayed: string | null; challenge: string | null; vary: string | null }> => {
+      const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+      return { status: response.status, replayed: response.headers.get('idempotent-replayed'), challenge: response.headers.get('www-authenticate'), vary: response.headers.get('vary') };
+    };
+    const withToken = { authorization: `Bearer ${idToken}`, 'idempotency-key': key };
+    return { first: await post(withToken), repeat: await post(withToken), anonymous: await post({}) };
+  }, request);
+
+  expect(seenByPage.first).toMatchObject({ status: 202, replayed: null });
+  expect(seenByPage.repeat).toMatchObject({ status: 202, replayed: 'true' });
+  expect(seenByPage.anonymous).toMatchObject({ status: 401, challenge: expect.stringMatching(/^Bearer realm="phaseline"/) as unknown });
+  // The answer did carry Vary, which is not exposed: the page not seeing it shows that this
+  // browser enforces CORS, so the reads above are what a real page would get.
+  await expect((await firstOnTheWire).allHeaders()).resolves.toMatchObject({ vary: 'Origin', 'access-control-allow-origin': pageOrigin });
+  expect([seenByPage.first.vary, seenByPage.repeat.vary, seenByPage.anonymous.vary]).toEqual([null, null, null]);
+});
+
+test('the page raised no errors along the way, apart from the failures caused on purpose', () => {
   const unexpected = [...pageProblems];
   for (const expected of causedOnPurpose) {
     const index = unexpected.indexOf(expected);

@@ -6,6 +6,7 @@
 
 /** The parts of a request and response CORS needs; express objects and test fakes both fit. */
 export interface CorsRequest {
+  readonly method: string;
   get(name: string): string | undefined;
 }
 
@@ -16,6 +17,12 @@ export interface CorsResponse {
 
 export const CORS_ALLOWED_METHODS = 'POST, OPTIONS';
 export const CORS_ALLOWED_HEADERS = 'Authorization, Content-Type, Idempotency-Key';
+/**
+ * Answer headers that cross-origin scripts may read. Browsers hide every header outside the
+ * CORS-safelisted few unless it is listed here: the replay marker of the submit contract, the
+ * token challenge of a 401, and the wait of a 429/503.
+ */
+export const CORS_EXPOSED_HEADERS = 'Idempotent-Replayed, WWW-Authenticate, Retry-After';
 /** How long a browser may cache a preflight answer. */
 export const CORS_MAX_AGE_SECONDS = 3600;
 
@@ -28,6 +35,8 @@ export function applyCorsHeaders(request: CorsRequest, response: CorsResponse): 
   } else {
     response.set('Access-Control-Allow-Origin', '*');
   }
+  // Only the actual answer's list counts; a preflight answer carrying it would mean nothing.
+  if (request.method !== 'OPTIONS') response.set('Access-Control-Expose-Headers', CORS_EXPOSED_HEADERS);
 }
 
 /** Answers an OPTIONS preflight: 204 with what the endpoint accepts. */
