@@ -1,16 +1,19 @@
 /**
  * Agent sections on the real engine and the official Firestore emulator, under the failures a
- * section meets in production: a worker killed between the tool calls of one model turn (bug 3).
- * Time is the harness's manual clock; a killed worker is a step that never returns.
+ * section meets in production: a worker killed between the tool calls of one model turn (bug 3),
+ * a provider slower than the step (bug 11), a provider asking for a delay of a day or a century
+ * (bug 4). Time is the harness's manual clock; a killed worker is a step that never returns.
  */
-import type { ToolCall } from '../../functions/src/agent/provider';
+import type { ModelProvider, ToolCall } from '../../functions/src/agent/provider';
+import type { SectionPolicy } from '../../functions/src/agent/section-runner';
 import type { Toolbox, ToolResult } from '../../functions/src/agent/tools';
 import type { Clock } from '../../functions/src/core/clock';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { createResearchPipeline, type ResearchDeps } from '../../functions/src/pipelines/research';
-import { createCorpusToolbox, createOfflineProvider } from '../../functions/src/providers/offline';
+import { createCorpusToolbox, createOfflineProvider, type Sleep } from '../../functions/src/providers/offline';
+import { createOpenAiCompatibleProvider } from '../../functions/src/providers/openai-compatible';
 import { groupPosition } from '../../functions/src/providers/offline/toolbox';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
@@ -58,14 +61,16 @@ interface RecoverySetup {
   readonly registry: ReturnType<typeof pipelineRegistry>;
 }
 
-function recoverySetup(db: Firestore, clock: Clock): RecoverySetup {
-  const provider = new ObservedProvider(createOfflineProvider({ seed: 11, clock, sleep: () => Promise.resolve() }));
+function recoverySetup(db: Firestore, clock: Clock, options: { sleep?: Sleep; latencyMs?: number; policy?: Partial<SectionPolicy> } = {}): RecoverySetup {
+  const provider = new ObservedProvider(
+    createOfflineProvider({ seed: 11, clock, settings: { latencyMs: options.latencyMs ?? 0 }, sleep: options.sleep ?? (() => Promise.resolve()) }),
+  );
   const toolbox = new SideEffectToolbox(createCorpusToolbox({ seed: 11 }));
   const deps: ResearchDeps = {
     provider,
     toolbox,
     circuit: firestoreCircuit(db, provider.name, { failureThreshold: 3, windowMs: 60_000, coolDownMs: 60_000 }),
-    policy: { transientRetries: 1, transientMinDelayMs: 1, transientMaxDelayMs: 5 },
+    policy: { transientRetries: 1, transientMinDelayMs: 1, transientMaxDelayMs: 5, ...options.policy },
     timers: immediateTimers,
   };
   return { provider, toolbox, registry: pipelineRegistry(createResearchPipeline(() => deps)) };
@@ -178,5 +183,119 @@ describe('bug 3: a worker killed between the tool calls of one model turn', () =
     const repeated = setup.provider.repeatedRequests();
     expect(repeated).toHaveLength(1);
     expect(repeated[0]?.endsWith(`@${killedAt}`)).toBe(true);
+  });
+});
+
+describe('bug 11: a provider slower than the step', () => {
+  /** Cloud Functions kills a task handler that runs longer than this (runJobStep's timeout). */
+  const FUNCTION_TIMEOUT_MS = 540_000;
+  let slowHarness: EngineHarness;
+  let slow: RecoverySetup;
+  let stepStartedAtMs = 0;
+  let platformKill: () => void = () => undefined;
+
+  beforeAll(() => {
+    slowHarness = engineHarness('agent-slow', (firestore, clock) => {
+      // Model calls take time on the manual clock. A wait that would carry the step past the
+      // function timeout is where the platform kills the worker: it never returns.
+      const sleep: Sleep = (ms, signal) => {
+        signal.throwIfAborted();
+        if (clock.now() + ms > stepStartedAtMs + FUNCTION_TIMEOUT_MS) {
+          platformKill();
+          return hangForever();
+        }
+        clock.advance(ms);
+        return Promise.resolve();
+      };
+      // 200 s a call, within a 250 s call timeout: three calls would outlive the function.
+      slow = recoverySetup(firestore.db, clock, { sleep, latencyMs: 200_000, policy: { callTimeoutMs: 250_000 } });
+      return slow.registry;
+    });
+  });
+  beforeEach(() => slowHarness.firestore.reset());
+  afterAll(() => slowHarness.firestore.close());
+
+  test('bug 11: sections yield before the step deadline and the job completes later: no worker killed, no stale reclaim, never quarantined', async () => {
+    const jobId = await slowHarness.submit('research', { ...question, wordsPerSection: 60 });
+    let kills = 0;
+    let longestStepMs = 0;
+    for (let round = 0; round < 400 && slowHarness.queue.tasks.length > 0; round += 1) {
+      const next = slowHarness.queue.tasks.shift();
+      if (!next) break;
+      slowHarness.clock.advance(next.delaySeconds * 1000);
+      stepStartedAtMs = slowHarness.clock.now();
+      const killed = new Promise<'killed'>((resolve) => {
+        platformKill = () => resolve('killed');
+      });
+      const result = await Promise.race([runStep(slowHarness.deps(), next.task), killed]);
+      longestStepMs = Math.max(longestStepMs, slowHarness.clock.now() - stepStartedAtMs);
+      if (result === 'killed') {
+        // As in production: the lease runs out and the sweeper reclaims the job.
+        kills += 1;
+        slowHarness.clock.advance(slowHarness.options.leaseSeconds * 1000 + 1);
+        await sweep({ store: slowHarness.store, queue: slowHarness.queue, log: () => undefined }, slowHarness.clock.now());
+      }
+    }
+
+    const job = decodeJob(jobId, (await slowHarness.firestore.db.doc(`${JOBS}/${jobId}`).get()).data());
+    expect({ kills, status: job.status, staleReclaims: job.staleReclaims }).toEqual({ kills: 0, status: 'completed', staleReclaims: 0 });
+    expect(job.outcome).toBe('complete');
+    expect(longestStepMs).toBeLessThanOrEqual(slowHarness.options.stepBudgetSeconds * 1000);
+    const events = (await slowHarness.firestore.db.collection(`${JOBS}/${jobId}/events`).get()).docs.map((doc) => doc.get('kind') as string);
+    expect(events).toContain('section-yielded');
+  });
+});
+
+describe('bug 4: a provider asking to wait a day, a century or 10^15 ms', () => {
+  const CAP_MS = 900_000;
+  let waitHarness: EngineHarness;
+  let waiting: RecoverySetup;
+
+  /** The OpenAI-compatible provider, answering 429 with this Retry-After through an injected fetch. */
+  const rateLimited = (clock: Clock, retryAfter: string): ModelProvider =>
+    createOpenAiCompatibleProvider(
+      { baseUrl: 'http://127.0.0.1:9/v1', model: 'm', timeoutMs: 60_000, contextWindowTokens: 128_000, inputUsdPer1kTokens: 0, outputUsdPer1kTokens: 0 },
+      { clock, fetch: () => Promise.resolve(new Response('{"error":{"message":"slow down"}}', { status: 429, headers: { 'retry-after': retryAfter } })) },
+    );
+
+  beforeAll(() => {
+    waitHarness = engineHarness('agent-server-delay', (firestore, clock) => {
+      waiting = recoverySetup(firestore.db, clock);
+      return waiting.registry;
+    });
+  });
+  beforeEach(async () => {
+    waiting.provider.intercept = null;
+    await waitHarness.firestore.reset();
+  });
+  afterAll(() => waitHarness.firestore.close());
+
+  test.each([
+    ['86400 s', '86400'],
+    ['an HTTP date in 2100', 'Fri, 01 Jan 2100 00:00:00 GMT'],
+    ['10^15 ms', '1000000000000'],
+  ])('bug 4: Retry-After of %s: the job waits for the provider until now + the cap (a valid time), then resumes and completes', async (_label, retryAfter) => {
+    const clock = waitHarness.clock;
+    const outageEndsAtMs = clock.now() + 5 * 60_000;
+    const limited = rateLimited(clock, retryAfter);
+    waiting.provider.intercept = (request, call) => (clock.now() < outageEndsAtMs ? limited.chat(request) : call());
+    const jobId = await waitHarness.submit('research', question);
+
+    const startedAtMs = clock.now();
+    await waitHarness.drain();
+    const parked = decodeJob(jobId, (await waitHarness.firestore.db.doc(`${JOBS}/${jobId}`).get()).data());
+    expect(parked.status).toBe('waiting');
+    expect(parked.waiting).toMatchObject({ reason: 'provider', untilMs: startedAtMs + CAP_MS });
+    expect(parked.waiting?.question).toContain('asked to wait');
+    expect(parked.waiting?.question).toContain(`resumes by itself at ${new Date(startedAtMs + CAP_MS).toISOString()}`);
+    expect(parked.nextRunAtMs).toBe(startedAtMs + CAP_MS);
+    expect(parked.attempts).toBe(0);
+
+    // The cap passes (the outage is over by then); the sweeper resumes the job.
+    clock.advance(CAP_MS + 1);
+    await sweep({ store: waitHarness.store, queue: waitHarness.queue, log: () => undefined }, clock.now());
+    await waitHarness.drain();
+    const done = decodeJob(jobId, (await waitHarness.firestore.db.doc(`${JOBS}/${jobId}`).get()).data());
+    expect(done).toMatchObject({ status: 'completed', outcome: 'complete', staleReclaims: 0 });
   });
 });

@@ -3,12 +3,14 @@
  * an in-memory transcript store. Assertions are on what the provider was sent, what the tools
  * executed, what was saved, and the cost tally. Backoff waits go through injected timers: no sleeps.
  */
+import { ManualClock } from '../../functions/src/core/clock';
 import type { Timers } from '../../functions/src/core/flusher';
 import {
   ContextWindowError,
   MalformedResponseError,
   ProviderRateLimitedError,
   ProviderRequestError,
+  ProviderTimeoutError,
   ProviderUnavailableError,
   type ChatMessage,
   type ChatRequest,
@@ -45,6 +47,8 @@ class ScriptedProvider implements ModelProvider {
   readonly name = 'scripted';
   /** The messages of every call, copied at call time. */
   readonly received: ChatMessage[][] = [];
+  /** The timeoutMs of every call. */
+  readonly timeouts: (number | undefined)[] = [];
 
   constructor(
     private readonly steps: Step[],
@@ -55,16 +59,18 @@ class ScriptedProvider implements ModelProvider {
     return this.received.length;
   }
 
-  chat(request: ChatRequest): Promise<ChatResponse> {
+  // Async, so that a step function that throws rejects like a provider would.
+  async chat(request: ChatRequest): Promise<ChatResponse> {
     this.received.push(structuredClone([...request.messages]));
+    this.timeouts.push(request.timeoutMs);
     const step = this.steps.shift();
-    if (step === undefined) return Promise.reject(new Error('the script ran out'));
-    if (step instanceof Error) return Promise.reject(step);
+    if (step === undefined) throw new Error('the script ran out');
+    if (step instanceof Error) throw step;
     if (step instanceof Death) {
       step.onDeath();
       return new Promise<never>(() => undefined);
     }
-    return Promise.resolve(typeof step === 'function' ? step(request) : step);
+    return typeof step === 'function' ? step(request) : step;
   }
 
   get remaining(): number {
@@ -195,7 +201,10 @@ interface Harness {
   readonly deps: SectionDeps;
 }
 
-function harness(steps: Step[], options: { stored?: StoredTranscript; contextWindowTokens?: number; policy?: SectionDeps['policy']; timers?: Timers } = {}): Harness {
+function harness(
+  steps: Step[],
+  options: { stored?: StoredTranscript; contextWindowTokens?: number; policy?: SectionDeps['policy']; timers?: Timers; remainingMs?: () => number } = {},
+): Harness {
   const provider = new ScriptedProvider(steps, options.contextWindowTokens);
   const toolbox = new CountingToolbox();
   const transcripts = new MemoryTranscripts(options.stored ?? null);
@@ -211,6 +220,7 @@ function harness(steps: Step[], options: { stored?: StoredTranscript; contextWin
     random: () => 0.5,
     timers: options.timers ?? timers,
     onUsage: (entry) => usage.push(entry),
+    ...(options.remainingMs ? { remainingMs: options.remainingMs } : {}),
   };
   return { provider, toolbox, transcripts, timers, usage, controller, deps };
 }
@@ -602,6 +612,100 @@ describe('runSection: transient provider errors', () => {
   });
 });
 
+describe("bug 11: every model call and wait fits in the step's remaining time", () => {
+  const STEP_MS = 300_000;
+  const policy = { callTimeoutMs: 120_000, minCallTimeMs: 10_000 };
+
+  /** A provider that takes `latencyMs` of the injected clock, or gives up at the caller's timeoutMs as a real client does. */
+  const slow =
+    (clock: ManualClock, latencyMs: number, response: ChatResponse) =>
+    (request: ChatRequest): ChatResponse => {
+      const limitMs = request.timeoutMs ?? Number.POSITIVE_INFINITY;
+      if (latencyMs > limitMs) {
+        clock.advance(limitMs);
+        throw new ProviderTimeoutError(`no answer within ${limitMs} ms`);
+      }
+      clock.advance(latencyMs);
+      return response;
+    };
+
+  function step(clock: ManualClock): () => number {
+    const deadlineMs = clock.now() + STEP_MS;
+    return () => Math.max(0, deadlineMs - clock.now());
+  }
+
+  test('bug 11: a slow provider: calls get at most the time left, the section ends out-of-time at the deadline with its transcript saved, and the next step finishes it', async () => {
+    const clock = new ManualClock(0);
+    const first = harness([slow(clock, 110_000, toolTurn('c1')), slow(clock, 110_000, toolTurn('c2')), slow(clock, 110_000, toolTurn('c3'))], {
+      policy,
+      remainingMs: step(clock),
+    });
+
+    const outcome = await runSection(spec, first.deps);
+
+    expect(outcome).toMatchObject({ kind: 'out-of-time', attempts: { warm: 0, cold: 0, generation: 0 } });
+    expect(clock.now()).toBe(STEP_MS); // never past the step's deadline
+    expect(first.provider.timeouts).toEqual([120_000, 120_000, 80_000]);
+    expect(first.transcripts.last.messages).toEqual([SYSTEM, PROMPT, ask('c1'), result('c1'), ask('c2'), result('c2')]);
+
+    const second = harness([slow(clock, 110_000, toolTurn('c3')), slow(clock, 110_000, answer('Done.'))], {
+      stored: first.transcripts.last,
+      policy,
+      remainingMs: step(clock),
+    });
+    const finished = await runSection(spec, second.deps);
+
+    expect(finished).toMatchObject({ kind: 'written', text: 'Done.', attempts: { warm: 0, cold: 0, generation: 0 } });
+    expect(second.provider.received[0]).toEqual(first.transcripts.last.messages);
+    expect([...first.toolbox.executions.keys(), ...second.toolbox.executions.keys()]).toEqual(['c1', 'c2', 'c3']);
+  });
+
+  test('bug 11: a provider that keeps timing out: in-call retries stop at the deadline and the timeout is thrown out (an outage), never slept past', async () => {
+    const clock = new ManualClock(0);
+    const h = harness(
+      [slow(clock, 200_000, answer('never')), slow(clock, 200_000, answer('never')), slow(clock, 200_000, answer('never')), slow(clock, 200_000, answer('never'))],
+      { policy, remainingMs: step(clock) },
+    );
+
+    await expect(runSection(spec, h.deps)).rejects.toBeInstanceOf(ProviderTimeoutError);
+
+    expect(clock.now()).toBe(STEP_MS);
+    expect(h.provider.timeouts).toEqual([120_000, 120_000, 60_000]);
+    expect(h.transcripts.last.attempts).toEqual({ warm: 0, cold: 0 });
+  });
+
+  test('bug 11: no model call starts with less than minCallTimeMs left: the section is out of time at once', async () => {
+    const clock = new ManualClock(0);
+    const remainingMs = step(clock);
+    clock.advance(STEP_MS - 5_000);
+    const h = harness([answer('never')], { policy, remainingMs });
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(outcome).toMatchObject({ kind: 'out-of-time', reason: '5000 ms left in the step, less than the 10000 ms a model call needs' });
+    expect(h.provider.calls).toBe(0);
+    expect(h.transcripts.last.messages).toEqual([SYSTEM, PROMPT]);
+  });
+
+  test('bug 11: a retry-after that does not fit in the time left is not slept: the 429 goes to the engine at once', async () => {
+    const clock = new ManualClock(0);
+    const remainingMs = step(clock);
+    clock.advance(STEP_MS - 12_000);
+    const limited = new ProviderRateLimitedError('slow down', 4_000);
+    const h = harness([limited, answer('never')], { policy, remainingMs });
+
+    await expect(runSection(spec, h.deps)).rejects.toBe(limited);
+    expect(h.timers.delays).toEqual([]);
+    expect(h.provider.calls).toBe(1);
+  });
+
+  test('without a step deadline a call is bounded by callTimeoutMs alone', async () => {
+    const h = harness([answer('Done.')], { policy });
+    await runSection(spec, h.deps);
+    expect(h.provider.timeouts).toEqual([120_000]);
+  });
+});
+
 describe('runSection: stops', () => {
   test('a failed save is thrown as it is and nothing runs after it', async () => {
     const failure = new Error('ownership lost');
@@ -661,5 +765,7 @@ describe('resolveSectionPolicy', () => {
     expect(() => resolveSectionPolicy({ coldRetries: -1 })).toThrow('coldRetries');
     expect(() => resolveSectionPolicy({ transientMinDelayMs: 10, transientMaxDelayMs: 5 })).toThrow('transientMinDelayMs');
     expect(() => resolveSectionPolicy({ compactToWindowShare: 0 })).toThrow('compactToWindowShare');
+    expect(() => resolveSectionPolicy({ minCallTimeMs: 0 })).toThrow('minCallTimeMs');
+    expect(() => resolveSectionPolicy({ callTimeoutMs: 5_000, minCallTimeMs: 10_000 })).toThrow('callTimeoutMs');
   });
 });

@@ -342,6 +342,25 @@ describe('offline provider: simulated faults', () => {
     expect(waits).toEqual([30_000]);
   });
 
+  it("bug 11: an answer slower than the caller's timeoutMs is a timeout at that limit, waited through the injected sleep", async () => {
+    const { provider, toolbox, waits } = setup(1, { latencyMs: 200_000 });
+    const error = await failureOf(provider.chat(chatRequest(start(), toolbox, { timeoutMs: 45_000 })));
+    expect(error).toBeInstanceOf(ProviderTimeoutError);
+    expect((error as Error).message).toContain('no answer within 45000 ms');
+    expect(waits).toEqual([45_000]);
+    expect(provider.stats().faults.timeout).toBe(1);
+
+    // Within the limit the answer arrives after the full latency.
+    await provider.chat(chatRequest(start(), toolbox, { timeoutMs: 200_000 }));
+    expect(waits).toEqual([45_000, 200_000]);
+  });
+
+  it("bug 11: a simulated timeout waits no longer than the caller's timeoutMs", async () => {
+    const { provider, toolbox, waits } = setup(1, { timeoutRate: 1, timeoutMs: 30_000 });
+    expect(await failureOf(provider.chat(chatRequest(start(), toolbox, { timeoutMs: 12_000 })))).toBeInstanceOf(ProviderTimeoutError);
+    expect(waits).toEqual([12_000]);
+  });
+
   it('latency is awaited through the injected sleep on every call, and an abort during it is rethrown', async () => {
     const { provider, toolbox, waits } = setup(1, { latencyMs: 750 });
     await provider.chat(chatRequest(start(), toolbox));

@@ -1,7 +1,7 @@
 /**
  * The OpenAI-compatible provider against a local HTTP server (node:http on 127.0.0.1, port 0):
  * the exact wire request, the mapping back to the port, and the translation of every failure into
- * the port's error classes. The one real wait is the timeout case (200 ms client timeout).
+ * the port's error classes. The only real waits are the timeout cases (200 ms).
  */
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -18,7 +18,7 @@ import {
 } from '../../functions/src/agent/provider';
 import { ManualClock } from '../../functions/src/core/clock';
 import { TerminalError } from '../../functions/src/core/errors';
-import { createOpenAiCompatibleProvider, parseRetryAfter, type OpenAiCompatibleConfig } from '../../functions/src/providers/openai-compatible';
+import { createOpenAiCompatibleProvider, type OpenAiCompatibleConfig } from '../../functions/src/providers/openai-compatible';
 
 interface Received {
   readonly method: string | undefined;
@@ -281,6 +281,17 @@ describe('openai-compatible provider: failures become the port error classes', (
     expect(Date.now() - startedAt).toBeLessThan(900);
   });
 
+  it("bug 11: the caller's timeoutMs (what is left of its step) bounds the request when shorter than the configured timeout", async () => {
+    handler = (_request, response) => {
+      sendLater(response, 1_000, 200, completion({ content: 'too late' }, 'stop'));
+    };
+    const startedAt = Date.now();
+    const error = await failureOf(createOpenAiCompatibleProvider(config({ timeoutMs: 60_000 }), { clock }).chat(request(question, { timeoutMs: 200 })));
+    expect(error).toBeInstanceOf(ProviderTimeoutError);
+    expect((error as Error).message).toContain('no answer within 200 ms');
+    expect(Date.now() - startedAt).toBeLessThan(900);
+  });
+
   it("the caller's abort is rethrown as the abort, not as a provider error", async () => {
     handler = (_request, response) => {
       sendLater(response, 1_000, 200, completion({ content: 'too late' }, 'stop'));
@@ -381,12 +392,34 @@ describe('openai-compatible provider: config and helpers', () => {
     expect((thrown as Error).message).not.toContain(API_KEY);
   });
 
-  it('parses Retry-After seconds, fractions, dates in the past, and refuses nonsense', () => {
-    const now = Date.UTC(2026, 0, 1);
-    expect(parseRetryAfter('3', now)).toBe(3_000);
-    expect(parseRetryAfter(' 1.5 ', now)).toBe(1_500);
-    expect(parseRetryAfter(new Date(now - 60_000).toUTCString(), now)).toBe(0);
-    expect(parseRetryAfter('soon', now)).toBeUndefined();
-    expect(parseRetryAfter(null, now)).toBeUndefined();
+});
+
+describe('bug 4: a Retry-After far in the future reaches the caller as a finite delay, for it to cap', () => {
+  // What the server asked for is reported as it is (a finite, safe number of milliseconds): the
+  // caller caps it with the engine's maxServerDelayMs and treats anything longer as an outage.
+  it.each([
+    ['86400 seconds (a day)', '86400', 86_400_000],
+    ['an HTTP date in 2100', 'Fri, 01 Jan 2100 00:00:00 GMT', Date.UTC(2100, 0, 1) - clock.now()],
+    ['10^15 ms (10^12 seconds)', '1000000000000', 1e15],
+    ['a fraction of a second', ' 1.5 ', 1_500],
+    ['a date in the past', 'Thu, 01 Jan 2026 00:00:00 GMT', 0],
+  ])('bug 4: 429 with Retry-After of %s', async (_label, header, expectedMs) => {
+    handler = (_request, response) => {
+      sendJson(response, 429, { error: { message: 'slow down' } }, { 'retry-after': header });
+    };
+    const error = await failureOf(createOpenAiCompatibleProvider(config(), { clock }).chat(request(question)));
+    expect(error).toBeInstanceOf(ProviderRateLimitedError);
+    const retryAfterMs = (error as ProviderRateLimitedError).retryAfterMs;
+    expect(retryAfterMs).toBe(expectedMs);
+    expect(Number.isSafeInteger(retryAfterMs)).toBe(true);
+  });
+
+  it('bug 4: an unreadable Retry-After is no hint at all', async () => {
+    handler = (_request, response) => {
+      sendJson(response, 503, { error: { message: 'down' } }, { 'retry-after': 'soon' });
+    };
+    const error = await failureOf(createOpenAiCompatibleProvider(config(), { clock }).chat(request(question)));
+    expect(error).toBeInstanceOf(ProviderUnavailableError);
+    expect(error).toMatchObject({ retryAfterMs: undefined });
   });
 });

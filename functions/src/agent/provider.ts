@@ -31,6 +31,12 @@ export interface ChatRequest {
   readonly tools: readonly ToolSpec[];
   readonly maxOutputTokens?: number;
   readonly signal: AbortSignal;
+  /**
+   * The longest the caller waits for this answer (what is left of its step, at most its per-call
+   * limit). A provider gives up by then, whichever of this and its own timeout is shorter, and
+   * throws ProviderTimeoutError; absent, only its own timeout applies.
+   */
+  readonly timeoutMs?: number;
 }
 
 export interface Usage {
@@ -97,6 +103,6 @@ export class ProviderRequestError extends PhaselineError {
 }
 
 /** Errors that say the provider as a whole is unhealthy (they feed the shared circuit). */
-export function isProviderOutage(error: unknown): boolean {
+export function isProviderOutage(error: unknown): error is ProviderRateLimitedError | ProviderUnavailableError | ProviderTimeoutError {
   return error instanceof ProviderRateLimitedError || error instanceof ProviderUnavailableError || error instanceof ProviderTimeoutError;
 }

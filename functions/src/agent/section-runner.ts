@@ -9,6 +9,10 @@
  *   before the next model call. If it cannot be shown sound, the section starts a clean generation.
  * - Transient provider trouble is retried inside the call (full jitter, honouring retry-after) and,
  *   if it persists, thrown out: an outage is not the section's fault and spends none of its attempts.
+ * - Every model call, retry and wait fits in the step's remaining time: a call is given at most what
+ *   is left, none starts without `minCallTimeMs` left, and no wait runs past the deadline. A section
+ *   that cannot finish in time ends `out-of-time` (its transcript is durable; the next step goes on)
+ *   instead of running until the platform kills the worker.
  * - Other failures spend attempts: warm retries first (repair, compact if the context overflowed,
  *   continue the same thread), then cold retries (a new generation from the prompt and the rolling
  *   context), then an explicit `skipped` outcome naming the last error.
@@ -17,7 +21,6 @@
  *
  * Pure core: no Firebase imports. Persistence is the TranscriptPort's job.
  */
-import pRetry from 'p-retry';
 import type { RandomSource } from '../core/clock';
 import { describeError, PhaselineError } from '../core/errors';
 import { realTimers, type Timers } from '../core/flusher';
@@ -25,6 +28,7 @@ import {
   ContextWindowError,
   isProviderOutage,
   MalformedResponseError,
+  ProviderTimeoutError,
   type ChatMessage,
   type ChatResponse,
   type ModelProvider,
@@ -119,6 +123,10 @@ export interface SectionPolicy {
   readonly transientMaxDelayMs: number;
   /** On a context-window failure, compact to at most this share of the provider's window. */
   readonly compactToWindowShare: number;
+  /** The longest one model call may take; the step's remaining time may cut it shorter. */
+  readonly callTimeoutMs: number;
+  /** No model call starts with less than this left in the step: the section yields instead. */
+  readonly minCallTimeMs: number;
 }
 
 export const DEFAULT_SECTION_POLICY: SectionPolicy = {
@@ -128,6 +136,8 @@ export const DEFAULT_SECTION_POLICY: SectionPolicy = {
   transientMinDelayMs: 1_000,
   transientMaxDelayMs: 20_000,
   compactToWindowShare: 0.5,
+  callTimeoutMs: 120_000,
+  minCallTimeMs: 10_000,
 };
 
 export function resolveSectionPolicy(overrides: Partial<SectionPolicy> = {}): SectionPolicy {
@@ -139,6 +149,9 @@ export function resolveSectionPolicy(overrides: Partial<SectionPolicy> = {}): Se
     throw new Error(
       `Section policy needs 0 <= transientMinDelayMs (${policy.transientMinDelayMs}) <= transientMaxDelayMs (${policy.transientMaxDelayMs})`,
     );
+  }
+  if (!(policy.minCallTimeMs > 0) || !(policy.callTimeoutMs >= policy.minCallTimeMs) || !Number.isFinite(policy.callTimeoutMs)) {
+    throw new Error(`Section policy needs 0 < minCallTimeMs (${policy.minCallTimeMs}) <= callTimeoutMs (${policy.callTimeoutMs}), both finite`);
   }
   if (!(policy.compactToWindowShare > 0 && policy.compactToWindowShare <= 1)) {
     throw new Error(`Section policy compactToWindowShare must be in (0, 1], got ${policy.compactToWindowShare}`);
@@ -165,6 +178,11 @@ export interface SectionDeps {
   readonly random?: RandomSource;
   /** Timers for backoff waits; real ones by default. */
   readonly timers?: Timers;
+  /**
+   * Milliseconds left before the step's hard deadline (the step context's `remainingMs`). Every
+   * model call and wait is bounded by it; without it only `callTimeoutMs` bounds a call.
+   */
+  readonly remainingMs?: () => number;
   /** Called for every model call, tool call and discard as it happens, so cost can be flushed live. */
   readonly onUsage?: (entry: UsageEntry) => void;
 }
@@ -177,13 +195,23 @@ export interface SectionAttempts {
 
 export type SectionOutcome =
   | { readonly kind: 'written'; readonly text: string; readonly tally: CostTally; readonly attempts: SectionAttempts }
-  | { readonly kind: 'skipped'; readonly reason: string; readonly tally: CostTally; readonly attempts: SectionAttempts };
+  | { readonly kind: 'skipped'; readonly reason: string; readonly tally: CostTally; readonly attempts: SectionAttempts }
+  /** The step's time ran out first. The transcript is saved: run the section again in a new step and it goes on. */
+  | { readonly kind: 'out-of-time'; readonly reason: string; readonly tally: CostTally; readonly attempts: SectionAttempts };
 
 /** An attempt failed for a reason of its own (not the provider's health): spend a warm or cold retry. */
 export class SectionAttemptError extends Error {
   constructor(message: string, options: { readonly cause?: unknown } = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'SectionAttemptError';
+  }
+}
+
+/** The step has no time left for the next model call (or the call was cut at the step's deadline). */
+class OutOfTimeError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'OutOfTimeError';
   }
 }
 
@@ -204,8 +232,6 @@ interface CallCost {
   readonly outputTokens: number;
   readonly usd: number;
 }
-
-type Settled = { readonly ok: true; readonly response: ChatResponse } | { readonly ok: false; readonly error: unknown };
 
 class SectionRun {
   private readonly policy: SectionPolicy;
@@ -247,6 +273,7 @@ class SectionRun {
         return { kind: 'written', text, tally: this.tally, attempts: this.outcomeAttempts() };
       } catch (error) {
         this.signal.throwIfAborted();
+        if (error instanceof OutOfTimeError) return { kind: 'out-of-time', reason: error.message, tally: this.tally, attempts: this.outcomeAttempts() };
         if (!isAttemptFailure(error)) throw error;
         failure = error;
       }
@@ -422,45 +449,57 @@ class SectionRun {
     ];
   }
 
-  /** One model call with in-call retries of transient provider errors (full jitter, retry-after honoured). */
+  /**
+   * One model call with in-call retries of transient provider errors (full jitter, retry-after
+   * honoured), all inside the step's remaining time. Without time for the call the section is out
+   * of time; without time for a retry the provider's error is thrown out (an outage the engine
+   * backs off from), so a failing provider is never mistaken for a slow step.
+   */
   private async callModel(): Promise<ChatResponse> {
-    const request = { messages: [...this.messages], tools: this.deps.toolbox.specs, signal: this.signal };
-    const settled = await pRetry<Settled>(
-      async () => {
-        try {
-          return { ok: true, response: await this.deps.provider.chat(request) };
-        } catch (error) {
-          // A failed call may still have been billed; its (unknown) output is thrown away.
-          this.count('model_call', { modelCalls: 1, wastedModelCalls: 1 }, `${this.deps.provider.name} failed: ${describeError(error)}`);
-          if (this.signal.aborted || !isProviderOutage(error)) return { ok: false, error };
-          throw error;
+    const messages = [...this.messages];
+    let lastFailure: PhaselineError | null = null;
+    for (let attemptNumber = 1; ; attemptNumber += 1) {
+      const leftMs = this.remainingMs();
+      if (leftMs < this.policy.minCallTimeMs) {
+        if (lastFailure !== null) throw lastFailure;
+        throw new OutOfTimeError(`${Math.max(0, Math.round(leftMs))} ms left in the step, less than the ${this.policy.minCallTimeMs} ms a model call needs`);
+      }
+      const cutByStep = leftMs < this.policy.callTimeoutMs;
+      const timeoutMs = Math.floor(Math.min(this.policy.callTimeoutMs, leftMs));
+      let response: ChatResponse;
+      try {
+        response = await this.deps.provider.chat({ messages, tools: this.deps.toolbox.specs, signal: this.signal, timeoutMs });
+      } catch (error) {
+        // A failed call may still have been billed; its (unknown) output is thrown away.
+        this.count('model_call', { modelCalls: 1, wastedModelCalls: 1 }, `${this.deps.provider.name} failed: ${describeError(error)}`);
+        this.signal.throwIfAborted();
+        if (!isProviderOutage(error)) throw error;
+        if (error instanceof ProviderTimeoutError && cutByStep && this.remainingMs() < this.policy.minCallTimeMs) {
+          // The step's deadline, not the provider's own timeout, ended this call.
+          if (lastFailure !== null) throw lastFailure;
+          throw new OutOfTimeError(`the model call was cut at the step's deadline after ${timeoutMs} ms`);
         }
-      },
-      {
-        retries: this.policy.transientRetries,
-        // p-retry's own wait is off; onFailedAttempt waits with full jitter and the provider's retry-after.
-        minTimeout: 0,
-        maxTimeout: 0,
-        signal: this.signal,
-        onFailedAttempt: async ({ error, attemptNumber, retriesLeft }) => {
-          if (retriesLeft <= 0) return;
-          const retryAfterMs = error instanceof PhaselineError ? (error.retryAfterMs ?? 0) : 0;
-          // Throwing here ends the retries with this error: a long retry-after is the engine's to wait out.
-          if (retryAfterMs > this.policy.transientMaxDelayMs) throw error;
-          await this.sleep(Math.max(retryAfterMs, this.backoffMs(attemptNumber)));
-        },
-      },
-    );
-    if (!settled.ok) {
-      this.signal.throwIfAborted();
-      throw settled.error;
+        if (attemptNumber > this.policy.transientRetries) throw error;
+        const retryAfterMs = error.retryAfterMs ?? 0;
+        // A long retry-after is the engine's to wait out (it requeues the job for later).
+        if (retryAfterMs > this.policy.transientMaxDelayMs) throw error;
+        const waitMs = Math.max(retryAfterMs, this.backoffMs(attemptNumber));
+        if (waitMs + this.policy.minCallTimeMs > this.remainingMs()) throw error;
+        lastFailure = error;
+        await this.sleep(waitMs);
+        continue;
+      }
+      this.count(
+        'model_call',
+        { modelCalls: 1, inputTokens: response.usage.inputTokens, outputTokens: response.usage.outputTokens, usd: response.costUsd },
+        this.deps.provider.name,
+      );
+      return response;
     }
-    this.count(
-      'model_call',
-      { modelCalls: 1, inputTokens: settled.response.usage.inputTokens, outputTokens: settled.response.usage.outputTokens, usd: settled.response.costUsd },
-      this.deps.provider.name,
-    );
-    return settled.response;
+  }
+
+  private remainingMs(): number {
+    return this.deps.remainingMs?.() ?? Number.POSITIVE_INFINITY;
   }
 
   /** Full jitter: uniform in [0, min(max, base * 2^(attempt-1))). */

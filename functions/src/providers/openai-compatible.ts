@@ -24,6 +24,7 @@ import {
 } from '../agent/provider';
 import { systemClock, type Clock } from '../core/clock';
 import { TerminalError } from '../core/errors';
+import { parseRetryAfter } from '../core/server-delay';
 
 export const openAiCompatibleConfigSchema = z.strictObject({
   /** e.g. `https://api.openai.com/v1`; `/chat/completions` is appended. */
@@ -117,19 +118,6 @@ export function toWireTools(tools: readonly ToolSpec[]): { type: 'function'; fun
   return tools.map((tool) => ({ type: 'function', function: { name: tool.name, description: tool.description, parameters: tool.parameters } }));
 }
 
-/**
- * `Retry-After` as milliseconds from now: delta-seconds (`"7"`, `"1.5"`) or an HTTP date. A date in
- * the past gives 0; anything unreadable gives undefined.
- */
-export function parseRetryAfter(value: string | null, nowMs: number): number | undefined {
-  if (value === null) return undefined;
-  const text = value.trim();
-  if (/^\d+(\.\d+)?$/.test(text)) return Math.round(Number(text) * 1000);
-  const dateMs = Date.parse(text);
-  if (Number.isNaN(dateMs)) return undefined;
-  return Math.max(0, dateMs - nowMs);
-}
-
 function isContextLengthError(code: string | undefined, message: string): boolean {
   if (code !== undefined && /context_length|context_window|too_many_tokens/i.test(code)) return true;
   return /context (length|window)|maximum context|too many tokens|prompt is too long|reduce the length of the messages/i.test(message);
@@ -165,7 +153,10 @@ class OpenAiCompatibleProvider implements ModelProvider {
     if (this.config.apiKey !== undefined) headers['authorization'] = `Bearer ${this.config.apiKey}`;
 
     const bodyText = JSON.stringify(body);
-    const timeout = AbortSignal.timeout(this.config.timeoutMs);
+    // The caller's limit (what is left of its step) may be shorter than ours; the shorter one wins.
+    const callerLimitMs = request.timeoutMs !== undefined && request.timeoutMs >= 0 ? request.timeoutMs : Number.POSITIVE_INFINITY;
+    const timeoutMs = Math.max(1, Math.floor(Math.min(this.config.timeoutMs, callerLimitMs)));
+    const timeout = AbortSignal.timeout(timeoutMs);
     const signal = AbortSignal.any([request.signal, timeout]);
     let status: number;
     let responseHeaders: Headers;
@@ -178,7 +169,7 @@ class OpenAiCompatibleProvider implements ModelProvider {
     } catch (error) {
       // The caller's abort wins: it is theirs to interpret (cancellation, lost claim), not a provider fault.
       if (request.signal.aborted) throw request.signal.reason as Error;
-      if (timeout.aborted) throw new ProviderTimeoutError(`${this.name}: no answer within ${this.config.timeoutMs} ms`, { cause: error });
+      if (timeout.aborted) throw new ProviderTimeoutError(`${this.name}: no answer within ${timeoutMs} ms`, { cause: error });
       throw new ProviderUnavailableError(`${this.name}: request failed: ${this.redact(error instanceof Error ? error.message : String(error))}`, { cause: error });
     }
 
@@ -222,7 +213,8 @@ class OpenAiCompatibleProvider implements ModelProvider {
   private httpError(status: number, headers: Headers, text: string): Error {
     const { code, message } = this.errorDetail(text);
     const described = `${this.name}: HTTP ${status}${message === '' ? '' : `: ${message}`}`;
-    const retryAfterMs = parseRetryAfter(headers.get('retry-after'), this.clock.now());
+    // Raw (finite, not capped): what the server asked for. The caller caps it (`maxServerDelayMs`).
+    const retryAfterMs = parseRetryAfter(headers.get('retry-after'), this.clock.now()) ?? undefined;
     if (status === 429) return new ProviderRateLimitedError(described, retryAfterMs);
     if (status >= 500) return new ProviderUnavailableError(described, retryAfterMs === undefined ? {} : { retryAfterMs });
     if (status === 408) return new ProviderTimeoutError(described);

@@ -1,15 +1,18 @@
 /**
  * Runs one agent section inside a step: transcripts persisted under the job (owner-checked), cost
- * flushed live, and the shared provider circuit consulted before and informed after.
+ * flushed live, every model call bounded by the step's remaining time, and the shared provider
+ * circuit consulted before and informed after. A provider that asks for a delay longer than the
+ * engine's cap (`maxServerDelayMs`) is treated as down: the job waits, resuming at the cap.
  */
 import { z } from 'zod';
 import type { ProviderCircuit } from '../../agent/circuit';
 import { isProviderOutage, type ModelProvider } from '../../agent/provider';
 import { runSection, type SectionOutcome, type SectionPolicy, type SectionSpec, type StoredTranscript, type UsageEntry } from '../../agent/section-runner';
 import type { Toolbox } from '../../agent/tools';
-import { describeError } from '../../core/errors';
+import { describeError, PhaselineError } from '../../core/errors';
 import type { Timers } from '../../core/flusher';
 import type { StepContext } from '../../core/pipeline';
+import { capServerDelay } from '../../core/server-delay';
 
 export interface ResearchDeps {
   readonly provider: ModelProvider;
@@ -87,6 +90,7 @@ export async function runAgentSection<TInput>(
       toolbox: deps.toolbox,
       signal: context.signal,
       random: context.random,
+      remainingMs: () => context.remainingMs(),
       ...(deps.policy ? { policy: deps.policy } : {}),
       ...(deps.timers ? { timers: deps.timers } : {}),
       transcripts: {
@@ -103,14 +107,47 @@ export async function runAgentSection<TInput>(
       },
       onUsage: (entry) => context.addCost(costIncrements(entry)),
     });
-    await deps.circuit.recordSuccess(context.clock.now());
+    if (outcome.kind === 'out-of-time') {
+      context.note('section-yielded', `${spec.sectionId}: the step's time ran out mid-section (${outcome.reason}); its transcript is saved and the next step goes on`);
+    } else {
+      await deps.circuit.recordSuccess(context.clock.now());
+    }
     return outcome;
   } catch (error) {
     if (!isProviderOutage(error) || context.signal.aborted) throw error;
-    const state = await deps.circuit.recordOutage(context.clock.now(), describeError(error));
+    const nowMs = context.clock.now();
+    const state = await deps.circuit.recordOutage(nowMs, describeError(error));
+    const asked = capServerDelay(error instanceof PhaselineError ? error.retryAfterMs : undefined, context.limits.maxServerDelayMs);
+    if (asked.capped) {
+      // Not honoured as a backoff (a day, a century): an outage with a stated resume time.
+      const untilMs = Math.max(nowMs + asked.delayMs, state.open && state.untilMs !== null ? state.untilMs : 0);
+      return { kind: 'provider-wait', untilMs, question: overLongDelayQuestion(deps.provider.name, asked.requestedMs, asked.delayMs, untilMs) };
+    }
     if (state.open && state.untilMs !== null) {
       return { kind: 'provider-wait', untilMs: state.untilMs, question: `Provider ${deps.provider.name} unavailable (${describeError(error)}); resuming automatically` };
     }
+    // A delay within the cap (or none): the engine requeues the job and honours it.
     throw error;
   }
+}
+
+/** What the person watching the job reads when the provider asked for more than the cap. */
+export function overLongDelayQuestion(provider: string, requestedMs: number, capMs: number, untilMs: number): string {
+  return (
+    `Provider ${provider} asked to wait ${describeDelay(requestedMs)} before the next request; ` +
+    `a wait over ${describeDelay(capMs)} is treated as an outage, so the job resumes by itself at ${new Date(untilMs).toISOString()}.`
+  );
+}
+
+/** A delay in the largest unit that keeps it readable: "90 s", "15 min", "24 h", "3 days", "74 years". */
+export function describeDelay(ms: number): string {
+  const seconds = Math.round(ms / 1000);
+  if (seconds < 120) return `${seconds} s`;
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 120) return `${minutes} min`;
+  const hours = Math.round(minutes / 60);
+  if (hours < 48) return `${hours} h`;
+  const days = Math.round(hours / 24);
+  if (days < 730) return `${days} days`;
+  return `${Math.round(days / 365.25).toLocaleString('en-US')} years`;
 }

@@ -89,6 +89,8 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
         maxToolRounds: MAX_TOOL_ROUNDS,
       });
       if (outcome.kind === 'provider-wait') return providerWait(outcome);
+      // The step's time ran out mid-section: its transcript is saved, a new step goes on with it.
+      if (outcome.kind === 'out-of-time') return { kind: 'yield' };
       const proposed = outcome.kind === 'written' ? listItems(outcome.text) : [];
       const headings = pad(proposed, FALLBACK_HEADINGS, sections).map((heading, index) => ({ id: `h${index + 1}`, heading }));
       context.reportProgress({ sectionsTotal: sections });
@@ -111,6 +113,7 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
         maxToolRounds: MAX_TOOL_ROUNDS,
       });
       if (outcome.kind === 'provider-wait') return providerWait(outcome);
+      if (outcome.kind === 'out-of-time') return { kind: 'yield' };
       const proposed = outcome.kind === 'written' ? listItems(outcome.text) : [];
       const names = pad(proposed, FALLBACK_EXPERTS, experts);
       return { kind: 'done', state: { experts: names.map((name, index) => ({ id: `e${index + 1}`, name })) } };
@@ -134,6 +137,7 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
           if (context.shouldYield()) return { kind: 'yield' };
           const outcome = await writeExpertSection(context, resolveDeps(), expert, heading, recorded());
           if (outcome.kind === 'provider-wait') return { kind: 'wait', reason: 'provider', question: outcome.question, untilMs: outcome.untilMs };
+          if (outcome.kind === 'out-of-time') return { kind: 'yield' };
           const section: ExpertSection =
             outcome.kind === 'written'
               ? { skipped: false, headingId: heading.id, text: outcome.text }
@@ -187,6 +191,7 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
             maxToolRounds: MAX_TOOL_ROUNDS,
           });
           if (outcome.kind === 'provider-wait') return providerWait(outcome);
+          if (outcome.kind === 'out-of-time') return { kind: 'yield' };
           record =
             outcome.kind === 'written'
               ? { headingId: heading.id, heading: heading.heading, text: outcome.text, missing: false, note: null }

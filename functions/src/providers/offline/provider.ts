@@ -100,6 +100,11 @@ function requestKey(request: ChatRequest): string {
   return digest(JSON.stringify([canonical, request.tools.map((tool) => tool.name), request.maxOutputTokens ?? null]));
 }
 
+/** How long the caller waits for this call, in whole milliseconds (no limit when it set none). */
+function callerLimitMs(request: ChatRequest): number {
+  return request.timeoutMs !== undefined && request.timeoutMs >= 0 ? Math.floor(request.timeoutMs) : Number.POSITIVE_INFINITY;
+}
+
 /** Bounds the memory of requests seen (for attempt numbers) in a long-lived process. */
 const MAX_REMEMBERED_REQUESTS = 10_000;
 
@@ -141,7 +146,7 @@ class OfflineProviderImpl implements OfflineProvider {
 
     const wave = activeErrorWave(settings, nowMs);
     if (wave !== undefined) {
-      await this.latency(request.signal);
+      await this.latency(request);
       const offsetMs = nowMs - settings.epochMs;
       const hint = wave.retryAfterMs === undefined ? {} : { retryAfterMs: wave.retryAfterMs };
       if (wave.status === 429) {
@@ -154,18 +159,19 @@ class OfflineProviderImpl implements OfflineProvider {
 
     const inputTokens = estimateRequestTokens(request.messages, request.tools);
     if (inputTokens > settings.contextWindowTokens) {
-      await this.latency(request.signal);
+      await this.latency(request);
       this.faults.context_window += 1;
       throw new ContextWindowError(`Offline simulator: request of about ${inputTokens} tokens exceeds the context window of ${settings.contextWindowTokens}`);
     }
 
     if (settings.timeoutRate > 0 && unitInterval(this.seed, 'timeout', key, attempt) < settings.timeoutRate) {
-      if (settings.timeoutMs > 0) await this.sleep(settings.timeoutMs, request.signal);
+      const waitedMs = Math.min(settings.timeoutMs, callerLimitMs(request));
+      if (waitedMs > 0) await this.sleep(waitedMs, request.signal);
       this.faults.timeout += 1;
-      throw new ProviderTimeoutError(`Offline simulator: no answer within ${settings.timeoutMs} ms`);
+      throw new ProviderTimeoutError(`Offline simulator: no answer within ${waitedMs} ms`);
     }
 
-    await this.latency(request.signal);
+    await this.latency(request);
     if (settings.malformedRate > 0 && unitInterval(this.seed, 'malformed', key, attempt) < settings.malformedRate) {
       this.faults.malformed += 1;
       throw new MalformedResponseError('Offline simulator: the response body was not a valid chat completion');
@@ -196,8 +202,16 @@ class OfflineProviderImpl implements OfflineProvider {
     };
   }
 
-  private async latency(signal: AbortSignal): Promise<void> {
-    if (this.settings.latencyMs > 0) await this.sleep(this.settings.latencyMs, signal);
+  /** Waits the simulated latency; an answer slower than the caller's limit is a timeout at that limit, as with a real client. */
+  private async latency(request: ChatRequest): Promise<void> {
+    const latencyMs = this.settings.latencyMs;
+    const limitMs = callerLimitMs(request);
+    if (latencyMs > limitMs) {
+      await this.sleep(limitMs, request.signal);
+      this.faults.timeout += 1;
+      throw new ProviderTimeoutError(`Offline simulator: no answer within ${limitMs} ms (the answer takes ${latencyMs} ms)`);
+    }
+    if (latencyMs > 0) await this.sleep(latencyMs, request.signal);
   }
 
   /** 0 the first time this instance sees a request, 1 the second, ... */

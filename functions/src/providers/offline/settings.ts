@@ -31,6 +31,10 @@
  * makes one request fail forever. Partial tool results are drawn the same way from (seed, call ID,
  * executions of that call ID).
  *
+ * The caller's limit. A request's `timeoutMs` (what is left of the caller's step) bounds every
+ * wait: an answer whose latency, or a simulated timeout whose `timeoutMs`, is longer waits only
+ * that limit and then throws ProviderTimeoutError, as a real client's timeout would.
+ *
  * Costs are simulated: no money is spent and the prices are not any real provider's. Token counts
  * are estimated at four characters a token.
  */
