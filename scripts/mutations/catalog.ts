@@ -25,6 +25,7 @@ export interface Mutant {
 }
 
 const FENCING = 'test/emulator/fencing.test.ts';
+const HOLES = 'test/emulator/engine-holes.test.ts';
 
 export const MUTANTS: readonly Mutant[] = [
   {
@@ -128,5 +129,77 @@ export const MUTANTS: readonly Mutant[] = [
     search: "      if (job.lease.expiresAtMs > nowMs) return 'the lease was extended since the query';\n",
     replace: '',
     tests: [{ files: ['test/emulator/sweeper.test.ts'], names: 'fault 7:' }],
+  },
+  {
+    name: 'fanout-joins-at-start',
+    removes: 'the join inside the commit that starts a fan-out with no unit work (the job is left running, unleased, unit-less)',
+    file: 'functions/src/engine/runner.ts',
+    search: '      if (toEnqueue.length === 0) {\n',
+    replace: '      if (false as boolean) {\n',
+    tests: [{ files: [HOLES], names: 'bug 1: a fan-out of zero units' }],
+  },
+  {
+    name: 'units-keyed-by-phase',
+    removes: 'the phase in a unit document key (two fan-out phases share unit documents)',
+    file: 'functions/src/store/paths.ts',
+    search: '`${JOBS}/${jobId}/units/${phase}~${unit}`',
+    replace: '`${JOBS}/${jobId}/units/${unit}`',
+    tests: [{ files: [HOLES], names: 'bug 5: two fan-out phases' }],
+  },
+  {
+    name: 'unit-cost-counted-once',
+    removes: "the part of a unit's cost already counted in the job (a re-run unit adds its old cost again)",
+    file: 'functions/src/engine/runner.ts',
+    search: '    const counted = unit.costInJob[key] ?? 0;\n',
+    replace: '    const counted = 0;\n',
+    tests: [{ files: [HOLES], names: 'bug 5: a finished unit whose result stops validating' }],
+  },
+  {
+    name: 'poison-resets-on-checkpoint',
+    removes: 'the lost-worker count starting again when a phase checkpoints',
+    file: 'functions/src/engine/runner.ts',
+    search: '      staleReclaims: handOffTo.checkpoint ? 0 : job.staleReclaims,\n',
+    replace: '      staleReclaims: job.staleReclaims,\n',
+    tests: [{ files: [HOLES], names: 'bug 8: five workers lost over five phases' }],
+  },
+  {
+    name: 'poison-resets-on-section',
+    removes: 'the lost-worker count starting again when a section is recorded',
+    file: 'functions/src/engine/runner.ts',
+    search: '          if (!created || job.staleReclaims === 0) return { value: created };\n',
+    replace: '          return { value: created };\n',
+    tests: [{ files: [HOLES], names: 'bug 8: five workers lost, each right after recording' }],
+  },
+  {
+    name: 'server-delay-cap',
+    removes: 'the cap on a server-given delay in the error decision',
+    file: 'functions/src/core/lifecycle.ts',
+    search: 'capServerDelay(error.retryAfterMs, options.maxServerDelaySeconds * 1000)',
+    replace: 'capServerDelay(error.retryAfterMs, Number.POSITIVE_INFINITY)',
+    tests: [{ files: [HOLES], names: 'bug 4: Retry-After of' }],
+  },
+  {
+    name: 'provider-wait-needs-resume-time',
+    removes: 'the refusal of a provider wait without a resume time',
+    file: 'functions/src/core/lifecycle.ts',
+    search: "  if (typeof untilMs !== 'number' || !Number.isFinite(untilMs)) {\n",
+    replace: '  if (false as boolean) {\n',
+    tests: [{ files: [HOLES], names: 'bug 9: a provider wait without' }],
+  },
+  {
+    name: 'unit-event-ids-unique',
+    removes: 'the per-commit part of unit event IDs (and create instead of set)',
+    file: 'functions/src/store/job-store.ts',
+    search: "-${commit}-${index}`;\n      tx.create(",
+    replace: "-${index}`;\n      tx.set(",
+    tests: [{ files: [HOLES], names: 'bug 10:' }],
+  },
+  {
+    name: 'cost-applied-once-per-claim',
+    removes: "the claim's tally of cost and notes already written (a re-run write adds them again)",
+    file: 'functions/src/core/flusher.ts',
+    search: '  const previous = record.claimTally?.epoch === epoch ? record.claimTally : { epoch, cost: {}, notes: 0 };\n',
+    replace: '  const previous = { epoch, cost: {} as Readonly<Record<string, number>>, notes: 0 };\n',
+    tests: [{ files: [HOLES], names: 'bug 12:' }],
   },
 ];
