@@ -400,7 +400,8 @@ describe('job level: the old owner writes while the new owner is running mid-ste
 
   test('bug 14: job, claim: tasks delivered again while the new owner runs mid-step cannot claim the job', async () => {
     await jobContest({ kind: 'checkpoint and hand-off', act: () => Promise.resolve(finished) }, async ({ taskOfA, taskOfB }) => {
-      expect(await runStep(harness.deps('worker-c'), taskOfB.task)).toMatchObject({ kind: 'not-claimable' });
+      // B's own step, held with a fresh heartbeat: not claimable now, asked to come back later.
+      expect(await runStep(harness.deps('worker-c'), taskOfB.task)).toMatchObject({ kind: 'not-yet-due' });
       expect(await runStep(harness.deps('worker-d'), taskOfA.task)).toMatchObject({ kind: 'not-claimable' });
     });
   });
@@ -463,7 +464,8 @@ describe('unit level: the old owner of a fan-out unit writes while the new owner
 
   test('bug 14: unit, claim: unit tasks delivered again while the new owner runs mid-step cannot claim the unit', async () => {
     await unitContest({ kind: 'unit done', act: () => Promise.resolve(unitFinished) }, async ({ taskOfA, taskOfB }) => {
-      expect(await runStep(harness.deps('worker-c'), taskOfB.task)).toMatchObject({ kind: 'not-claimable' });
+      // B's own step, held with a fresh heartbeat: not claimable now, asked to come back later.
+      expect(await runStep(harness.deps('worker-c'), taskOfB.task)).toMatchObject({ kind: 'not-yet-due' });
       expect(await runStep(harness.deps('worker-d'), taskOfA.task)).toMatchObject({ kind: 'not-claimable' });
     });
   });

@@ -12,7 +12,7 @@ import { RecordingTaskQueue } from '../support/task-queue';
 
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 0);
 const SECOND = 1000;
-const BASE_OPTIONS: Partial<EngineOptions> = { leaseSeconds: 180, heartbeatSeconds: 60, maxStaleReclaims: 3, lostTaskGraceSeconds: 120, sweepBatchSize: 50 };
+const BASE_OPTIONS: Partial<EngineOptions> = { leaseSeconds: 180, heartbeatSeconds: 60, staleHeartbeatSeconds: 120, maxStaleReclaims: 3, lostTaskGraceSeconds: 120, sweepBatchSize: 50 };
 const GRACE_MS = 120 * SECOND;
 
 let firestore: TestFirestore;

@@ -8,10 +8,12 @@ import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions, type EngineOptions } from
 import { engineOptionsFromEnv } from '../../functions/src/triggers/config';
 
 describe('resolveEngineOptions', () => {
-  test('the defaults: 180 s lease, 60 s heartbeat, 1000 ms progress flush', () => {
+  test('the defaults: 180 s lease, 10 s heartbeat, takeover after 30 s without one, 150 s progress bound, 1000 ms progress flush', () => {
     const options = resolveEngineOptions();
     expect(options.leaseSeconds).toBe(180);
-    expect(options.heartbeatSeconds).toBe(60);
+    expect(options.heartbeatSeconds).toBe(10);
+    expect(options.staleHeartbeatSeconds).toBe(30);
+    expect(options.progressTimeoutSeconds).toBe(150);
     expect(options.progressFlushMs).toBe(1_000);
     expect(options).toEqual(DEFAULT_ENGINE_OPTIONS);
   });
@@ -38,14 +40,22 @@ describe('resolveEngineOptions', () => {
   test.each([
     [{ heartbeatSeconds: 180 }],
     [{ heartbeatSeconds: 200 }],
-    [{ leaseSeconds: 60 }],
+    [{ leaseSeconds: 10 }],
     [{ leaseSeconds: 10, heartbeatSeconds: 10 }],
   ] as Partial<EngineOptions>[][])('a heartbeat not shorter than the lease is rejected: %j', (overrides) => {
     expect(() => resolveEngineOptions(overrides)).toThrow(/heartbeatSeconds .* must be shorter than leaseSeconds/);
   });
 
   test('a heartbeat just under the lease is accepted', () => {
-    expect(resolveEngineOptions({ leaseSeconds: 61, heartbeatSeconds: 60 }).leaseSeconds).toBe(61);
+    expect(resolveEngineOptions({ leaseSeconds: 61, heartbeatSeconds: 60, staleHeartbeatSeconds: 120, progressTimeoutSeconds: 200 }).leaseSeconds).toBe(61);
+  });
+
+  test('a stale-heartbeat threshold under two heartbeats is rejected: one late heartbeat is not a dead worker', () => {
+    expect(() => resolveEngineOptions({ heartbeatSeconds: 20, staleHeartbeatSeconds: 30 })).toThrow(/staleHeartbeatSeconds \(30\) must be at least two heartbeats/);
+  });
+
+  test('a progress bound not longer than the heartbeat is rejected', () => {
+    expect(() => resolveEngineOptions({ progressTimeoutSeconds: 10 })).toThrow(/progressTimeoutSeconds \(10\) must be longer than heartbeatSeconds/);
   });
 
   test.each(Object.keys(DEFAULT_ENGINE_OPTIONS).filter((name) => name !== 'leaseSeconds') as (keyof EngineOptions)[])(
@@ -90,6 +100,8 @@ describe('engineOptionsFromEnv', () => {
       PHASELINE_SWEEP_BATCH_SIZE: '50',
       PHASELINE_WRITE_RETRIES: '1',
       PHASELINE_MAX_SERVER_DELAY_SECONDS: '120',
+      PHASELINE_STALE_HEARTBEAT_SECONDS: '45',
+      PHASELINE_PROGRESS_TIMEOUT_SECONDS: '200',
     });
     expect(options).toEqual({
       leaseSeconds: 90,
@@ -104,6 +116,8 @@ describe('engineOptionsFromEnv', () => {
       sweepBatchSize: 50,
       writeRetries: 1,
       maxServerDelaySeconds: 120,
+      staleHeartbeatSeconds: 45,
+      progressTimeoutSeconds: 200,
     });
   });
 

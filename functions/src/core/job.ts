@@ -15,6 +15,8 @@ export interface Lease {
   /** Who holds it, for people reading the document; never used for ownership checks. */
   readonly worker: string;
   readonly expiresAtMs: number;
+  /** The last renewal (claim or heartbeat); absent on leases written before it was recorded. */
+  readonly renewedAtMs?: number;
 }
 
 export interface JobError {

@@ -1,6 +1,6 @@
 /** Pure decisions about job state changes; the store applies them in transactions. */
 import { TerminalError, type PhaselineError } from './errors';
-import type { JobRecord, JobWait } from './job';
+import type { JobRecord, JobWait, Lease } from './job';
 import type { DecisionWait, ProviderWait } from './pipeline';
 import type { EngineOptions } from './options';
 import type { RandomSource } from './clock';
@@ -74,7 +74,7 @@ export type ExpiredLeaseDecision =
   | { readonly action: 'quarantine'; readonly staleReclaims: number; readonly reason: string };
 
 /** A lease that expired means the worker died or hung: count it, and stop retrying a job that keeps doing it. */
-export function decideExpiredLease(job: JobRecord, options: EngineOptions): ExpiredLeaseDecision {
+export function decideExpiredLease(job: Pick<JobRecord, 'staleReclaims'>, options: EngineOptions): ExpiredLeaseDecision {
   const staleReclaims = job.staleReclaims + 1;
   if (staleReclaims > options.maxStaleReclaims) {
     return {
@@ -105,4 +105,49 @@ export function waitRecord(outcome: DecisionWait | ProviderWait): JobWait {
     throw new TerminalError(`A provider wait (${outcome.questionId}) needs a finite resume time, got ${String(untilMs)}: it would wait forever`);
   }
   return { reason: 'provider', questionId: outcome.questionId, question: outcome.question, options: [], untilMs };
+}
+
+/** Anything that holds a lease and a lost-worker count: a job or a unit. */
+export interface Leased {
+  readonly lease: Lease | null;
+  readonly staleReclaims: number;
+}
+
+export type TakeoverDecision =
+  /** The holder heartbeated recently: it may be alive. Ask for a redelivery after `retryAfterMs`. */
+  | { readonly action: 'redeliver-later'; readonly retryAfterMs: number; readonly reason: string }
+  | { readonly action: 'take-over'; readonly staleReclaims: number; readonly reason: string }
+  | { readonly action: 'quarantine'; readonly staleReclaims: number; readonly reason: string };
+
+/**
+ * A task found its own step still held. Cloud Tasks redelivers a task whose request failed (the
+ * worker crashed or was killed), so this usually means the holder is dead: if its heartbeat is
+ * older than `staleHeartbeatSeconds` (or its lease ran out) the task takes over at once, counted
+ * as a lost worker like any reclaim. A fresh heartbeat means the holder may be alive and only
+ * slow to answer: the task asks to be redelivered once the heartbeat would be stale.
+ */
+export function decideStaleTakeover(holder: Leased, nowMs: number, options: EngineOptions): TakeoverDecision | null {
+  const lease = holder.lease;
+  if (lease === null) return null;
+  const renewedAtMs = lease.renewedAtMs ?? lease.expiresAtMs - options.leaseSeconds * 1000;
+  const ageMs = nowMs - renewedAtMs;
+  const staleMs = options.staleHeartbeatSeconds * 1000;
+  if (ageMs < staleMs && lease.expiresAtMs > nowMs) {
+    return {
+      action: 'redeliver-later',
+      retryAfterMs: Math.min(staleMs - ageMs, lease.expiresAtMs - nowMs),
+      reason: `held by ${lease.worker} (epoch ${lease.epoch}), last heartbeat ${Math.round(ageMs / 1000)} s ago`,
+    };
+  }
+  const why =
+    lease.expiresAtMs <= nowMs
+      ? `the lease of epoch ${lease.epoch} held by ${lease.worker} had expired`
+      : `no heartbeat from ${lease.worker} (epoch ${lease.epoch}) for ${Math.round(ageMs / 1000)} s (limit ${options.staleHeartbeatSeconds} s)`;
+  const decision = decideExpiredLease(holder, options);
+  if (decision.action === 'quarantine') return { action: 'quarantine', staleReclaims: decision.staleReclaims, reason: decision.reason };
+  return {
+    action: 'take-over',
+    staleReclaims: decision.staleReclaims,
+    reason: `${why}: a redelivered task took over (lost worker ${decision.staleReclaims} of at most ${options.maxStaleReclaims})`,
+  };
 }

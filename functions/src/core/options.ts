@@ -2,8 +2,23 @@ import { DEFAULT_MAX_SERVER_DELAY_SECONDS } from './server-delay';
 
 /** Every engine setting, with units in the names, resolved once from one defaults object. */
 export interface EngineOptions {
+  /** A lease nobody renews expires this long after its last renewal: the sweeper's backstop. */
   readonly leaseSeconds: number;
+  /** How often a working step renews its lease (coalesced with progress writes). */
   readonly heartbeatSeconds: number;
+  /**
+   * A task that finds its own step held by a worker whose last heartbeat is older than this takes
+   * the job (or unit) over at once with a new epoch: a redelivered task after a crash recovers
+   * in seconds instead of waiting for the lease and the sweeper. Younger: redeliver later.
+   */
+  readonly staleHeartbeatSeconds: number;
+  /**
+   * A step renews its lease only while it shows progress (a model or tool call came back, a
+   * section or transcript was recorded, cost or progress reported) at least this often. A wedged
+   * step stops renewing, gives its job back (counted as a lost worker) and lets it be reclaimed.
+   * Keep it above the longest single model or tool call.
+   */
+  readonly progressTimeoutSeconds: number;
   /** Minimum gap between two coalesced progress writes to the job document. */
   readonly progressFlushMs: number;
   /** A step stops starting new sections once this much of its time is used. */
@@ -29,7 +44,9 @@ export interface EngineOptions {
 
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   leaseSeconds: 180,
-  heartbeatSeconds: 60,
+  heartbeatSeconds: 10,
+  staleHeartbeatSeconds: 30,
+  progressTimeoutSeconds: 150,
   progressFlushMs: 1_000,
   stepBudgetSeconds: 300,
   maxAttempts: 5,
@@ -44,11 +61,17 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
 
 export function resolveEngineOptions(overrides: Partial<EngineOptions> = {}): EngineOptions {
   const options = { ...DEFAULT_ENGINE_OPTIONS, ...overrides };
+  for (const [name, value] of Object.entries(options)) {
+    if (!Number.isFinite(value) || value < 0) throw new Error(`Engine option ${name} must be a non-negative number, got ${value}`);
+  }
   if (options.heartbeatSeconds >= options.leaseSeconds) {
     throw new Error(`heartbeatSeconds (${options.heartbeatSeconds}) must be shorter than leaseSeconds (${options.leaseSeconds})`);
   }
-  for (const [name, value] of Object.entries(options)) {
-    if (!Number.isFinite(value) || value < 0) throw new Error(`Engine option ${name} must be a non-negative number, got ${value}`);
+  if (options.staleHeartbeatSeconds < 2 * options.heartbeatSeconds) {
+    throw new Error(`staleHeartbeatSeconds (${options.staleHeartbeatSeconds}) must be at least two heartbeats (${2 * options.heartbeatSeconds} s): one late heartbeat is not a dead worker`);
+  }
+  if (options.progressTimeoutSeconds <= options.heartbeatSeconds) {
+    throw new Error(`progressTimeoutSeconds (${options.progressTimeoutSeconds}) must be longer than heartbeatSeconds (${options.heartbeatSeconds})`);
   }
   return options;
 }

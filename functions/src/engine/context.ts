@@ -20,6 +20,8 @@ export interface ContextParts<TInput> {
   readonly budgetMs: number;
   readonly durable: DurableWrites;
   readonly limits: StepLimits;
+  /** Told whenever the step shows progress (something recorded or reported): it keeps the lease alive. */
+  readonly onProgress?: () => void;
 }
 
 /** The owner-checked writes a context can make; absent for coordinator, join and publish contexts. */
@@ -40,6 +42,7 @@ export function noDurableWrites(who: string): DurableWrites {
 const YIELD_AT_BUDGET_SHARE = 0.8;
 
 export function createStepContext<TInput>(parts: ContextParts<TInput>): StepContext<TInput> {
+  const progressed = () => parts.onProgress?.();
   const needs = new Set([...(parts.phase.needs ?? []).map((phase) => phase.name)]);
   return {
     jobId: parts.jobId,
@@ -69,15 +72,26 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
       };
       await parts.durable.writeSection(section);
       parts.sections.push(section);
+      progressed();
     },
     loadTranscript: (sectionId) => parts.durable.loadTranscript(sectionId),
-    saveTranscript: (sectionId, transcript) => {
+    saveTranscript: async (sectionId, transcript) => {
       parts.signal.throwIfAborted();
-      return parts.durable.saveTranscript(sectionId, transcript);
+      await parts.durable.saveTranscript(sectionId, transcript);
+      progressed();
     },
-    reportProgress: (values) => parts.flusher?.reportProgress(values),
-    addCost: (increments) => parts.flusher?.addCost(increments),
-    note: (kind, message) => parts.flusher?.note(kind, message),
+    reportProgress: (values) => {
+      progressed();
+      parts.flusher?.reportProgress(values);
+    },
+    addCost: (increments) => {
+      progressed();
+      parts.flusher?.addCost(increments);
+    },
+    note: (kind, message) => {
+      progressed();
+      parts.flusher?.note(kind, message);
+    },
     shouldYield: () => parts.clock.now() >= parts.deadlineMs - parts.budgetMs * (1 - YIELD_AT_BUDGET_SHARE),
     remainingMs: () => Math.max(0, parts.deadlineMs - parts.clock.now()),
     limits: parts.limits,

@@ -12,7 +12,7 @@ import { describeError, OwnershipLostError, PhaselineError, TerminalError, toPha
 import { documentId, documentIdProblem } from '../core/ids';
 import { addCounts, applyClaimTally, CoalescingFlusher, EMPTY_FLUSH, type FlushPayload, type Timers } from '../core/flusher';
 import { stepTaskId, unitTaskId, type JobRecord, type JobWait, type Lease, type StepTask } from '../core/job';
-import { decideAfterError, decideClaim, waitRecord } from '../core/lifecycle';
+import { decideAfterError, decideClaim, decideExpiredLease, decideStaleTakeover, waitRecord } from '../core/lifecycle';
 import { resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, type SectionRecord, type StepContext, type StepLimits } from '../core/pipeline';
 import type { EngineOptions } from '../core/options';
 import { firestoreEffectLedger, unresolvedEffectKeys } from '../effects/firestore-ledger';
@@ -46,7 +46,9 @@ export type StepOutcome =
   | { readonly kind: 'waiting'; readonly reason: string }
   | { readonly kind: 'requeued'; readonly attempts: number; readonly delayMs: number }
   | { readonly kind: 'failed'; readonly reason: string }
-  | { readonly kind: 'ownership-lost'; readonly reason: string };
+  | { readonly kind: 'ownership-lost'; readonly reason: string }
+  /** No progress within the bound: the step gave its job or unit back (counted as a lost worker). */
+  | { readonly kind: 'stalled'; readonly reason: string };
 
 // The one check for IDs from outside (core/ids): the fan-out below lists units by the same rule, so its tasks are never refused.
 const firestoreId = documentId('ID');
@@ -94,20 +96,71 @@ interface Running {
   /** Answers people gave, as the job held them when this step claimed it. */
   readonly decisions: Readonly<Record<string, string>>;
   readonly controller: AbortController;
+  /** When the step last showed progress; the heartbeat renews the lease only while this is recent. */
+  progressAtMs: number;
 }
+
+/** The step showed no progress within `progressTimeoutSeconds`: it gives its job back instead of holding it. */
+class NoProgressError extends PhaselineError {
+  constructor(message: string) {
+    super('internal', true, message);
+  }
+}
+
+function newRunning(deps: RunnerDeps, worker: string, pipeline: PipelineDefinition<unknown>, input: unknown, decisions: Readonly<Record<string, string>>): Running {
+  return { deps, worker, pipeline, input, decisions, controller: new AbortController(), progressAtMs: deps.store.clock.now() };
+}
+
+/** Settles with the work, or rejects with the abort reason as soon as the claim is lost or the step stalls. */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason as Error);
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(error instanceof Error ? error : new Error(String(error)));
+      },
+    );
+  });
+}
+
+type ClaimResult = { job: JobRecord } | { reason: string; notYetDueMs?: number };
 
 async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<StepOutcome> {
   const { store } = deps;
   const worker = deps.worker ?? defaultWorkerName();
   const nowMs = store.clock.now();
-  let claimed: { job: JobRecord } | { reason: string; notYetDueMs?: number };
+  let claimed: ClaimResult;
   try {
-    claimed = await store.transact<{ job: JobRecord } | { reason: string; notYetDueMs?: number }>(task.jobId, () => null, ({ job }) => {
+    claimed = await store.transact<ClaimResult>(task.jobId, () => null, ({ job }) => {
       const decision = decideClaim(job, task.step, nowMs);
-      if (!decision.claimable) return Promise.resolve({ value: decision });
+      const lease = (epoch: number): Lease => ({ epoch, worker, expiresAtMs: nowMs + store.options.leaseSeconds * 1000, renewedAtMs: nowMs });
+      if (decision.claimable) {
+        const epoch = job.epoch + 1;
+        const next: JobRecord = { ...job, status: 'running', epoch, lease: lease(epoch) };
+        return Promise.resolve({ next, events: [{ kind: 'claimed', message: `Claimed by ${worker} (epoch ${epoch})` }], value: { job: next } });
+      }
+      // This task's own step is still held: after a crash, Cloud Tasks redelivers within seconds.
+      const takeover = job.status === 'running' && job.step === task.step ? decideStaleTakeover(job, nowMs, store.options) : null;
+      if (takeover === null) return Promise.resolve({ value: decision });
+      if (takeover.action === 'redeliver-later') return Promise.resolve({ value: { reason: `job is running: ${takeover.reason}`, notYetDueMs: takeover.retryAfterMs } });
+      if (takeover.action === 'quarantine') {
+        const next: JobRecord = { ...job, status: 'quarantined', lease: null, fanout: null, staleReclaims: takeover.staleReclaims, quarantine: { reason: takeover.reason, atMs: nowMs }, finishedAtMs: nowMs };
+        return Promise.resolve({ next, events: [{ kind: 'quarantined', message: `Quarantined: ${takeover.reason}` }], value: { reason: `job quarantined: ${takeover.reason}` } });
+      }
       const epoch = job.epoch + 1;
-      const next: JobRecord = { ...job, status: 'running', epoch, lease: { epoch, worker, expiresAtMs: nowMs + store.options.leaseSeconds * 1000 } };
-      return Promise.resolve({ next, events: [{ kind: 'claimed', message: `Claimed by ${worker} (epoch ${epoch})` }], value: { job: next } });
+      const next: JobRecord = { ...job, status: 'running', epoch, staleReclaims: takeover.staleReclaims, lease: lease(epoch) };
+      const events: EventDraft[] = [
+        { kind: 'reclaimed', message: `Reclaimed at step ${job.step}: ${takeover.reason}` },
+        { kind: 'claimed', message: `Claimed by ${worker} (epoch ${epoch})` },
+      ];
+      return Promise.resolve({ next, events, value: { job: next } });
     });
   } catch (error) {
     if (error instanceof OwnershipLostError) {
@@ -129,7 +182,7 @@ async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<StepOutcome
   if (!input.success) {
     return settleError(deps, claim, new TerminalError(`Stored input fails the ${pipeline.name} schema: ${z.prettifyError(input.error)}`), EMPTY_FLUSH);
   }
-  const running: Running = { deps, worker, pipeline, input: input.data, decisions: job.decisions, controller: new AbortController() };
+  const running = newRunning(deps, worker, pipeline, input.data, job.decisions);
 
   const loaded = await loadCheckpoints(store.db, job.id, pipeline);
   const refusedNotes: EventDraft[] = loaded.refused.map((refusal) => ({
@@ -152,8 +205,24 @@ function stepLimits(options: EngineOptions): StepLimits {
 }
 
 function freshLease(running: Running, epoch: number): Lease {
+  const nowMs = running.deps.store.clock.now();
+  return { epoch, worker: running.worker, expiresAtMs: nowMs + running.deps.store.options.leaseSeconds * 1000, renewedAtMs: nowMs };
+}
+
+/**
+ * The flusher's write, gated on progress: a step that showed none within `progressTimeoutSeconds`
+ * does not renew its lease; it aborts itself (NoProgressError) and gives the job back.
+ */
+function progressGated(running: Running, write: (payload: FlushPayload) => Promise<void>): (payload: FlushPayload) => Promise<void> {
   const { store } = running.deps;
-  return { epoch, worker: running.worker, expiresAtMs: store.clock.now() + store.options.leaseSeconds * 1000 };
+  return (payload) => {
+    const idleMs = store.clock.now() - running.progressAtMs;
+    if (idleMs > store.options.progressTimeoutSeconds * 1000) {
+      running.controller.abort(new NoProgressError(`no progress for ${Math.round(idleMs / 1000)} s (limit ${store.options.progressTimeoutSeconds} s): a call or tool never came back`));
+      return Promise.resolve();
+    }
+    return write(payload);
+  };
 }
 
 function startFlusher(running: Running, write: (payload: FlushPayload) => Promise<void>): CoalescingFlusher {
@@ -182,12 +251,12 @@ async function runPhase(
   const loaded = await loadSections(store.db, claim.jobId, phase, null);
   for (const refusal of loaded.refused) notes.push({ kind: 'section-refused', message: `Section ${refusal.id} of ${phase.name} failed validation and will be redone: ${refusal.reason}` });
 
-  const flusher = startFlusher(running, (payload) =>
+  const flusher = startFlusher(running, progressGated(running, (payload) =>
     store.asOwner(claim, ({ job }) => {
       const applied = applyClaimTally(job, payload, claim.epoch);
       return Promise.resolve({ next: { ...applied.next, lease: freshLease(running, claim.epoch) }, events: applied.notes, value: undefined });
     }),
-  );
+  ));
   const context = createStepContext({
     jobId: claim.jobId,
     input: running.input,
@@ -203,18 +272,23 @@ async function runPhase(
     deadlineMs: store.clock.now() + store.options.stepBudgetSeconds * 1000,
     budgetMs: store.options.stepBudgetSeconds * 1000,
     limits: stepLimits(store.options),
+    onProgress: () => {
+      running.progressAtMs = store.clock.now();
+    },
     durable: durableWrites(running, { kind: 'job', claim }, phase.name, null),
   });
 
   let outcome: Awaited<ReturnType<NonNullable<typeof phase.run>>>;
   try {
-    outcome = await (phase.run as NonNullable<typeof phase.run>)(context);
+    outcome = await untilAborted((phase.run as NonNullable<typeof phase.run>)(context), running.controller.signal);
   } catch (error) {
     const pending = await flusher.stop();
+    if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'job', claim }, running.controller.signal.reason, pending);
     if (running.controller.signal.aborted || error instanceof OwnershipLostError) return lost(running, error);
     return settleError(running.deps, claim, toPhaselineError(error), pending, notes);
   }
   const pending = await flusher.stop();
+  if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'job', claim }, running.controller.signal.reason, pending);
   if (running.controller.signal.aborted) return lost(running, running.controller.signal.reason);
 
   try {
@@ -268,6 +342,58 @@ function lost(running: Running, reason: unknown): StepOutcome {
 }
 
 type SectionOwner = { readonly kind: 'job'; readonly claim: JobClaim } | { readonly kind: 'unit'; readonly claim: UnitClaim };
+
+/**
+ * A stalled step gives its job (or unit) back at once, counted as a lost worker (the quarantine
+ * rule applies), rather than holding it until the platform kills the function.
+ */
+async function giveBack(running: Running, owner: SectionOwner, stall: NoProgressError, pending: FlushPayload): Promise<StepOutcome> {
+  const { store } = running.deps;
+  const nowMs = store.clock.now();
+  running.deps.log?.('step stalled; giving the job back', { reason: stall.message });
+  try {
+    if (owner.kind === 'job') {
+      const { claim } = owner;
+      const next = await store.asOwner(claim, ({ job }) => {
+        const applied = applyClaimTally(job, pending, claim.epoch);
+        const decision = decideExpiredLease(job, store.options);
+        const base: JobRecord = { ...applied.next, lease: null, staleReclaims: decision.staleReclaims };
+        if (decision.action === 'quarantine') {
+          const record: JobRecord = { ...base, status: 'quarantined', quarantine: { reason: `${decision.reason} (last: ${stall.message})`, atMs: nowMs }, finishedAtMs: nowMs };
+          return Promise.resolve({ next: record, events: [...applied.notes, { kind: 'quarantined', message: `Quarantined: ${decision.reason}; last: ${stall.message}` }], value: record });
+        }
+        const record: JobRecord = { ...base, status: 'queued', step: job.step + 1, dispatch: 0, nextRunAtMs: nowMs };
+        const message = `Gave the job back at step ${job.step}: ${stall.message} (lost worker ${decision.staleReclaims} of at most ${store.options.maxStaleReclaims})`;
+        return Promise.resolve({ next: record, events: [...applied.notes, { kind: 'reclaimed', message }], value: record });
+      });
+      if (next.status === 'queued') await enqueueQuietly(running.deps, { jobId: next.id, step: next.step }, stepTaskId(next.id, next.step, 0), 0);
+      return { kind: 'stalled', reason: stall.message };
+    }
+    const { claim } = owner;
+    const next = await store.asUnitOwner(claim, ({ job, unit }) => {
+      const applied = applyClaimTally(unit, pending, claim.epoch);
+      const decision = decideExpiredLease(unit, store.options);
+      if (decision.action === 'quarantine') {
+        const reason = `unit ${unit.unit}: ${decision.reason} (last: ${stall.message})`;
+        const charged = chargeUnit(job, applied.next);
+        return Promise.resolve({
+          next: { ...charged.job, status: 'quarantined' as const, lease: null, quarantine: { reason, atMs: nowMs }, finishedAtMs: nowMs },
+          nextUnit: { ...charged.unit, lease: null, staleReclaims: decision.staleReclaims },
+          events: [...applied.notes, { kind: 'quarantined', message: `Quarantined: ${reason}` }],
+          value: null,
+        });
+      }
+      const record: UnitRecord = { ...applied.next, status: 'queued', lease: null, staleReclaims: decision.staleReclaims, step: unit.step + 1, dispatch: 0, nextRunAtMs: nowMs };
+      const message = `${unit.unit}: gave the unit back at step ${unit.step}: ${stall.message} (lost worker ${decision.staleReclaims} of at most ${store.options.maxStaleReclaims})`;
+      return Promise.resolve({ nextUnit: record, events: [...applied.notes, { kind: 'reclaimed', message }], value: record });
+    });
+    if (next) await enqueueQuietly(running.deps, unitStepTask(next), unitTaskId(claim.jobId, claim.fanoutEpoch, claim.unit, next.step, 0), 0);
+    return { kind: 'stalled', reason: stall.message };
+  } catch (error) {
+    if (error instanceof OwnershipLostError) return lost(running, error);
+    throw error;
+  }
+}
 
 const PROGRESS_RESETS_POISON: EventDraft = {
   kind: 'progress',
@@ -671,11 +797,29 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string, pha
       const job = decodeJob(task.jobId, jobSnapshot.data());
       const unit = decodeUnit(unitRef.path, unitSnapshot.data());
       if (job.status !== 'running' || job.fanout?.epoch !== unit.fanoutEpoch) return { reason: `job is ${job.status}, not in this unit's fan-out` };
+      const lease = (epoch: number): Lease => ({ epoch, worker, expiresAtMs: nowMs + store.options.leaseSeconds * 1000, renewedAtMs: nowMs });
+      if (unit.status === 'running' && unit.step === task.step) {
+        // This task's own unit step is still held: after a crash, Cloud Tasks redelivers within seconds.
+        const takeover = decideStaleTakeover(unit, nowMs, store.options);
+        if (takeover === null) return { reason: 'unit is running without a lease (parked)' };
+        if (takeover.action === 'redeliver-later') return { reason: `unit is running: ${takeover.reason}`, notYetDueMs: takeover.retryAfterMs };
+        if (takeover.action === 'quarantine') {
+          const reason = `unit ${unit.unit}: ${takeover.reason}`;
+          store.commitUnit(tx, unitSnapshot, { ...unit, lease: null, staleReclaims: takeover.staleReclaims });
+          store.commitJob(tx, jobSnapshot, job, { ...job, status: 'quarantined', lease: null, quarantine: { reason, atMs: nowMs }, finishedAtMs: nowMs }, [{ kind: 'quarantined', message: `Quarantined: ${reason}`, unit: unit.unit }]);
+          return { reason: `job quarantined: ${reason}` };
+        }
+        const epoch = unit.epoch + 1;
+        const next: UnitRecord = { ...unit, epoch, staleReclaims: takeover.staleReclaims, lease: lease(epoch) };
+        store.commitUnit(tx, unitSnapshot, next);
+        store.commitJob(tx, jobSnapshot, job, job, [{ kind: 'reclaimed', message: `Unit ${unit.unit} reclaimed at step ${unit.step}: ${takeover.reason}`, unit: unit.unit }]);
+        return { job, unit: next };
+      }
       if (unit.status !== 'queued') return { reason: `unit is ${unit.status}` };
       if (unit.step !== task.step) return { reason: `task is for unit step ${task.step}, unit is at step ${unit.step}` };
       if (unit.nextRunAtMs > nowMs) return { reason: 'unit is backing off', notYetDueMs: unit.nextRunAtMs - nowMs };
       const epoch = unit.epoch + 1;
-      const next: UnitRecord = { ...unit, status: 'running', epoch, lease: { epoch, worker, expiresAtMs: nowMs + store.options.leaseSeconds * 1000 } };
+      const next: UnitRecord = { ...unit, status: 'running', epoch, lease: lease(epoch) };
       store.commitUnit(tx, unitSnapshot, next);
       return { job, unit: next };
     }),
@@ -689,19 +833,19 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string, pha
   const pipeline = deps.pipelines.get(job.pipeline);
   const phase = pipeline?.phases.find((candidate) => candidate.name === unit.phase);
   const input = pipeline?.input.safeParse(job.input);
-  const running: Running | null = pipeline && input?.success ? { deps, worker, pipeline, input: input.data, decisions: job.decisions, controller: new AbortController() } : null;
+  const running: Running | null = pipeline && input?.success ? newRunning(deps, worker, pipeline, input.data, job.decisions) : null;
   if (!running || !phase?.fanOut) {
     return failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit}: pipeline ${job.pipeline} has no fan-out phase ${unit.phase}, or the stored input no longer validates`));
   }
   const fanOut = phase.fanOut;
   const loaded = await loadCheckpoints(store.db, job.id, running.pipeline);
   const sections = await loadSections(store.db, job.id, phase, unit.unit);
-  const flusher = startFlusher(running, (payload) =>
+  const flusher = startFlusher(running, progressGated(running, (payload) =>
     store.asUnitOwner(claim, ({ unit: current }) => {
       const applied = applyClaimTally(current, payload, claim.epoch);
       return Promise.resolve({ nextUnit: { ...applied.next, lease: freshLease(running, claim.epoch) }, events: applied.notes, value: undefined });
     }),
-  );
+  ));
   const context = createStepContext({
     jobId: job.id,
     input: running.input,
@@ -717,18 +861,23 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string, pha
     deadlineMs: store.clock.now() + store.options.stepBudgetSeconds * 1000,
     budgetMs: store.options.stepBudgetSeconds * 1000,
     limits: stepLimits(store.options),
+    onProgress: () => {
+      running.progressAtMs = store.clock.now();
+    },
     durable: durableWrites(running, { kind: 'unit', claim }, phase.name, unit.unit),
   });
 
   let outcome: Awaited<ReturnType<typeof fanOut.runUnit>>;
   try {
-    outcome = await fanOut.runUnit(context, unit.unit);
+    outcome = await untilAborted(fanOut.runUnit(context, unit.unit), running.controller.signal);
   } catch (error) {
     const pending = await flusher.stop();
+    if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'unit', claim }, running.controller.signal.reason, pending);
     if (running.controller.signal.aborted || error instanceof OwnershipLostError) return lost(running, error);
     return settleUnitError(deps, claim, toPhaselineError(error), pending);
   }
   const pending = await flusher.stop();
+  if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'unit', claim }, running.controller.signal.reason, pending);
   if (running.controller.signal.aborted) return lost(running, running.controller.signal.reason);
 
   try {

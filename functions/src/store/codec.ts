@@ -11,7 +11,13 @@ import { JOB_STATUSES, type Cancellation, type JobRecord, type Lease } from '../
 const millis = z.instanceof(Timestamp).transform((value) => value.toMillis());
 const counts = z.record(z.string(), z.number());
 
-const leaseSchema = z.object({ epoch: z.number().int(), worker: z.string(), expiresAt: millis });
+const leaseSchema = z.object({ epoch: z.number().int(), worker: z.string(), expiresAt: millis, renewedAt: millis.nullable().optional() });
+
+function decodeLease(lease: z.infer<typeof leaseSchema> | null): Lease | null {
+  if (!lease) return null;
+  const base = { epoch: lease.epoch, worker: lease.worker, expiresAtMs: lease.expiresAt };
+  return lease.renewedAt === null || lease.renewedAt === undefined ? base : { ...base, renewedAtMs: lease.renewedAt };
+}
 const claimTallySchema = z.object({ epoch: z.number().int(), cost: counts, notes: z.number().int().nonnegative() });
 
 const effectCountsSchema = z.object({
@@ -111,7 +117,7 @@ export function decodeJob(id: string, data: DocumentData | undefined): JobRecord
     outcome: doc.outcome,
     phase: doc.phase,
     epoch: doc.epoch,
-    lease: doc.lease && { epoch: doc.lease.epoch, worker: doc.lease.worker, expiresAtMs: doc.lease.expiresAt },
+    lease: decodeLease(doc.lease),
     step: doc.step,
     dispatch: doc.dispatch,
     attempts: doc.attempts,
@@ -140,7 +146,8 @@ export function decodeJob(id: string, data: DocumentData | undefined): JobRecord
   };
 }
 
-const encodeLease = (lease: Lease | null) => lease && { epoch: lease.epoch, worker: lease.worker, expiresAt: ts(lease.expiresAtMs) };
+const encodeLease = (lease: Lease | null) =>
+  lease && { epoch: lease.epoch, worker: lease.worker, expiresAt: ts(lease.expiresAtMs), renewedAt: lease.renewedAtMs === undefined ? null : ts(lease.renewedAtMs) };
 
 export function encodeJob(job: JobRecord): DocumentData {
   return {
@@ -242,7 +249,7 @@ export function decodeUnit(path: string, data: DocumentData | undefined): UnitRe
     fanoutEpoch: doc.fanoutEpoch,
     status: doc.status,
     epoch: doc.epoch,
-    lease: doc.lease && { epoch: doc.lease.epoch, worker: doc.lease.worker, expiresAtMs: doc.lease.expiresAt },
+    lease: decodeLease(doc.lease),
     step: doc.step,
     dispatch: doc.dispatch,
     attempts: doc.attempts,

@@ -4,6 +4,8 @@ import { resolveEngineOptions, type EngineOptions } from '../core/options';
 const ENGINE_OPTION_VARIABLES: Readonly<Record<keyof EngineOptions, string>> = {
   leaseSeconds: 'PHASELINE_LEASE_SECONDS',
   heartbeatSeconds: 'PHASELINE_HEARTBEAT_SECONDS',
+  staleHeartbeatSeconds: 'PHASELINE_STALE_HEARTBEAT_SECONDS',
+  progressTimeoutSeconds: 'PHASELINE_PROGRESS_TIMEOUT_SECONDS',
   progressFlushMs: 'PHASELINE_PROGRESS_FLUSH_MS',
   stepBudgetSeconds: 'PHASELINE_STEP_BUDGET_SECONDS',
   maxAttempts: 'PHASELINE_MAX_ATTEMPTS',
