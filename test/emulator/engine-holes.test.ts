@@ -412,14 +412,14 @@ describe('bug 4 (engine): a server-given delay past the cap is an outage with a 
     ['a day', 86_400_000],
     ['10^15 ms', 1e15],
     ['Infinity', Number.POSITIVE_INFINITY],
-  ])('bug 4: Retry-After of %s parks the job for the cap only, without spending an attempt', async (_label, retryAfterMs) => {
+  ])('bug 4: Retry-After of %s parks the job for the cap only, as one attempt', async (_label, retryAfterMs) => {
     control.errors = [new RetryableError('provider: 429 rate limited', { code: 'rate_limited', retryAfterMs })];
     const jobId = await harness.submit('flaky', { units: 0 });
     const [outcome] = await harness.drain(1);
     expect(outcome).toEqual({ kind: 'waiting', reason: 'provider' });
     const job = await readJob(jobId);
     const capMs = harness.options.maxServerDelaySeconds * 1000;
-    expect(job).toMatchObject({ status: 'waiting', attempts: 0, lease: null });
+    expect(job).toMatchObject({ status: 'waiting', attempts: 1, lease: null });
     expect(job.waiting?.untilMs).toBe(harness.clock.now() + capMs);
     expect(job.waiting?.question).toContain(new Date(harness.clock.now() + capMs).toISOString());
     expect(await stranded(jobId)).toBeNull();
@@ -427,6 +427,21 @@ describe('bug 4 (engine): a server-given delay past the cap is an outage with a 
     expect((await sweep({ store: harness.store, queue: harness.queue }, harness.clock.now())).resumed).toBe(1);
     await harness.drain();
     expect(await readJob(jobId)).toMatchObject({ status: 'completed' });
+  });
+
+  test('bug 4: a service that always answers with a day-long Retry-After ends the job failed once the attempts are spent', async () => {
+    control.errors = Array.from({ length: 10 }, () => new RetryableError('provider: 429 daily quota', { code: 'rate_limited', retryAfterMs: 86_400_000 }));
+    const jobId = await harness.submit('flaky', { units: 0 });
+    for (let wait = 1; wait < harness.options.maxAttempts; wait += 1) {
+      await harness.drain(1);
+      expect(await readJob(jobId)).toMatchObject({ status: 'waiting', attempts: wait });
+      harness.clock.advance(harness.options.maxServerDelaySeconds * 1000);
+      await sweep({ store: harness.store, queue: harness.queue }, harness.clock.now());
+    }
+    await harness.drain(1);
+    const job = await readJob(jobId);
+    expect(job).toMatchObject({ status: 'failed', attempts: harness.options.maxAttempts });
+    expect(job.lastError?.message).toContain('daily quota');
   });
 
   test('bug 4: a Retry-After within the cap is honoured as the backoff', async () => {

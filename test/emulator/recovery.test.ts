@@ -192,7 +192,7 @@ describe('a redelivered task takes over a job whose worker went silent', () => {
     const jobId = await harness.submit('recovering', { units: 0 });
     const task = harness.queue.tasks.shift()!;
     const sleeping = runStep(deps('sleeper'), task.task);
-    await until(async () => lateWrite.run !== null);
+    await until(() => Promise.resolve(lateWrite.run !== null));
     harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000);
     // The new owner is held mid-step (running, epoch 2) while the old one wakes and writes.
     expect((await runStep(deps('taker'), task.task)).kind).toBe('handed-off');

@@ -54,6 +54,11 @@ describe('resolveEngineOptions', () => {
     expect(() => resolveEngineOptions({ heartbeatSeconds: 20, staleHeartbeatSeconds: 30 })).toThrow(/staleHeartbeatSeconds \(30\) must be at least two heartbeats/);
   });
 
+  test('bug 4: a delay setting past what Cloud Tasks can schedule (30 days) is rejected', () => {
+    expect(() => resolveEngineOptions({ maxServerDelaySeconds: 1e15 })).toThrow(/maxServerDelaySeconds must be at most 2592000 s/);
+    expect(() => resolveEngineOptions({ backoffMaxSeconds: 40 * 86_400 })).toThrow(/backoffMaxSeconds must be at most/);
+  });
+
   test('a progress bound not longer than the heartbeat is rejected', () => {
     expect(() => resolveEngineOptions({ progressTimeoutSeconds: 10 })).toThrow(/progressTimeoutSeconds \(10\) must be longer than heartbeatSeconds/);
   });

@@ -73,6 +73,11 @@ describe('definePipeline', () => {
     },
   );
 
+  test('rejects a phase name over 64 characters: unit tasks name their phase and would be refused', () => {
+    expect(() => pipeline([plain('a'.repeat(65))])).toThrow(/must be kebab-case, at most 64 characters/);
+    expect(pipeline([plain('a'.repeat(64))]).phases).toHaveLength(1);
+  });
+
   test.each(['a', 'gather', 'draft-2', 'step-by-step', 'x9'])('accepts the kebab phase name %j', (name) => {
     expect(pipeline([plain(name)]).phases).toHaveLength(1);
   });

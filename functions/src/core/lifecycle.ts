@@ -30,7 +30,7 @@ export type ErrorDecision =
   | { readonly action: 'requeue'; readonly attempts: number; readonly nextRunAtMs: number }
   /**
    * The server asked for a delay past `maxServerDelaySeconds`: an outage, not a retry. The job
-   * waits until the cap (a stated resume time) and the error does not spend the retry budget.
+   * waits until the cap (a stated resume time); the wait spends an attempt, so it is bounded.
    */
   | { readonly action: 'wait'; readonly attempts: number; readonly untilMs: number; readonly reason: string }
   | { readonly action: 'fail'; readonly attempts: number; readonly reason: string };
@@ -45,11 +45,13 @@ export function decideAfterError(
   const attempts = job.attempts + 1;
   if (!error.retryable) return { action: 'fail', attempts, reason: `terminal error (${error.code})` };
   const serverDelay = capServerDelay(error.retryAfterMs, options.maxServerDelaySeconds * 1000);
-  if (serverDelay.capped) {
+  // An outage spends an attempt like any error, so a service that never comes back ends the job
+  // (failed, with the reason) after maxAttempts waits instead of waiting for ever.
+  if (serverDelay.capped && attempts < options.maxAttempts) {
     const untilMs = nowMs + serverDelay.delayMs;
     return {
       action: 'wait',
-      attempts: job.attempts,
+      attempts,
       untilMs,
       reason:
         `the service asked to wait ${describeDelay(serverDelay.requestedMs)}, longer than the ${options.maxServerDelaySeconds} s cap; ` +

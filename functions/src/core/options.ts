@@ -42,6 +42,9 @@ export interface EngineOptions {
   readonly maxServerDelaySeconds: number;
 }
 
+/** The furthest ahead Cloud Tasks schedules a task: 30 days. */
+export const MAX_SCHEDULE_SECONDS = 30 * 86_400;
+
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   leaseSeconds: 180,
   heartbeatSeconds: 10,
@@ -72,6 +75,11 @@ export function resolveEngineOptions(overrides: Partial<EngineOptions> = {}): En
   }
   if (options.progressTimeoutSeconds <= options.heartbeatSeconds) {
     throw new Error(`progressTimeoutSeconds (${options.progressTimeoutSeconds}) must be longer than heartbeatSeconds (${options.heartbeatSeconds})`);
+  }
+  // Delays that reach a Firestore timestamp or a Cloud Tasks schedule must stay within what those
+  // accept: Cloud Tasks schedules at most 30 days ahead.
+  for (const name of ['maxServerDelaySeconds', 'backoffBaseSeconds', 'backoffMaxSeconds', 'leaseSeconds'] as const) {
+    if (options[name] > MAX_SCHEDULE_SECONDS) throw new Error(`Engine option ${name} must be at most ${MAX_SCHEDULE_SECONDS} s (30 days), got ${options[name]}`);
   }
   return options;
 }

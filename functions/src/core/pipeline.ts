@@ -135,6 +135,9 @@ export interface PipelineDefinition<TInput> {
   publish(context: StepContext<TInput>): PublishedResult;
 }
 
+/** Phase names: kebab-case, short enough to sit in unit keys and task payloads. One rule, used everywhere. */
+export const PHASE_NAME_PATTERN = /^[a-z][a-z0-9-]{0,63}$/;
+
 /** Identity helpers that keep each phase's state type while the pipeline stores them together. */
 export function definePhase<TInput, TState>(phase: PhaseDefinition<TInput, TState>): PhaseDefinition<TInput, TState> {
   return phase;
@@ -150,7 +153,7 @@ export function definePipeline<TInput>(pipeline: PipelineDefinition<TInput>): Pi
   const names = new Set<string>();
   for (const phase of pipeline.phases) {
     if (names.has(phase.name)) throw new Error(`Pipeline ${pipeline.name}: phase ${phase.name} is defined twice`);
-    if (!/^[a-z][a-z0-9-]*$/.test(phase.name)) throw new Error(`Pipeline ${pipeline.name}: phase name ${phase.name} must be kebab-case`);
+    if (!PHASE_NAME_PATTERN.test(phase.name)) throw new Error(`Pipeline ${pipeline.name}: phase name ${phase.name} must be kebab-case, at most 64 characters`);
     if ((phase.run === undefined) === (phase.fanOut === undefined)) {
       throw new Error(`Pipeline ${pipeline.name}: phase ${phase.name} needs exactly one of run or fanOut`);
     }

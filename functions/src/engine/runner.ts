@@ -13,7 +13,7 @@ import { documentId, documentIdProblem } from '../core/ids';
 import { addCounts, applyClaimTally, CoalescingFlusher, EMPTY_FLUSH, type FlushPayload, type Timers } from '../core/flusher';
 import { stepTaskId, unitTaskId, type JobRecord, type JobWait, type Lease, type StepTask } from '../core/job';
 import { decideAfterError, decideClaim, decideExpiredLease, decideStaleTakeover, waitRecord } from '../core/lifecycle';
-import { resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, type SectionRecord, type StepContext, type StepLimits } from '../core/pipeline';
+import { PHASE_NAME_PATTERN, resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, type SectionRecord, type StepContext, type StepLimits } from '../core/pipeline';
 import type { EngineOptions } from '../core/options';
 import { firestoreEffectLedger, unresolvedEffectKeys } from '../effects/firestore-ledger';
 import { decodeJob, decodeUnit, encodeUnit, type UnitRecord } from '../store/codec';
@@ -52,7 +52,7 @@ export type StepOutcome =
 
 // The one check for IDs from outside (core/ids): the fan-out below lists units by the same rule, so its tasks are never refused.
 const firestoreId = documentId('ID');
-const phaseName = z.string().regex(/^[a-z][a-z0-9-]{0,63}$/, 'must be a kebab-case phase name');
+const phaseName = z.string().regex(PHASE_NAME_PATTERN, 'must be a kebab-case phase name');
 const stepTaskSchema = z
   .strictObject({ jobId: firestoreId, step: z.number().int().nonnegative(), unit: firestoreId.optional(), phase: phaseName.optional() })
   .refine((task) => (task.unit === undefined) === (task.phase === undefined), 'a unit task names both its unit and its phase; a job task names neither');
@@ -655,11 +655,12 @@ async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<s
 /** Thrown inside a fan-out commit when the pipeline's `join` fails: a defect, so the job fails with it. */
 class JoinFailedError extends TerminalError {}
 
-function joinState(phase: PhaseDefinition<unknown, unknown>, results: ReadonlyMap<string, unknown>, context: StepContext<unknown>): unknown {
+/** Joins a fan-out; anything that fails in it (a unit result or a join that no longer validates) fails the job with that reason. */
+function joinState(phase: PhaseDefinition<unknown, unknown>, results: () => ReadonlyMap<string, unknown>, context: StepContext<unknown>): unknown {
   const fanOut = phase.fanOut;
   if (!fanOut) throw new Error(`Phase ${phase.name} has no fan-out`);
   try {
-    return phase.state.parse(fanOut.join(results, context));
+    return phase.state.parse(fanOut.join(results(), context));
   } catch (error) {
     throw new JoinFailedError(`Phase ${phase.name} could not join its units: ${describeError(error)}`);
   }
@@ -756,7 +757,7 @@ async function startFanOut(
       let joined: JobRecord | null = null;
       if (toEnqueue.length === 0) {
         const loaded = await loadCheckpoints(store.db, job.id, running.pipeline);
-        const state = joinState(phase, reused, bareContext(running, job.id, phase, loaded.states, 'a join'));
+        const state = joinState(phase, () => reused, bareContext(running, job.id, phase, loaded.states, 'a join'));
         tx.set(store.checkpointRef(job.id, phase.name), checkpointDocumentFor(phase, state, claim.epoch, nowMs));
         joined = joinedJob(running, next, phase, nowMs);
         next = joined;
@@ -942,14 +943,16 @@ async function finishUnit(running: Running, claim: UnitClaim, phase: PhaseDefini
     const events: EventDraft[] = [{ kind: 'unit-done', message: `${claim.unit} finished` }, ...applied.notes];
     if (done >= fanout.units) {
       const siblings = await store.db.collection(unitsPath(claim.jobId)).where('fanoutEpoch', '==', claim.fanoutEpoch).get();
-      const results = new Map<string, unknown>();
-      for (const doc of siblings.docs) {
-        const sibling = decodeUnit(doc.ref.path, doc.data());
-        if (sibling.phase !== phase.name) continue;
-        results.set(sibling.unit, fanOut.unitState.parse(sibling.unit === claim.unit ? result : sibling.result));
-      }
       const loaded = await loadCheckpoints(store.db, claim.jobId, running.pipeline);
-      const state = joinState(phase, results, bareContext(running, claim.jobId, phase, loaded.states, 'a join'));
+      const state = joinState(phase, () => {
+        const results = new Map<string, unknown>();
+        for (const doc of siblings.docs) {
+          const sibling = decodeUnit(doc.ref.path, doc.data());
+          if (sibling.phase !== phase.name) continue;
+          results.set(sibling.unit, fanOut.unitState.parse(sibling.unit === claim.unit ? result : sibling.result));
+        }
+        return results;
+      }, bareContext(running, claim.jobId, phase, loaded.states, 'a join'));
       tx.set(store.checkpointRef(claim.jobId, phase.name), checkpointDocumentFor(phase, state, claim.fanoutEpoch, nowMs));
       next = joinedJob(running, next, phase, nowMs);
       events.push({ kind: 'joined', message: `${phase.name}: all ${fanout.units} units finished` });

@@ -19,6 +19,8 @@
  * | `contextWindowTokens`    | 128000  | requests estimated above it throw ContextWindowError            |
  * | `inputUsdPer1kTokens`    | 0       | simulated price, so benchmarks can show a cost                  |
  * | `outputUsdPer1kTokens`   | 0       | simulated price of output tokens                                |
+ * | `toolExecutionLog`       | unset   | test instrumentation: a file the toolbox appends one JSON line  |
+ * |                          |         | to per tool execution (execution-log.ts; the chaos soak)        |
  *
  * Error waves. A wave is active while `startMs <= clock.now() - epochMs < endMs`; every call made
  * during it fails with 429 (ProviderRateLimitedError, carrying `retryAfterMs` when given) or 503
@@ -67,6 +69,7 @@ export const offlineSettingsSchema = z.strictObject({
   contextWindowTokens: z.number().int().min(256).max(10_000_000).default(128_000),
   inputUsdPer1kTokens: z.number().min(0).max(1_000).default(0),
   outputUsdPer1kTokens: z.number().min(0).max(1_000).default(0),
+  toolExecutionLog: z.string().min(1).max(4_096).optional(),
 });
 
 export type ErrorWave = z.output<typeof errorWaveSchema>;

@@ -12,6 +12,7 @@ import type { ToolCall, ToolSpec } from '../../agent/provider';
 import type { ToolResult, Toolbox } from '../../agent/tools';
 import { RetryableError } from '../../core/errors';
 import { CORPUS, type CorpusDocument } from './corpus';
+import { appendToolExecution } from './execution-log';
 import { parseOfflineSettings, type OfflineSettingsInput } from './settings';
 import { contentTerms, distinctTerms, splitParagraphs, splitSentences, unitInterval } from './text';
 
@@ -214,6 +215,8 @@ class CorpusToolboxImpl implements CorpusToolbox {
     readonly documents: readonly CorpusDocument[],
     private readonly partialRate: number,
     private readonly seed: number,
+    /** Test instrumentation (execution-log.ts); undefined: nothing is written. */
+    private readonly executionLog: string | undefined,
   ) {
     this.index = new CorpusIndex(documents);
   }
@@ -237,6 +240,7 @@ class CorpusToolboxImpl implements CorpusToolbox {
 
   private run(call: ToolCall, signal: AbortSignal): ToolResult {
     signal.throwIfAborted();
+    const startedAtMs = Date.now();
     const earlierExecutions = this.executionsOf(call.id);
     this.total += 1;
     this.byTool.set(call.name, (this.byTool.get(call.name) ?? 0) + 1);
@@ -245,9 +249,11 @@ class CorpusToolboxImpl implements CorpusToolbox {
     const position = groupPosition(call.id);
     if (position !== undefined && position >= 1 && this.partialRate > 0) {
       if (unitInterval(this.seed, 'partial-tool-result', call.id, earlierExecutions) < this.partialRate) {
+        this.logExecution(call, startedAtMs, false);
         throw new ToolInterruptedError(call.id, call.name);
       }
     }
+    this.logExecution(call, startedAtMs, true);
     this.deliveredByCallId.set(call.id, (this.deliveredByCallId.get(call.id) ?? 0) + 1);
 
     switch (call.name) {
@@ -268,10 +274,14 @@ class CorpusToolboxImpl implements CorpusToolbox {
         return errorResult(`Unknown tool "${call.name}". Available tools: ${SEARCH_TOOL}, ${READ_TOOL}.`);
     }
   }
+
+  private logExecution(call: ToolCall, startedAtMs: number, delivered: boolean): void {
+    if (this.executionLog !== undefined) appendToolExecution(this.executionLog, { callId: call.id, tool: call.name, startedAtMs, delivered, pid: process.pid });
+  }
 }
 
 /** The toolbox over the bundled corpus (or `documents`), with partial-result faults from `settings`. */
 export function createCorpusToolbox(options: CorpusToolboxOptions = {}): CorpusToolbox {
   const settings = parseOfflineSettings(options.settings ?? {});
-  return new CorpusToolboxImpl(options.documents ?? CORPUS, settings.partialToolResultsRate, options.seed ?? 0);
+  return new CorpusToolboxImpl(options.documents ?? CORPUS, settings.partialToolResultsRate, options.seed ?? 0, settings.toolExecutionLog);
 }
