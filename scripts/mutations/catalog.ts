@@ -202,4 +202,20 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '  const previous = { epoch, cost: {} as Readonly<Record<string, number>>, notes: 0 };\n',
     tests: [{ files: [HOLES], names: 'bug 12:' }],
   },
+  {
+    name: 'takeover-needs-stale-heartbeat',
+    removes: 'the stale-heartbeat condition on a takeover (a redelivered task takes a live worker\'s job)',
+    file: 'functions/src/core/lifecycle.ts',
+    search: '  if (ageMs < staleMs && lease.expiresAtMs > nowMs) {\n',
+    replace: '  if (false as boolean) {\n',
+    tests: [{ files: ['test/emulator/recovery.test.ts'], names: 'keeps heartbeating|a redelivery while the heartbeat is fresh' }],
+  },
+  {
+    name: 'lease-renewal-needs-progress',
+    removes: 'the progress bound on lease renewal (a wedged step holds its job for ever)',
+    file: 'functions/src/engine/runner.ts',
+    search: '    if (idleMs > store.options.progressTimeoutSeconds * 1000) {\n',
+    replace: '    if (false as boolean) {\n',
+    tests: [{ files: ['test/emulator/recovery.test.ts'], names: 'wedged on a tool' }],
+  },
 ];
