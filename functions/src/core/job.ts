@@ -1,5 +1,5 @@
 /** The job as the core sees it: plain data, times in epoch milliseconds, no Firebase types. */
-import type { EffectCounts } from '../effects/ledger';
+import type { EffectCounts } from './effect-ledger';
 import type { ClaimTally } from './flusher';
 
 export const JOB_STATUSES = ['queued', 'running', 'waiting', 'completed', 'failed', 'cancelled', 'quarantined'] as const;
@@ -91,7 +91,7 @@ export interface JobRecord {
   readonly finishedAtMs: number | null;
 }
 
-/** A stopped job's effect ledger, counted by entry state (see effects/ledger.ts). */
+/** A stopped job's effect ledger, counted by entry state (see effect-ledger.ts). */
 export interface StoppedEffects {
   readonly counts: EffectCounts;
   /** No entry is `applying` or `unknown`: the counts are final. */
@@ -111,6 +111,33 @@ export interface Cancellation {
   readonly sectionsDone: number | null;
   /** Null when the job had no effect ledger. */
   readonly effects: StoppedEffects | null;
+}
+
+export const UNIT_STATUSES = ['queued', 'running', 'done'] as const;
+export type UnitStatus = (typeof UNIT_STATUSES)[number];
+
+export interface UnitRecord {
+  readonly jobId: string;
+  readonly unit: string;
+  readonly phase: string;
+  /** The job epoch of the fan-out this unit belongs to. */
+  readonly fanoutEpoch: number;
+  readonly status: UnitStatus;
+  readonly epoch: number;
+  readonly lease: Lease | null;
+  readonly step: number;
+  readonly dispatch: number;
+  readonly attempts: number;
+  readonly staleReclaims: number;
+  readonly nextRunAtMs: number;
+  readonly progress: Readonly<Record<string, number>>;
+  readonly cost: Readonly<Record<string, number>>;
+  /** The part of `cost` already added to the job's cost: each unit's cost is counted once. */
+  readonly costInJob: Readonly<Record<string, number>>;
+  readonly claimTally: ClaimTally | null;
+  readonly result: unknown;
+  readonly lastError: { readonly code: string; readonly message: string; readonly atMs: number } | null;
+  readonly updatedAtMs: number;
 }
 
 /** What a task carries. Everything else is read from the job document. */

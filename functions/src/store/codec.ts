@@ -5,8 +5,7 @@
 import { Timestamp, type DocumentData } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import { CorruptCheckpointError } from '../core/errors';
-import type { ClaimTally } from '../core/flusher';
-import { JOB_STATUSES, type Cancellation, type JobRecord, type Lease } from '../core/job';
+import { JOB_STATUSES, UNIT_STATUSES, type Cancellation, type JobRecord, type Lease, type UnitRecord } from '../core/job';
 
 const millis = z.instanceof(Timestamp).transform((value) => value.toMillis());
 const counts = z.record(z.string(), z.number());
@@ -189,32 +188,7 @@ export function encodeJob(job: JobRecord): DocumentData {
   };
 }
 
-export const UNIT_STATUSES = ['queued', 'running', 'done'] as const;
-export type UnitStatus = (typeof UNIT_STATUSES)[number];
-
-export interface UnitRecord {
-  readonly jobId: string;
-  readonly unit: string;
-  readonly phase: string;
-  /** The job epoch of the fan-out this unit belongs to. */
-  readonly fanoutEpoch: number;
-  readonly status: UnitStatus;
-  readonly epoch: number;
-  readonly lease: Lease | null;
-  readonly step: number;
-  readonly dispatch: number;
-  readonly attempts: number;
-  readonly staleReclaims: number;
-  readonly nextRunAtMs: number;
-  readonly progress: Readonly<Record<string, number>>;
-  readonly cost: Readonly<Record<string, number>>;
-  /** The part of `cost` already added to the job's cost: each unit's cost is counted once. */
-  readonly costInJob: Readonly<Record<string, number>>;
-  readonly claimTally: ClaimTally | null;
-  readonly result: unknown;
-  readonly lastError: { readonly code: string; readonly message: string; readonly atMs: number } | null;
-  readonly updatedAtMs: number;
-}
+export { UNIT_STATUSES, type UnitRecord, type UnitStatus } from '../core/job';
 
 const unitDocumentSchema = z.object({
   jobId: z.string(),
