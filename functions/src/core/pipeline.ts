@@ -4,7 +4,7 @@
  * fan-out into units that run as separate tasks with their own leases and join exactly once.
  */
 import type { z } from 'zod';
-import type { EffectLedger } from '../effects/ledger';
+import type { EffectLedger } from './effect-ledger';
 import type { Clock, RandomSource } from './clock';
 
 export interface SectionRecord<TData = unknown> {
