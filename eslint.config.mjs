@@ -2,6 +2,56 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
+/** Relative imports of these functions/src folders, from any depth below them. */
+const folders = (/** @type {string[]} */ names) => `^(\\.\\./)+(${names.join('|')})(/|$)`;
+
+/**
+ * Layering of functions/src, checked rather than promised (test/unit/layering.test.ts proves each
+ * rule fires). core/ is the pure centre, tested without an emulator: no Firebase package and
+ * nothing from the folders above it. pipelines/ are handed their backends by the triggers, never
+ * reach for them. config/ is read by pipelines/ and triggers/, so it imports neither.
+ */
+const layering = [
+  {
+    files: ['functions/src/core/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^(firebase-admin|firebase-functions|firebase|@firebase/[^/]+|@google-cloud/[^/]+)(/|$)',
+              message: 'core/ imports no Firebase or Google Cloud package: it is tested without an emulator.',
+            },
+            {
+              regex: folders(['engine', 'store', 'triggers', 'http', 'pipelines', 'providers', 'agent', 'effects', 'config']),
+              message: 'core/ imports nothing above it: move what it needs down into core/.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ['functions/src/pipelines/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: folders(['triggers']), message: 'pipelines/ do not import triggers/: take backends as parameters.' }] },
+      ],
+    },
+  },
+  {
+    files: ['functions/src/config/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: folders(['triggers', 'pipelines', 'engine', 'http', 'store']), message: 'config/ sits below the code that reads it.' }] },
+      ],
+    },
+  },
+];
+
 export default tseslint.config(
   { ignores: ['**/node_modules/', 'functions/lib/', 'coverage/', 'bench/results/', 'web/dist/'] },
   js.configs.recommended,
@@ -25,4 +75,5 @@ export default tseslint.config(
     files: ['test/**/*.ts'],
     rules: { '@typescript-eslint/no-non-null-assertion': 'off' },
   },
+  ...layering,
 );

@@ -4,7 +4,7 @@
  * honoured as a backoff; callers treat it as an outage with a resume time of `nowMs + capMs`.
  */
 
-/** Default cap on any server-given delay: 15 minutes (`PHASELINE_MAX_SERVER_DELAY_SECONDS`). */
+/** Default cap on any server-given delay: 15 minutes (engine option `maxServerDelaySeconds`). */
 export const DEFAULT_MAX_SERVER_DELAY_SECONDS = 900;
 
 /**

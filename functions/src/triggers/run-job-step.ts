@@ -1,12 +1,13 @@
 import { logger } from 'firebase-functions';
 import { onTaskDispatched } from 'firebase-functions/v2/tasks';
+import { modelApiKeyNeeded } from '../config/environment';
 import { systemClock } from '../core/clock';
 import { runStep, type RunnerDeps } from '../engine/runner';
-import { pipelines } from '../pipelines';
 import { modelApiKey } from '../pipelines/providers';
 import { JobStore } from '../store/job-store';
 import { firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
+import { pipelines } from './pipelines';
 
 let deps: RunnerDeps | undefined;
 function runnerDeps(): RunnerDeps {
@@ -32,7 +33,7 @@ export const runJobStep = onTaskDispatched<unknown>(
     memory: '512MiB',
     // The API key is bound only when a keyed provider is configured (read from functions/.env.<project>
     // at deploy), so the offline default and the emulators need no secret.
-    secrets: process.env.PHASELINE_PROVIDER === 'openai-compatible' ? [modelApiKey] : [],
+    secrets: modelApiKeyNeeded() ? [modelApiKey] : [],
   },
   async (request) => {
     const outcome = await runStep(runnerDeps(), request.data);

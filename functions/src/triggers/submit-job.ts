@@ -3,10 +3,10 @@ import { logger } from 'firebase-functions/logger';
 import { onRequest } from 'firebase-functions/v2/https';
 import { systemClock } from '../core/clock';
 import { createSubmitHandler, type HttpRequest, type HttpResponse } from '../http/submit-handler';
-import { pipelines } from '../pipelines';
 import { JobStore } from '../store/job-store';
 import { adminApp, firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
+import { pipelines } from './pipelines';
 
 let handler: ((request: HttpRequest, response: HttpResponse) => Promise<void>) | undefined;
 

@@ -30,7 +30,7 @@ function sweepDeps(): SweepDeps {
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
     queue: stepQueue(),
     log: (message, detail) => logger.warn(message, detail),
-    // Stopped jobs' effects are checked with the receiver the notify pipeline sends through (PHASELINE_RECEIVER_URL).
+    // Stopped jobs' effects are checked with the receiver the notify pipeline sends through (its configured URL).
     stoppedEffects: { settlerFor: notifyStoppedEffects() },
   };
   return deps;

@@ -2,46 +2,21 @@
  * Where the deployed notify pipeline sends: configuration only (never the job's input, so a
  * caller cannot point the functions at an address of their choosing).
  */
-import { TerminalError } from '../../core/errors';
+import { receiverConfigFromEnv, type Environment } from '../../config/environment';
 import { createHttpEffectAdapter } from '../../effects/http-adapter';
 import type { StoppedEffectsDeps } from '../../engine/settle-stopped';
 import { notifyProgressFromLedger } from './counts';
 import { NOTIFY_PIPELINE, type NotifyDeps } from './pipeline';
 
-export const RECEIVER_URL_VARIABLE = 'PHASELINE_RECEIVER_URL';
-export const RECEIVER_TIMEOUT_VARIABLE = 'PHASELINE_RECEIVER_TIMEOUT_MS';
-export const RECEIVER_WAIT_VARIABLE = 'PHASELINE_RECEIVER_WAIT_SECONDS';
-
-const DEFAULT_TIMEOUT_MS = 10_000;
-const DEFAULT_WAIT_SECONDS = 60;
-
-function setting(env: NodeJS.ProcessEnv, name: string): string | undefined {
-  const value = env[name]?.trim();
-  return value === undefined || value === '' ? undefined : value;
-}
-
-function positiveNumber(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
-  const raw = setting(env, name);
-  if (raw === undefined) return fallback;
-  const value = Number(raw);
-  if (!Number.isFinite(value) || value <= 0) throw new TerminalError(`${name} must be a positive number, got "${raw}"`);
-  return value;
-}
+/** For tools that start the functions with a receiver of their own. */
+export { RECEIVER_URL_VARIABLE } from '../../config/environment';
 
 /** Reads the receiver settings; a missing or malformed one fails the job that needs it, with its name. */
-export function notifyDepsFromEnv(env: NodeJS.ProcessEnv = process.env): NotifyDeps {
-  const url = setting(env, RECEIVER_URL_VARIABLE);
-  if (url === undefined) throw new TerminalError(`${RECEIVER_URL_VARIABLE} is not set: the notify pipeline has no receiver to send through`);
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    throw new TerminalError(`${RECEIVER_URL_VARIABLE} is not a URL: "${url}"`);
-  }
-  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new TerminalError(`${RECEIVER_URL_VARIABLE} must be an http(s) URL, got "${url}"`);
+export function notifyDepsFromEnv(env: Environment = process.env): NotifyDeps {
+  const receiver = receiverConfigFromEnv(env);
   return {
-    adapter: createHttpEffectAdapter({ baseUrl: url, timeoutMs: positiveNumber(env, RECEIVER_TIMEOUT_VARIABLE, DEFAULT_TIMEOUT_MS), name: `the receiver at ${parsed.host}` }),
-    unavailableWaitMs: positiveNumber(env, RECEIVER_WAIT_VARIABLE, DEFAULT_WAIT_SECONDS) * 1000,
+    adapter: createHttpEffectAdapter({ baseUrl: receiver.url, timeoutMs: receiver.timeoutMs, name: `the receiver at ${receiver.host}` }),
+    unavailableWaitMs: receiver.unavailableWaitMs,
   };
 }
 

@@ -1,0 +1,299 @@
+/**
+ * Every `PHASELINE_*` environment variable the functions read, declared once: its name, how its
+ * text is parsed (zod), its default and what it does. Nothing else in functions/src names one, and
+ * the README's Configuration section lists exactly these (test/unit/config-declarations.test.ts).
+ *
+ * Sections are parsed when the code that needs them first runs: the engine options by every
+ * trigger, the provider when a research step runs, the receiver when a notify job (or the sweeper,
+ * for a stopped notify job) needs it. So a malformed receiver setting fails notify jobs by name and
+ * leaves research alone, as before. Blank text counts as unset. Errors name the variable and what
+ * it must be; they are terminal (`invalid_input`), so a step that meets one fails its job with the
+ * reason instead of retrying against settings that will not change.
+ *
+ * This module sits below pipelines/ and triggers/ (both read it; pipelines may not import
+ * triggers/), so it lives in its own folder rather than in triggers/config.ts.
+ */
+import { z } from 'zod';
+import { TerminalError } from '../core/errors';
+import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions, type EngineOptions } from '../core/options';
+import { DEFAULT_OFFLINE_SETTINGS, offlineSettingsSchema, type OfflineSettings } from '../providers/offline/settings';
+import { openAiCompatibleConfigSchema, type OpenAiCompatibleConfig } from '../providers/openai-compatible';
+
+/** A setting is missing or malformed; the message names the variable and what it must be. */
+export class ConfigurationError extends TerminalError {
+  constructor(message: string) {
+    super(message, { code: 'invalid_input' });
+  }
+}
+
+export type Environment = Readonly<Record<string, string | undefined>>;
+
+interface Variable<S extends z.ZodType = z.ZodType> {
+  /** Parses the variable's trimmed text, or `undefined` when it is unset or blank. */
+  readonly schema: S;
+  /** The value when unset, as the README's Configuration section shows it. */
+  readonly defaultText: string;
+  readonly description: string;
+}
+
+function variable<S extends z.ZodType>(schema: S, defaultText: string, description: string): Variable<S> {
+  return { schema, defaultText, description };
+}
+
+const numberText = z.string().transform((text, context) => {
+  const value = Number(text);
+  if (Number.isFinite(value)) return value;
+  context.addIssue({ code: 'custom', message: 'must be a number' });
+  return z.NEVER;
+});
+
+const jsonText = z.string().transform((text, context): unknown => {
+  try {
+    return JSON.parse(text);
+  } catch {
+    context.addIssue({ code: 'custom', message: 'is not valid JSON' });
+    return z.NEVER;
+  }
+});
+
+const receiverUrlText = z.string({ error: 'is not set: the notify pipeline has no receiver to send through' }).transform((text, context) => {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    context.addIssue({ code: 'custom', message: 'is not a URL' });
+    return z.NEVER;
+  }
+  if (url.protocol === 'http:' || url.protocol === 'https:') return { text, host: url.host };
+  context.addIssue({ code: 'custom', message: 'must be an http(s) URL' });
+  return z.NEVER;
+});
+
+const positiveNumberText = numberText.pipe(z.number().positive('must be a positive number'));
+
+interface EngineVariable extends Variable<z.ZodOptional<typeof numberText>> {
+  readonly option: keyof EngineOptions;
+}
+
+/** Engine options: overrides of core/options' defaults, validated there (ranges, cross-field rules). */
+function engineOption(option: keyof EngineOptions, description: string): EngineVariable {
+  return { option, schema: numberText.optional(), defaultText: String(DEFAULT_ENGINE_OPTIONS[option]), description };
+}
+
+const ENGINE_VARIABLES = {
+  PHASELINE_LEASE_SECONDS: engineOption('leaseSeconds', 'A lease nobody renews expires this long after its last renewal: the sweeper reclaims it.'),
+  PHASELINE_HEARTBEAT_SECONDS: engineOption('heartbeatSeconds', 'How often a working step renews its lease, coalesced with progress writes.'),
+  PHASELINE_STALE_HEARTBEAT_SECONDS: engineOption('staleHeartbeatSeconds', 'A task finding its step held by a worker silent this long takes it over with a new epoch.'),
+  PHASELINE_PROGRESS_TIMEOUT_SECONDS: engineOption('progressTimeoutSeconds', 'A step without progress this long stops renewing its lease and gives the job back.'),
+  PHASELINE_PROGRESS_FLUSH_MS: engineOption('progressFlushMs', 'Minimum gap between two coalesced progress writes to the job document.'),
+  PHASELINE_STEP_BUDGET_SECONDS: engineOption('stepBudgetSeconds', 'A step starts no new section once this much of its time is used.'),
+  PHASELINE_MAX_ATTEMPTS: engineOption('maxAttempts', 'Caught errors a job may have before it fails.'),
+  PHASELINE_MAX_STALE_RECLAIMS: engineOption('maxStaleReclaims', 'Workers a job may lose without progress before it is quarantined.'),
+  PHASELINE_BACKOFF_BASE_SECONDS: engineOption('backoffBaseSeconds', 'Base of the full-jitter backoff after a retryable error.'),
+  PHASELINE_BACKOFF_MAX_SECONDS: engineOption('backoffMaxSeconds', 'Cap of that backoff.'),
+  PHASELINE_LOST_TASK_GRACE_SECONDS: engineOption('lostTaskGraceSeconds', 'A queued job not claimed this long after it was due is re-dispatched by the sweeper.'),
+  PHASELINE_SWEEP_BATCH_SIZE: engineOption('sweepBatchSize', 'Documents the sweeper handles per query per run.'),
+  PHASELINE_WRITE_RETRIES: engineOption('writeRetries', 'In-call retries of a Firestore write before the step gives up on it.'),
+  PHASELINE_MAX_SERVER_DELAY_SECONDS: engineOption('maxServerDelaySeconds', 'Cap on any Retry-After; a longer one is an outage and the job waits.'),
+} satisfies Record<string, EngineVariable>;
+
+const PROVIDER_KINDS = ['offline', 'openai-compatible'] as const;
+export type ProviderKind = (typeof PROVIDER_KINDS)[number];
+
+const PROVIDER_VARIABLES = {
+  PHASELINE_PROVIDER: variable(
+    z.enum(PROVIDER_KINDS, { error: `must be ${PROVIDER_KINDS.join(' or ')}` }).default('offline'),
+    'offline',
+    'The model provider: the offline simulator (no key, no network) or a Chat Completions-compatible endpoint.',
+  ),
+};
+
+const OFFLINE_VARIABLES = {
+  PHASELINE_OFFLINE_SETTINGS: variable(
+    jsonText.pipe(offlineSettingsSchema).default(DEFAULT_OFFLINE_SETTINGS),
+    '{}',
+    "The offline simulator's settings as JSON (latency, error waves, fault rates, prices; providers/offline/settings.ts).",
+  ),
+  PHASELINE_OFFLINE_SEED: variable(numberText.pipe(z.int()).default(1), '1', 'Seed of the offline simulator and the corpus tools: a run replays exactly with the same seed.'),
+};
+
+const model = openAiCompatibleConfigSchema.shape;
+const MODEL_VARIABLES = {
+  PHASELINE_MODEL_BASE_URL: variable(model.baseUrl.default('https://api.openai.com/v1'), 'https://api.openai.com/v1', 'Base URL of the Chat Completions endpoint (`/chat/completions` is appended).'),
+  PHASELINE_MODEL: variable(model.model.default('gpt-4o-mini'), 'gpt-4o-mini', 'The model name sent with every request.'),
+  PHASELINE_MODEL_API_KEY: variable(model.apiKey, 'unset', 'Bearer token for the endpoint; a Secret Manager secret, bound only when the provider is openai-compatible.'),
+  PHASELINE_MODEL_TIMEOUT_MS: variable(numberText.pipe(model.timeoutMs).default(120_000), '120000', 'Longest wait for one model call (also bounded by the step deadline).'),
+  PHASELINE_MODEL_CONTEXT_TOKENS: variable(numberText.pipe(model.contextWindowTokens).default(128_000), '128000', 'Context window; a request estimated above it is refused before it is sent.'),
+  PHASELINE_MODEL_INPUT_USD_PER_1K: variable(numberText.pipe(model.inputUsdPer1kTokens).default(0), '0', 'Price of 1,000 input tokens, for the cost shown on the job.'),
+  PHASELINE_MODEL_OUTPUT_USD_PER_1K: variable(numberText.pipe(model.outputUsdPer1kTokens).default(0), '0', 'Price of 1,000 output tokens.'),
+};
+
+const RECEIVER_VARIABLES = {
+  PHASELINE_RECEIVER_URL: variable(receiverUrlText, 'unset', 'The system of record the notify pipeline sends through; configuration only, never the job input. Required by notify.'),
+  PHASELINE_RECEIVER_TIMEOUT_MS: variable(positiveNumberText.default(10_000), '10000', 'Longest wait for one receiver request; past it the effect is unknown and reconciled.'),
+  PHASELINE_RECEIVER_WAIT_SECONDS: variable(positiveNumberText.default(60), '60', 'How long a notify job waits (reason provider) when the receiver is unavailable.'),
+};
+
+/** The secret's name, for binding it to the step function (firebase-functions' defineSecret). */
+export const MODEL_API_KEY_VARIABLE = 'PHASELINE_MODEL_API_KEY' satisfies keyof typeof MODEL_VARIABLES;
+/** For tools that start the functions with a receiver of their own. */
+export const RECEIVER_URL_VARIABLE = 'PHASELINE_RECEIVER_URL' satisfies keyof typeof RECEIVER_VARIABLES;
+
+const SECTIONS = {
+  engine: ENGINE_VARIABLES,
+  provider: PROVIDER_VARIABLES,
+  offline: OFFLINE_VARIABLES,
+  model: MODEL_VARIABLES,
+  receiver: RECEIVER_VARIABLES,
+} as const;
+
+export interface DeclaredVariable {
+  readonly name: string;
+  readonly section: keyof typeof SECTIONS;
+  readonly defaultText: string;
+  readonly description: string;
+}
+
+/** Every variable, in declaration order: what the README lists and the tests check. */
+export const DECLARED_VARIABLES: readonly DeclaredVariable[] = Object.entries(SECTIONS).flatMap(([section, variables]) =>
+  Object.entries(variables).map(([name, declared]: [string, Variable]) => ({
+    name,
+    section: section as keyof typeof SECTIONS,
+    defaultText: declared.defaultText,
+    description: declared.description,
+  })),
+);
+
+type Shape<V extends Record<string, Variable>> = { [K in keyof V]: V[K]['schema'] };
+type Parsed<V extends Record<string, Variable>> = z.output<z.ZodObject<Shape<V>>>;
+
+const MAX_ECHOED_CHARS = 80;
+/** Never echoed in an error message. */
+const SECRET_VARIABLES: ReadonlySet<string> = new Set([MODEL_API_KEY_VARIABLE]);
+
+/** Messages in the variables' terms: "must be at least 1", not zod's wording for developers. */
+function describeIssue(issue: z.core.$ZodRawIssue): string | undefined {
+  switch (issue.code) {
+    case 'too_small':
+      return `must be ${issue.inclusive === false ? 'more than' : 'at least'} ${String(issue.minimum)}`;
+    case 'too_big':
+      return `must be ${issue.inclusive === false ? 'less than' : 'at most'} ${String(issue.maximum)}`;
+    case 'invalid_type':
+      return `must be ${issue.expected === 'int' ? 'an integer' : `a ${issue.expected}`}`;
+    case 'invalid_format':
+      return issue.format === 'url' ? 'must be an http(s) URL' : `must be a ${issue.format}`;
+    case 'invalid_value':
+      return `must be one of ${issue.values.map(String).join(', ')}`;
+    case 'unrecognized_keys':
+      return `has unknown fields ${issue.keys.join(', ')}`;
+    default:
+      return undefined;
+  }
+}
+
+function echo(value: unknown): string {
+  const text = typeof value === 'string' ? value : JSON.stringify(value);
+  return JSON.stringify(text.length > MAX_ECHOED_CHARS ? `${text.slice(0, MAX_ECHOED_CHARS)}…` : text);
+}
+
+/** "NAME must be …, got "text"" for the variable itself; "NAME: field must be …" inside a JSON value. */
+function formatIssue(issue: z.core.$ZodIssue, text: Environment): string {
+  const [name = '', ...path] = issue.path.map(String);
+  if (path.length > 0) return `${name}: ${path.join('.')} ${issue.message}`;
+  const raw = text[name];
+  return raw === undefined || SECRET_VARIABLES.has(name) ? `${name} ${issue.message}` : `${name} ${issue.message}, got ${echo(raw)}`;
+}
+
+function parseSection<V extends Record<string, Variable>>(variables: V, env: Environment): Parsed<V> {
+  const text: Record<string, string | undefined> = {};
+  for (const name of Object.keys(variables)) {
+    const value = env[name]?.trim();
+    text[name] = value === '' ? undefined : value;
+  }
+  const shape = Object.fromEntries(Object.entries(variables).map(([name, declared]) => [name, declared.schema])) as Shape<V>;
+  const parsed = z.object(shape).safeParse(text, { error: describeIssue });
+  if (parsed.success) return parsed.data;
+  throw new ConfigurationError(parsed.error.issues.map((issue) => formatIssue(issue, text)).join('; '));
+}
+
+/** The engine options; unset variables keep core/options' defaults, and the result is validated there. */
+export function engineOptionsFromEnv(env: Environment = process.env): EngineOptions {
+  const parsed = parseSection(ENGINE_VARIABLES, env);
+  const overrides: Partial<Record<keyof EngineOptions, number>> = {};
+  for (const [name, declared] of Object.entries(ENGINE_VARIABLES) as [keyof typeof ENGINE_VARIABLES, EngineVariable][]) {
+    const value = parsed[name];
+    if (value !== undefined) overrides[declared.option] = value;
+  }
+  try {
+    return resolveEngineOptions(overrides);
+  } catch (error) {
+    // core/options speaks in option names; say which variables set the options it names.
+    const message = error instanceof Error ? error.message : String(error);
+    const named = Object.entries(ENGINE_VARIABLES)
+      .filter(([, declared]) => new RegExp(`\\b${declared.option}\\b`).test(message))
+      .map(([name, declared]) => (overrides[declared.option] === undefined ? `${name} unset (default ${declared.defaultText})` : `${name}=${String(overrides[declared.option])}`));
+    throw new ConfigurationError(named.length > 0 ? `${message} (${named.join(', ')})` : message);
+  }
+}
+
+export interface OfflineConfig {
+  readonly settings: OfflineSettings;
+  readonly seed: number;
+}
+
+export type ProviderConfig =
+  | { readonly kind: 'offline'; readonly offline: OfflineConfig }
+  | { readonly kind: 'openai-compatible'; readonly offline: OfflineConfig; readonly model: OpenAiCompatibleConfig };
+
+/**
+ * The model provider's settings. The offline settings serve both kinds (the corpus tools are the
+ * research sources either way); the model settings are read only for the openai-compatible kind.
+ */
+export function providerConfigFromEnv(env: Environment = process.env): ProviderConfig {
+  const { PHASELINE_PROVIDER: kind } = parseSection(PROVIDER_VARIABLES, env);
+  const offlineText = parseSection(OFFLINE_VARIABLES, env);
+  const offline = { settings: offlineText.PHASELINE_OFFLINE_SETTINGS, seed: offlineText.PHASELINE_OFFLINE_SEED };
+  if (kind === 'offline') return { kind, offline };
+  const text = parseSection(MODEL_VARIABLES, env);
+  const model: OpenAiCompatibleConfig = {
+    baseUrl: text.PHASELINE_MODEL_BASE_URL,
+    model: text.PHASELINE_MODEL,
+    timeoutMs: text.PHASELINE_MODEL_TIMEOUT_MS,
+    contextWindowTokens: text.PHASELINE_MODEL_CONTEXT_TOKENS,
+    inputUsdPer1kTokens: text.PHASELINE_MODEL_INPUT_USD_PER_1K,
+    outputUsdPer1kTokens: text.PHASELINE_MODEL_OUTPUT_USD_PER_1K,
+    ...(text.PHASELINE_MODEL_API_KEY === undefined ? {} : { apiKey: text.PHASELINE_MODEL_API_KEY }),
+  };
+  return { kind, offline, model };
+}
+
+/**
+ * Whether the step function binds the model API key secret. Evaluated when the functions load (at
+ * deploy), so it never throws: a malformed provider setting is reported when a step reads it.
+ */
+export function modelApiKeyNeeded(env: Environment = process.env): boolean {
+  try {
+    return parseSection(PROVIDER_VARIABLES, env).PHASELINE_PROVIDER === 'openai-compatible';
+  } catch {
+    return false;
+  }
+}
+
+export interface ReceiverConfig {
+  /** As configured (trimmed). */
+  readonly url: string;
+  readonly host: string;
+  readonly timeoutMs: number;
+  readonly unavailableWaitMs: number;
+}
+
+/** Where the notify pipeline sends; the URL is required, so this throws by name when it is unset. */
+export function receiverConfigFromEnv(env: Environment = process.env): ReceiverConfig {
+  const text = parseSection(RECEIVER_VARIABLES, env);
+  return {
+    url: text.PHASELINE_RECEIVER_URL.text,
+    host: text.PHASELINE_RECEIVER_URL.host,
+    timeoutMs: text.PHASELINE_RECEIVER_TIMEOUT_MS,
+    unavailableWaitMs: text.PHASELINE_RECEIVER_WAIT_SECONDS * 1000,
+  };
+}

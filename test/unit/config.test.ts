@@ -1,0 +1,139 @@
+/**
+ * The configuration module: each section parsed from the environment into typed settings, with
+ * the documented defaults, and errors that name the variable and say what it must be.
+ */
+import {
+  ConfigurationError,
+  DECLARED_VARIABLES,
+  engineOptionsFromEnv,
+  modelApiKeyNeeded,
+  providerConfigFromEnv,
+  receiverConfigFromEnv,
+} from '../../functions/src/config/environment';
+import { TerminalError } from '../../functions/src/core/errors';
+import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from '../../functions/src/core/options';
+import { DEFAULT_OFFLINE_SETTINGS } from '../../functions/src/providers/offline/settings';
+
+const RECEIVER = { PHASELINE_RECEIVER_URL: 'http://127.0.0.1:8787' };
+
+describe('defaults', () => {
+  test('every declared default is what parsing an empty environment gives', () => {
+    const engine = engineOptionsFromEnv({});
+    const offline = providerConfigFromEnv({});
+    const keyed = providerConfigFromEnv({ PHASELINE_PROVIDER: 'openai-compatible' });
+    if (keyed.kind !== 'openai-compatible') throw new Error('expected the keyed provider');
+    const receiver = receiverConfigFromEnv(RECEIVER);
+    const parsed: Record<string, string | number | undefined> = {
+      PHASELINE_PROVIDER: offline.kind,
+      PHASELINE_OFFLINE_SEED: offline.offline.seed,
+      PHASELINE_MODEL_BASE_URL: keyed.model.baseUrl,
+      PHASELINE_MODEL: keyed.model.model,
+      PHASELINE_MODEL_API_KEY: keyed.model.apiKey,
+      PHASELINE_MODEL_TIMEOUT_MS: keyed.model.timeoutMs,
+      PHASELINE_MODEL_CONTEXT_TOKENS: keyed.model.contextWindowTokens,
+      PHASELINE_MODEL_INPUT_USD_PER_1K: keyed.model.inputUsdPer1kTokens,
+      PHASELINE_MODEL_OUTPUT_USD_PER_1K: keyed.model.outputUsdPer1kTokens,
+      PHASELINE_RECEIVER_URL: undefined,
+      PHASELINE_RECEIVER_TIMEOUT_MS: receiver.timeoutMs,
+      PHASELINE_RECEIVER_WAIT_SECONDS: receiver.unavailableWaitMs / 1000,
+    };
+    for (const declared of DECLARED_VARIABLES) {
+      if (declared.name === 'PHASELINE_OFFLINE_SETTINGS') {
+        expect(offline.offline.settings).toEqual(DEFAULT_OFFLINE_SETTINGS);
+        expect(declared.defaultText).toBe('{}');
+        continue;
+      }
+      const engineOption = Object.keys(DEFAULT_ENGINE_OPTIONS).find((option) => declared.name === `PHASELINE_${option.replace(/[A-Z]/g, (letter) => `_${letter}`).toUpperCase()}`);
+      const value = engineOption === undefined ? parsed[declared.name] : engine[engineOption as keyof EngineOptions];
+      expect([declared.name, value === undefined ? 'unset' : String(value)]).toEqual([declared.name, declared.defaultText]);
+    }
+  });
+
+  test('the engine defaults are core/options\' own', () => {
+    expect(engineOptionsFromEnv({ PATH: '/usr/bin' })).toEqual(DEFAULT_ENGINE_OPTIONS);
+  });
+});
+
+describe('engine', () => {
+  test('a cross-field refusal from core/options names the variables behind the options it names', () => {
+    expect(() => engineOptionsFromEnv({ PHASELINE_HEARTBEAT_SECONDS: '180' })).toThrow(
+      'heartbeatSeconds (180) must be shorter than leaseSeconds (180) (PHASELINE_LEASE_SECONDS unset (default 180), PHASELINE_HEARTBEAT_SECONDS=180)',
+    );
+    expect(() => engineOptionsFromEnv({ PHASELINE_WRITE_RETRIES: '-2' })).toThrow('Engine option writeRetries must be a non-negative number, got -2 (PHASELINE_WRITE_RETRIES=-2)');
+  });
+
+  test('every malformed variable is reported at once, each by name', () => {
+    expect(() => engineOptionsFromEnv({ PHASELINE_MAX_ATTEMPTS: 'five', PHASELINE_LEASE_SECONDS: '3m' })).toThrow(
+      'PHASELINE_LEASE_SECONDS must be a number, got "3m"; PHASELINE_MAX_ATTEMPTS must be a number, got "five"',
+    );
+    expect(() => engineOptionsFromEnv({ PHASELINE_MAX_ATTEMPTS: 'five' })).toThrow(ConfigurationError);
+  });
+});
+
+describe('provider', () => {
+  test('offline by default, with the simulator settings and seed from the environment', () => {
+    const config = providerConfigFromEnv({ PHASELINE_OFFLINE_SETTINGS: ' {"latencyMs": 40} ', PHASELINE_OFFLINE_SEED: '7', PHASELINE_MODEL_TIMEOUT_MS: 'ignored offline' });
+    expect(config).toEqual({ kind: 'offline', offline: { settings: { ...DEFAULT_OFFLINE_SETTINGS, latencyMs: 40 }, seed: 7 } });
+  });
+
+  test('openai-compatible reads the model settings; blank ones keep their defaults; no key means none is sent', () => {
+    const config = providerConfigFromEnv({
+      PHASELINE_PROVIDER: 'openai-compatible',
+      PHASELINE_MODEL_BASE_URL: 'http://127.0.0.1:11434/v1',
+      PHASELINE_MODEL: 'llama3',
+      PHASELINE_MODEL_TIMEOUT_MS: '',
+      PHASELINE_MODEL_INPUT_USD_PER_1K: '0.15',
+    });
+    expect(config).toEqual({
+      kind: 'openai-compatible',
+      offline: { settings: DEFAULT_OFFLINE_SETTINGS, seed: 1 },
+      model: { baseUrl: 'http://127.0.0.1:11434/v1', model: 'llama3', timeoutMs: 120_000, contextWindowTokens: 128_000, inputUsdPer1kTokens: 0.15, outputUsdPer1kTokens: 0 },
+    });
+    const keyed = providerConfigFromEnv({ PHASELINE_PROVIDER: 'openai-compatible', PHASELINE_MODEL_API_KEY: 'sk-test' });
+    expect(keyed.kind === 'openai-compatible' && keyed.model.apiKey).toBe('sk-test');
+  });
+
+  test.each([
+    [{ PHASELINE_PROVIDER: 'openai' }, 'PHASELINE_PROVIDER must be offline or openai-compatible, got "openai"'],
+    [{ PHASELINE_OFFLINE_SEED: '1.5' }, 'PHASELINE_OFFLINE_SEED must be an integer, got "1.5"'],
+    [{ PHASELINE_OFFLINE_SETTINGS: '{latencyMs: 40}' }, 'PHASELINE_OFFLINE_SETTINGS is not valid JSON, got "{latencyMs: 40}"'],
+    [{ PHASELINE_OFFLINE_SETTINGS: '{"timeoutRate": 2, "colour": "red"}' }, 'PHASELINE_OFFLINE_SETTINGS: timeoutRate must be at most 1; PHASELINE_OFFLINE_SETTINGS has unknown fields colour, got'],
+    [{ PHASELINE_PROVIDER: 'openai-compatible', PHASELINE_MODEL_BASE_URL: 'ftp://models.example' }, 'PHASELINE_MODEL_BASE_URL must be an http(s) URL, got "ftp://models.example"'],
+    [{ PHASELINE_PROVIDER: 'openai-compatible', PHASELINE_MODEL_TIMEOUT_MS: '0' }, 'PHASELINE_MODEL_TIMEOUT_MS must be at least 1, got "0"'],
+    [{ PHASELINE_PROVIDER: 'openai-compatible', PHASELINE_MODEL_CONTEXT_TOKENS: '128k' }, 'PHASELINE_MODEL_CONTEXT_TOKENS must be a number, got "128k"'],
+    [{ PHASELINE_PROVIDER: 'openai-compatible', PHASELINE_MODEL_OUTPUT_USD_PER_1K: '-1' }, 'PHASELINE_MODEL_OUTPUT_USD_PER_1K must be at least 0, got "-1"'],
+  ])('%j is refused for good, by name', (env, message) => {
+    expect(() => providerConfigFromEnv(env)).toThrow(message);
+    expect(() => providerConfigFromEnv(env)).toThrow(TerminalError);
+  });
+
+  test('a long value is echoed cut short', () => {
+    const long = `{${'x'.repeat(200)}`;
+    expect(() => providerConfigFromEnv({ PHASELINE_OFFLINE_SETTINGS: long })).toThrow(`got "${long.slice(0, 80)}…"`);
+  });
+
+  test('the API key secret is bound only for the keyed provider, and a malformed kind does not stop the functions loading', () => {
+    expect(modelApiKeyNeeded({})).toBe(false);
+    expect(modelApiKeyNeeded({ PHASELINE_PROVIDER: ' openai-compatible ' })).toBe(true);
+    expect(modelApiKeyNeeded({ PHASELINE_PROVIDER: 'opneai' })).toBe(false);
+  });
+});
+
+describe('receiver', () => {
+  test('the URL as configured (trimmed), its host, and the waits', () => {
+    expect(receiverConfigFromEnv({ PHASELINE_RECEIVER_URL: ' https://receiver.example:8443/base ', PHASELINE_RECEIVER_TIMEOUT_MS: '2500', PHASELINE_RECEIVER_WAIT_SECONDS: '4' })).toEqual({
+      url: 'https://receiver.example:8443/base',
+      host: 'receiver.example:8443',
+      timeoutMs: 2_500,
+      unavailableWaitMs: 4_000,
+    });
+  });
+
+  test.each([
+    [{}, 'PHASELINE_RECEIVER_URL is not set: the notify pipeline has no receiver to send through'],
+    [{ PHASELINE_RECEIVER_URL: 'not a url' }, 'PHASELINE_RECEIVER_URL is not a URL, got "not a url"'],
+    [{ ...RECEIVER, PHASELINE_RECEIVER_WAIT_SECONDS: '0' }, 'PHASELINE_RECEIVER_WAIT_SECONDS must be a positive number, got "0"'],
+  ])('%j is refused by name', (env, message) => {
+    expect(() => receiverConfigFromEnv(env)).toThrow(message);
+  });
+});
