@@ -3,7 +3,8 @@
  * event on the job's timeline.
  */
 import { describeError, OwnershipLostError, PhaselineError } from '../core/errors';
-import { stepTaskId, type JobRecord } from '../core/job';
+import type { JobRecord } from '../core/job';
+import { jobDispatch, releaseJob, type Transition } from '../core/transitions';
 import { decodeUnit } from '../store/codec';
 import type { JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
@@ -35,7 +36,7 @@ export async function releaseQuarantined(
   nowMs: number,
   log: (message: string, detail?: Record<string, unknown>) => void = (message, detail) => console.warn(message, detail),
 ): Promise<ReleaseResult> {
-  let released: JobRecord;
+  let released: Transition<JobRecord>;
   try {
     released = await store.transact(
       jobId,
@@ -50,21 +51,8 @@ export async function releaseQuarantined(
           const unit = decodeUnit(snapshot.ref.path, snapshot.data());
           if (unit.status !== 'done' && unit.staleReclaims > 0) store.commitUnit(tx, snapshot, { ...unit, staleReclaims: 0 });
         }
-        const step = job.step + 1;
-        const next: JobRecord = {
-          ...job,
-          status: 'queued',
-          lease: null,
-          quarantine: null,
-          attempts: 0,
-          staleReclaims: 0,
-          step,
-          dispatch: 0,
-          nextRunAtMs: nowMs,
-          finishedAtMs: null,
-        };
-        const was = job.quarantine ? ` (it was quarantined because ${job.quarantine.reason})` : '';
-        return { next, events: [{ kind: 'released', message: `Released from quarantine by an operator${was}; attempts and stale reclaims reset, resuming at step ${step}` }], value: next };
+        const released = releaseJob(job, nowMs);
+        return { next: released.next, events: released.events, value: released };
       },
     );
   } catch (error) {
@@ -72,12 +60,12 @@ export async function releaseQuarantined(
     if (error instanceof OwnershipLostError) throw new OperatorActionRefusedError(`Job ${jobId} cannot be released: ${error.message}`);
     throw error;
   }
-  const taskId = stepTaskId(jobId, released.step, released.dispatch);
+  const dispatch = jobDispatch(released.next);
   try {
-    await queue.enqueue({ jobId, step: released.step }, { id: taskId });
-    return { job: released, taskId, enqueued: true };
+    await queue.enqueue(dispatch.task, { id: dispatch.id });
+    return { job: released.next, taskId: dispatch.id, enqueued: true };
   } catch (error) {
-    log('release: the job is queued but its task could not be enqueued; the sweeper will dispatch it', { jobId, taskId, error: describeError(error) });
-    return { job: released, taskId, enqueued: false };
+    log('release: the job is queued but its task could not be enqueued; the sweeper will dispatch it', { jobId, taskId: dispatch.id, error: describeError(error) });
+    return { job: released.next, taskId: dispatch.id, enqueued: false };
   }
 }

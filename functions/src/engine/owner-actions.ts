@@ -4,7 +4,8 @@
  */
 import { FieldValue } from 'firebase-admin/firestore';
 import { PhaselineError } from '../core/errors';
-import { stepTaskId, TERMINAL_STATUSES, type Cancellation, type JobRecord } from '../core/job';
+import { TERMINAL_STATUSES, type Cancellation, type JobRecord } from '../core/job';
+import { cancelJobRecord, decideWaitingJob, TransitionRefused, type Transition } from '../core/transitions';
 import { DEFAULT_SETTLE_GRACE_MS } from '../effects/after-stop';
 import { countEffectStates, EFFECT_STATES, type EffectState } from '../effects/ledger';
 import { cancellationReport } from '../effects/stop-report';
@@ -70,18 +71,9 @@ export async function cancelJob(store: JobStore, request: { jobId: string; owner
           sectionsDone: job.progress.sectionsDone ?? null,
           effects: ledger.empty ? null : { counts, settled, checkedWith: null, checkedAtMs: null },
         };
-        const next: JobRecord = {
-          ...job,
-          status: 'cancelled',
-          lease: null,
-          fanout: null,
-          waiting: null,
-          finishedAtMs: nowMs,
-          cancellation,
-          // The sweeper checks what nobody knows yet with the system of record, once the grace period is over.
-          effectsToSettleAtMs: settled ? null : nowMs + DEFAULT_SETTLE_GRACE_MS,
-        };
-        return { next, events: [{ kind: 'cancelled', message: cancellationReport(cancellation) }], value: { job: next, unknownEffects } };
+        // The sweeper checks what nobody knows yet with the system of record, once the grace period is over.
+        const cancelled = cancelJobRecord(job, { cancellation, message: cancellationReport(cancellation), effectsToSettleAtMs: settled ? null : nowMs + DEFAULT_SETTLE_GRACE_MS }, nowMs);
+        return { next: cancelled.next, events: cancelled.events, value: { job: cancelled.next, unknownEffects } };
       },
     );
   } catch (error) {
@@ -96,41 +88,36 @@ export async function decideJob(
   request: { jobId: string; owner: string; questionId: string; answer: string },
 ): Promise<JobRecord> {
   const nowMs = store.clock.now();
-  let decided: JobRecord;
+  let decided: Transition<JobRecord>;
   try {
     decided = await store.transact(
       request.jobId,
       () => null,
       ({ job }) => {
         ownedJob(job, request.owner);
-        const waiting = job.waiting;
-        if (job.status !== 'waiting' || waiting?.reason !== 'decision') throw new OwnerActionError(409, `Job ${job.id} is not waiting for a decision (it is ${job.status})`);
-        if (waiting.questionId !== request.questionId) {
-          throw new OwnerActionError(409, `Job ${job.id} is waiting on question ${waiting.questionId}, not ${request.questionId}`);
+        let decided: Transition<JobRecord>;
+        try {
+          decided = decideWaitingJob(job, { questionId: request.questionId, answer: request.answer }, nowMs);
+        } catch (error) {
+          if (error instanceof TransitionRefused) throw new OwnerActionError(409, error.message);
+          throw error;
         }
-        if (!waiting.options.includes(request.answer)) {
-          throw new OwnerActionError(400, `"${request.answer}" is not one of the options: ${waiting.options.map((option) => `"${option}"`).join(', ')}`);
+        const options = job.waiting?.options ?? [];
+        if (!options.includes(request.answer)) {
+          throw new OwnerActionError(400, `"${request.answer}" is not one of the options: ${options.map((option) => `"${option}"`).join(', ')}`);
         }
-        const next: JobRecord = {
-          ...job,
-          status: 'queued',
-          waiting: null,
-          decisions: { ...job.decisions, [request.questionId]: request.answer },
-          step: job.step + 1,
-          dispatch: 0,
-          nextRunAtMs: nowMs,
-        };
-        return Promise.resolve({ next, events: [{ kind: 'decided', message: `${waiting.question} → ${request.answer}` }], value: next });
+        return Promise.resolve({ next: decided.next, events: decided.events, value: decided });
       },
     );
   } catch (error) {
     if (error instanceof PhaselineError && error.code === 'ownership_lost') throw new OwnerActionError(404, `No job ${request.jobId}`);
     throw error;
   }
+  const dispatch = decided.dispatch;
   try {
-    await queue.enqueue({ jobId: decided.id, step: decided.step }, { id: stepTaskId(decided.id, decided.step, 0) });
+    if (dispatch) await queue.enqueue(dispatch.task, { id: dispatch.id });
   } catch {
     // Durable already; the sweeper re-dispatches a queued job whose task went missing.
   }
-  return decided;
+  return decided.next;
 }

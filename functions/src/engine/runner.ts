@@ -11,8 +11,28 @@ import type { RandomSource } from '../core/clock';
 import { describeError, OwnershipLostError, PhaselineError, TerminalError, toPhaselineError } from '../core/errors';
 import { documentId, documentIdProblem } from '../core/ids';
 import { addCounts, applyClaimTally, CoalescingFlusher, EMPTY_FLUSH, type FlushPayload, type Timers } from '../core/flusher';
-import { stepTaskId, unitTaskId, type JobRecord, type JobWait, type Lease, type StepTask } from '../core/job';
-import { decideAfterError, decideClaim, decideExpiredLease, decideStaleTakeover, waitRecord } from '../core/lifecycle';
+import { type JobRecord, type JobWait, type Lease, type StepTask } from '../core/job';
+import { decideAfterError, waitRecord } from '../core/lifecycle';
+import {
+  claimJob,
+  claimUnit,
+  completeJob,
+  giveBackJob,
+  giveBackUnit,
+  handOffJob,
+  joinJob,
+  settleJobError,
+  requeueUnit,
+  startFanOutJob,
+  takeOverJob,
+  takeOverUnit,
+  TransitionRefused,
+  unitDispatch,
+  waitJob,
+  yieldUnit,
+  type Dispatch,
+  type Transition,
+} from '../core/transitions';
 import { PHASE_NAME_PATTERN, resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, type SectionRecord, type StepContext, type StepLimits } from '../core/pipeline';
 import type { EngineOptions } from '../core/options';
 import { firestoreEffectLedger, unresolvedEffectKeys } from '../effects/firestore-ledger';
@@ -139,28 +159,17 @@ async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<StepOutcome
   let claimed: ClaimResult;
   try {
     claimed = await store.transact<ClaimResult>(task.jobId, () => null, ({ job }) => {
-      const decision = decideClaim(job, task.step, nowMs);
-      const lease = (epoch: number): Lease => ({ epoch, worker, expiresAtMs: nowMs + store.options.leaseSeconds * 1000, renewedAtMs: nowMs });
-      if (decision.claimable) {
-        const epoch = job.epoch + 1;
-        const next: JobRecord = { ...job, status: 'running', epoch, lease: lease(epoch) };
-        return Promise.resolve({ next, events: [{ kind: 'claimed', message: `Claimed by ${worker} (epoch ${epoch})` }], value: { job: next } });
+      const input = { step: task.step, worker, options: store.options };
+      let claim: Transition<JobRecord>;
+      try {
+        // A queued job is claimed; this task's own step still held after a crash is taken over once its holder went silent.
+        claim = job.status === 'running' && job.step === task.step ? takeOverJob(job, input, nowMs) : claimJob(job, input, nowMs);
+      } catch (error) {
+        if (!(error instanceof TransitionRefused)) throw error;
+        return Promise.resolve({ value: error.notYetDueMs === undefined ? { reason: error.message } : { reason: error.message, notYetDueMs: error.notYetDueMs } });
       }
-      // This task's own step is still held: after a crash, Cloud Tasks redelivers within seconds.
-      const takeover = job.status === 'running' && job.step === task.step ? decideStaleTakeover(job, nowMs, store.options) : null;
-      if (takeover === null) return Promise.resolve({ value: decision });
-      if (takeover.action === 'redeliver-later') return Promise.resolve({ value: { reason: `job is running: ${takeover.reason}`, notYetDueMs: takeover.retryAfterMs } });
-      if (takeover.action === 'quarantine') {
-        const next: JobRecord = { ...job, status: 'quarantined', lease: null, fanout: null, staleReclaims: takeover.staleReclaims, quarantine: { reason: takeover.reason, atMs: nowMs }, finishedAtMs: nowMs };
-        return Promise.resolve({ next, events: [{ kind: 'quarantined', message: `Quarantined: ${takeover.reason}` }], value: { reason: `job quarantined: ${takeover.reason}` } });
-      }
-      const epoch = job.epoch + 1;
-      const next: JobRecord = { ...job, status: 'running', epoch, staleReclaims: takeover.staleReclaims, lease: lease(epoch) };
-      const events: EventDraft[] = [
-        { kind: 'reclaimed', message: `Reclaimed at step ${job.step}: ${takeover.reason}` },
-        { kind: 'claimed', message: `Claimed by ${worker} (epoch ${epoch})` },
-      ];
-      return Promise.resolve({ next, events, value: { job: next } });
+      const value: ClaimResult = claim.next.status === 'running' ? { job: claim.next } : { reason: `job ${claim.next.status}: ${claim.events[0]?.message ?? ''}` };
+      return Promise.resolve({ next: claim.next, events: claim.events, value });
     });
   } catch (error) {
     if (error instanceof OwnershipLostError) {
@@ -321,11 +330,8 @@ async function runPhase(
         const nowMs = store.clock.now();
         await store.asOwner(claim, ({ job }) => {
           const applied = applyClaimTally(job, pending, claim.epoch);
-          return Promise.resolve({
-            next: { ...applied.next, status: 'waiting' as const, lease: null, step: job.step + 1, dispatch: 0, waiting, nextRunAtMs: waiting.untilMs ?? nowMs },
-            events: [...notes, ...applied.notes, { kind: 'waiting', message: waiting.question }],
-            value: undefined,
-          });
+          const transition = waitJob(applied.next, waiting, nowMs);
+          return Promise.resolve({ next: transition.next, events: [...notes, ...applied.notes, ...transition.events], value: undefined });
         });
         return { kind: 'waiting', reason: waiting.reason };
       }
@@ -354,40 +360,30 @@ async function giveBack(running: Running, owner: SectionOwner, stall: NoProgress
   try {
     if (owner.kind === 'job') {
       const { claim } = owner;
-      const next = await store.asOwner(claim, ({ job }) => {
+      const given = await store.asOwner(claim, ({ job }) => {
         const applied = applyClaimTally(job, pending, claim.epoch);
-        const decision = decideExpiredLease(job, store.options);
-        const base: JobRecord = { ...applied.next, lease: null, staleReclaims: decision.staleReclaims };
-        if (decision.action === 'quarantine') {
-          const record: JobRecord = { ...base, status: 'quarantined', quarantine: { reason: `${decision.reason} (last: ${stall.message})`, atMs: nowMs }, finishedAtMs: nowMs };
-          return Promise.resolve({ next: record, events: [...applied.notes, { kind: 'quarantined', message: `Quarantined: ${decision.reason}; last: ${stall.message}` }], value: record });
-        }
-        const record: JobRecord = { ...base, status: 'queued', step: job.step + 1, dispatch: 0, nextRunAtMs: nowMs };
-        const message = `Gave the job back at step ${job.step}: ${stall.message} (lost worker ${decision.staleReclaims} of at most ${store.options.maxStaleReclaims})`;
-        return Promise.resolve({ next: record, events: [...applied.notes, { kind: 'reclaimed', message }], value: record });
+        const transition = giveBackJob(applied.next, { why: stall.message, options: store.options }, nowMs);
+        return Promise.resolve({ next: transition.next, events: [...applied.notes, ...transition.events], value: transition.dispatch });
       });
-      if (next.status === 'queued') await enqueueQuietly(running.deps, { jobId: next.id, step: next.step }, stepTaskId(next.id, next.step, 0), 0);
+      await dispatchQuietly(running.deps, given);
       return { kind: 'stalled', reason: stall.message };
     }
     const { claim } = owner;
-    const next = await store.asUnitOwner(claim, ({ job, unit }) => {
+    const given = await store.asUnitOwner(claim, ({ job, unit }) => {
       const applied = applyClaimTally(unit, pending, claim.epoch);
-      const decision = decideExpiredLease(unit, store.options);
-      if (decision.action === 'quarantine') {
-        const reason = `unit ${unit.unit}: ${decision.reason} (last: ${stall.message})`;
-        const charged = chargeUnit(job, applied.next);
+      const transition = giveBackUnit(applied.next, { why: stall.message, options: store.options }, nowMs);
+      if (transition.quarantine !== undefined) {
+        const charged = chargeUnit(job, transition.next);
         return Promise.resolve({
-          next: { ...charged.job, status: 'quarantined' as const, lease: null, quarantine: { reason, atMs: nowMs }, finishedAtMs: nowMs },
-          nextUnit: { ...charged.unit, lease: null, staleReclaims: decision.staleReclaims },
-          events: [...applied.notes, { kind: 'quarantined', message: `Quarantined: ${reason}` }],
-          value: null,
+          next: { ...charged.job, status: 'quarantined' as const, lease: null, quarantine: { reason: transition.quarantine, atMs: nowMs }, finishedAtMs: nowMs },
+          nextUnit: charged.unit,
+          events: [...applied.notes, ...transition.events],
+          value: undefined,
         });
       }
-      const record: UnitRecord = { ...applied.next, status: 'queued', lease: null, staleReclaims: decision.staleReclaims, step: unit.step + 1, dispatch: 0, nextRunAtMs: nowMs };
-      const message = `${unit.unit}: gave the unit back at step ${unit.step}: ${stall.message} (lost worker ${decision.staleReclaims} of at most ${store.options.maxStaleReclaims})`;
-      return Promise.resolve({ nextUnit: record, events: [...applied.notes, { kind: 'reclaimed', message }], value: record });
+      return Promise.resolve({ nextUnit: transition.next, events: [...applied.notes, ...transition.events], value: transition.dispatch });
     });
-    if (next) await enqueueQuietly(running.deps, unitStepTask(next), unitTaskId(claim.jobId, claim.fanoutEpoch, claim.unit, next.step, 0), 0);
+    await dispatchQuietly(running.deps, given);
     return { kind: 'stalled', reason: stall.message };
   } catch (error) {
     if (error instanceof OwnershipLostError) return lost(running, error);
@@ -477,26 +473,20 @@ interface HandOff {
 async function handOff(running: Running, claim: JobClaim, pending: FlushPayload, lead: readonly EventDraft[], trail: readonly EventDraft[], handOffTo: HandOff): Promise<void> {
   const { store } = running.deps;
   const nowMs = store.clock.now();
-  const next = await store.asOwner(claim, ({ tx, job }) => {
+  const handedOff = await store.asOwner(claim, ({ tx, job }) => {
     if (handOffTo.checkpoint) {
       tx.set(store.checkpointRef(job.id, handOffTo.checkpoint.phase.name), checkpointDocumentFor(handOffTo.checkpoint.phase, handOffTo.checkpoint.state, claim.epoch, nowMs));
     }
     const applied = applyClaimTally(job, pending, claim.epoch);
-    const record: JobRecord = {
-      ...applied.next,
-      status: 'queued',
-      lease: null,
-      phase: handOffTo.nextPhase,
-      step: job.step + 1,
-      dispatch: 0,
-      // A finished phase is progress: the error budget and the lost-worker count start again.
-      attempts: handOffTo.checkpoint ? 0 : job.attempts,
-      staleReclaims: handOffTo.checkpoint ? 0 : job.staleReclaims,
-      nextRunAtMs: nowMs,
-    };
-    return Promise.resolve({ next: record, events: [...lead, ...applied.notes, ...trail], value: record });
+    const transition = handOffJob(applied.next, { checkpointed: handOffTo.checkpoint !== undefined, nextPhase: handOffTo.nextPhase }, nowMs);
+    return Promise.resolve({ next: transition.next, events: [...lead, ...applied.notes, ...trail, ...transition.events], value: transition });
   });
-  await enqueueQuietly(running.deps, { jobId: next.id, step: next.step }, stepTaskId(next.id, next.step, next.dispatch), 0);
+  await dispatchQuietly(running.deps, handedOff.dispatch);
+}
+
+/** Enqueues a committed transition's task, if it has one. */
+async function dispatchQuietly(deps: RunnerDeps, dispatch: Dispatch | undefined): Promise<void> {
+  if (dispatch) await enqueueQuietly(deps, dispatch.task, dispatch.id, dispatch.delayMs);
 }
 
 async function enqueueQuietly(deps: RunnerDeps, task: StepTask, id: string, delayMs: number): Promise<void> {
@@ -508,9 +498,9 @@ async function enqueueQuietly(deps: RunnerDeps, task: StepTask, id: string, dela
   }
 }
 
-type SettledError<TRecord> =
-  | { readonly kind: 'requeued'; readonly attempts: number; readonly delayMs: number; readonly record: TRecord }
-  | { readonly kind: 'waiting'; readonly reason: string }
+/** How a unit's error was settled: requeued (with its task to enqueue) or the whole job failed. */
+type SettledUnitError =
+  | { readonly kind: 'requeued'; readonly attempts: number; readonly delayMs: number; readonly dispatch: Dispatch | undefined }
   | { readonly kind: 'failed'; readonly reason: string };
 
 /** Records a caught error: requeue with backoff inside the budget, wait out a capped outage, otherwise fail. */
@@ -518,49 +508,22 @@ async function settleError(deps: RunnerDeps, claim: JobClaim, error: PhaselineEr
   const { store } = deps;
   const nowMs = store.clock.now();
   try {
-    const settled = await store.asOwner<SettledError<JobRecord>>(claim, ({ job }) => {
+    const settled = await store.asOwner(claim, ({ job }) => {
       const decision = decideAfterError(job, error, store.options, nowMs, deps.random);
       const applied = applyClaimTally(job, pending, claim.epoch);
-      const base: JobRecord = {
-        ...applied.next,
-        lease: null,
-        attempts: decision.attempts,
-        lastError: { code: error.code, message: error.message, retryable: error.retryable, atMs: nowMs },
-      };
-      const lead = [...notes, ...applied.notes];
-      if (decision.action === 'requeue') {
-        const delayMs = decision.nextRunAtMs - nowMs;
-        const next: JobRecord = { ...base, status: 'queued', step: job.step + 1, dispatch: 0, nextRunAtMs: decision.nextRunAtMs };
-        return Promise.resolve({
-          next,
-          events: [...lead, { kind: 'retrying', message: `Attempt ${decision.attempts} failed (${error.code}: ${error.message}); retrying in ${Math.round(delayMs / 1000)} s` }],
-          value: { kind: 'requeued' as const, attempts: decision.attempts, delayMs, record: next },
-        });
-      }
-      if (decision.action === 'wait') {
-        const question = `${error.message}: ${decision.reason}.`;
-        const next: JobRecord = {
-          ...base,
-          status: 'waiting',
-          step: job.step + 1,
-          dispatch: 0,
-          waiting: { reason: 'provider', questionId: 'provider', question, options: [], untilMs: decision.untilMs },
-          nextRunAtMs: decision.untilMs,
-        };
-        return Promise.resolve({ next, events: [...lead, { kind: 'waiting', message: question }], value: { kind: 'waiting' as const, reason: 'provider' } });
-      }
-      const next: JobRecord = { ...base, status: 'failed', finishedAtMs: nowMs };
-      return Promise.resolve({
-        next,
-        events: [...lead, { kind: 'failed', message: `Failed: ${decision.reason}. Last error (${error.code}): ${error.message}` }],
-        value: { kind: 'failed' as const, reason: decision.reason },
-      });
+      const transition = settleJobError(applied.next, { decision, error: { code: error.code, message: error.message, retryable: error.retryable, atMs: nowMs } }, nowMs);
+      return Promise.resolve({ next: transition.next, events: [...notes, ...applied.notes, ...transition.events], value: { transition, decision } });
     });
-    if (settled.kind === 'requeued') {
-      await enqueueQuietly(deps, { jobId: claim.jobId, step: settled.record.step }, stepTaskId(claim.jobId, settled.record.step, 0), settled.delayMs);
-      return { kind: 'requeued', attempts: settled.attempts, delayMs: settled.delayMs };
+    const { transition, decision } = settled;
+    await dispatchQuietly(deps, transition.dispatch);
+    switch (decision.action) {
+      case 'requeue':
+        return { kind: 'requeued', attempts: decision.attempts, delayMs: decision.nextRunAtMs - nowMs };
+      case 'wait':
+        return { kind: 'waiting', reason: 'provider' };
+      case 'fail':
+        return { kind: 'failed', reason: decision.reason };
     }
-    return settled;
   } catch (writeError) {
     if (writeError instanceof OwnershipLostError) return { kind: 'ownership-lost', reason: writeError.message };
     throw writeError;
@@ -630,9 +593,8 @@ async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<s
           createdAtMs: nowMs,
         });
       }
-      const next: JobRecord = { ...job, status: 'completed', outcome: result.outcome, lease: null, finishedAtMs: nowMs, phase: null };
-      const summary = result.missing.length > 0 ? `Completed (partial; missing: ${result.missing.join(', ')})` : 'Completed';
-      return { next, events: [...notes, { kind: 'completed', message: summary }], value: undefined };
+      const completed = completeJob(job, { outcome: result.outcome, missing: result.missing }, nowMs);
+      return { next: completed.next, events: [...notes, ...completed.events], value: undefined };
     });
   } catch (error) {
     if (error instanceof OwnershipLostError) return lost(running, error);
@@ -666,21 +628,10 @@ function joinState(phase: PhaseDefinition<unknown, unknown>, results: () => Read
   }
 }
 
-/** The job after a join: checkpoint written, back to queued at the next step, next phase named. */
-function joinedJob(running: Running, job: JobRecord, phase: PhaseDefinition<unknown, unknown>, nowMs: number): JobRecord {
+/** The phase after `phase` (or itself when it is the last): where the job goes once it checkpoints. */
+function phaseAfter(running: Running, phase: PhaseDefinition<unknown, unknown>): string {
   const index = running.pipeline.phases.findIndex((candidate) => candidate.name === phase.name);
-  return {
-    ...job,
-    status: 'queued',
-    fanout: null,
-    lease: null,
-    phase: running.pipeline.phases[index + 1]?.name ?? phase.name,
-    step: job.step + 1,
-    dispatch: 0,
-    attempts: 0,
-    staleReclaims: 0,
-    nextRunAtMs: nowMs,
-  };
+  return running.pipeline.phases[index + 1]?.name ?? phase.name;
 }
 
 /** Adds the part of a unit's cost the job has not counted yet; each unit's cost is counted once. */
@@ -713,7 +664,7 @@ async function startFanOut(
     return settleError(running.deps, claim, new TerminalError(`Phase ${phase.name} could not list its units: ${describeError(error)}`), EMPTY_FLUSH, notes);
   }
   const nowMs = store.clock.now();
-  let started: { readonly toEnqueue: readonly UnitRecord[]; readonly joined: JobRecord | null };
+  let started: { readonly toEnqueue: readonly UnitRecord[]; readonly dispatch: Dispatch | undefined };
   try {
     started = await store.asOwner(claim, async ({ tx, job }) => {
       // Unit documents are keyed by phase and unit ID: another fan-out phase never sees them.
@@ -752,37 +703,28 @@ async function startFanOut(
         else toEnqueue.push(record);
         return { ref: snapshot.ref, record };
       });
-      let next: JobRecord = { ...job, lease: null, phase: phase.name, fanout: { phase: phase.name, epoch: claim.epoch, units: unitIds.length, done: reused.size } };
-      const events: EventDraft[] = [...notes, { kind: 'fanned-out', message: `${phase.name}: ${unitIds.length} units (${reused.size} reused)` }];
-      let joined: JobRecord | null = null;
+      const fanout = { phase: phase.name, epoch: claim.epoch, units: unitIds.length, done: reused.size };
+      let joinedNextPhase: string | null = null;
       if (toEnqueue.length === 0) {
         const loaded = await loadCheckpoints(store.db, job.id, running.pipeline);
         const state = joinState(phase, () => reused, bareContext(running, job.id, phase, loaded.states, 'a join'));
         tx.set(store.checkpointRef(job.id, phase.name), checkpointDocumentFor(phase, state, claim.epoch, nowMs));
-        joined = joinedJob(running, next, phase, nowMs);
-        next = joined;
-        events.push({ kind: 'joined', message: `${phase.name}: nothing left to run; joined at once` });
+        joinedNextPhase = phaseAfter(running, phase);
       }
+      const transition = startFanOutJob(job, { fanout, joinedNextPhase }, nowMs);
       for (const { ref, record } of records) tx.set(ref, encodeUnit({ ...record, updatedAtMs: store.clock.now() }));
-      return { next, events, value: { toEnqueue, joined } };
+      return { next: transition.next, events: [...notes, ...transition.events], value: { toEnqueue, dispatch: transition.dispatch } };
     });
   } catch (error) {
     if (error instanceof OwnershipLostError) return lost(running, error);
     if (error instanceof JoinFailedError) return settleError(running.deps, claim, error, EMPTY_FLUSH, notes);
     throw error;
   }
-  if (started.joined) {
-    await enqueueQuietly(running.deps, { jobId: claim.jobId, step: started.joined.step }, stepTaskId(claim.jobId, started.joined.step, 0), 0);
-  }
-  for (const unit of started.toEnqueue) {
-    await enqueueQuietly(running.deps, unitStepTask(unit), unitTaskId(unit.jobId, unit.fanoutEpoch, unit.unit, unit.step, 0), 0);
-  }
+  await dispatchQuietly(running.deps, started.dispatch);
+  for (const unit of started.toEnqueue) await dispatchQuietly(running.deps, unitDispatch(unit));
   return { kind: 'fanned-out', phase: phase.name, units: unitIds.length };
 }
 
-function unitStepTask(unit: UnitRecord): StepTask {
-  return { jobId: unit.jobId, step: unit.step, unit: unit.unit, phase: unit.phase };
-}
 
 async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string, phaseName: string): Promise<StepOutcome> {
   const { store } = deps;
@@ -797,32 +739,23 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string, pha
       if (!jobSnapshot?.exists || !unitSnapshot?.exists) return { reason: 'no such job or unit' };
       const job = decodeJob(task.jobId, jobSnapshot.data());
       const unit = decodeUnit(unitRef.path, unitSnapshot.data());
-      if (job.status !== 'running' || job.fanout?.epoch !== unit.fanoutEpoch) return { reason: `job is ${job.status}, not in this unit's fan-out` };
-      const lease = (epoch: number): Lease => ({ epoch, worker, expiresAtMs: nowMs + store.options.leaseSeconds * 1000, renewedAtMs: nowMs });
-      if (unit.status === 'running' && unit.step === task.step) {
-        // This task's own unit step is still held: after a crash, Cloud Tasks redelivers within seconds.
-        const takeover = decideStaleTakeover(unit, nowMs, store.options);
-        if (takeover === null) return { reason: 'unit is running without a lease (parked)' };
-        if (takeover.action === 'redeliver-later') return { reason: `unit is running: ${takeover.reason}`, notYetDueMs: takeover.retryAfterMs };
-        if (takeover.action === 'quarantine') {
-          const reason = `unit ${unit.unit}: ${takeover.reason}`;
-          store.commitUnit(tx, unitSnapshot, { ...unit, lease: null, staleReclaims: takeover.staleReclaims });
-          store.commitJob(tx, jobSnapshot, job, { ...job, status: 'quarantined', lease: null, quarantine: { reason, atMs: nowMs }, finishedAtMs: nowMs }, [{ kind: 'quarantined', message: `Quarantined: ${reason}`, unit: unit.unit }]);
-          return { reason: `job quarantined: ${reason}` };
-        }
-        const epoch = unit.epoch + 1;
-        const next: UnitRecord = { ...unit, epoch, staleReclaims: takeover.staleReclaims, lease: lease(epoch) };
-        store.commitUnit(tx, unitSnapshot, next);
-        store.commitJob(tx, jobSnapshot, job, job, [{ kind: 'reclaimed', message: `Unit ${unit.unit} reclaimed at step ${unit.step}: ${takeover.reason}`, unit: unit.unit }]);
-        return { job, unit: next };
+      const input = { step: task.step, worker, options: store.options };
+      let claim: Transition<UnitRecord> & { readonly quarantine?: string };
+      try {
+        // A queued unit is claimed; this task's own unit step still held after a crash is taken over once its holder went silent.
+        claim = unit.status === 'running' && unit.step === task.step ? takeOverUnit(job, unit, input, nowMs) : claimUnit(job, unit, input, nowMs);
+      } catch (error) {
+        if (!(error instanceof TransitionRefused)) throw error;
+        return error.notYetDueMs === undefined ? { reason: error.message } : { reason: error.message, notYetDueMs: error.notYetDueMs };
       }
-      if (unit.status !== 'queued') return { reason: `unit is ${unit.status}` };
-      if (unit.step !== task.step) return { reason: `task is for unit step ${task.step}, unit is at step ${unit.step}` };
-      if (unit.nextRunAtMs > nowMs) return { reason: 'unit is backing off', notYetDueMs: unit.nextRunAtMs - nowMs };
-      const epoch = unit.epoch + 1;
-      const next: UnitRecord = { ...unit, status: 'running', epoch, lease: lease(epoch) };
-      store.commitUnit(tx, unitSnapshot, next);
-      return { job, unit: next };
+      store.commitUnit(tx, unitSnapshot, claim.next);
+      if (claim.quarantine !== undefined) {
+        store.commitJob(tx, jobSnapshot, job, { ...job, status: 'quarantined', lease: null, quarantine: { reason: claim.quarantine, atMs: nowMs }, finishedAtMs: nowMs }, claim.events);
+        return { reason: `job quarantined: ${claim.quarantine}` };
+      }
+      // A takeover is told on the job's timeline; a plain claim stays off the hot job document.
+      if (claim.events.length > 0) store.commitJob(tx, jobSnapshot, job, job, claim.events);
+      return { job, unit: claim.next };
     }),
   );
   if (!('unit' in claimed)) {
@@ -883,12 +816,12 @@ async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string, pha
 
   try {
     if (outcome.kind === 'yield') {
-      const next = await store.asUnitOwner(claim, ({ unit: current }) => {
+      const yielded = await store.asUnitOwner(claim, ({ unit: current }) => {
         const applied = applyClaimTally(current, pending, claim.epoch);
-        const record: UnitRecord = { ...applied.next, status: 'queued', lease: null, step: current.step + 1, dispatch: 0, nextRunAtMs: store.clock.now() };
-        return Promise.resolve({ nextUnit: record, events: [...applied.notes, { kind: 'yielded', message: `${unit.unit}: continuing in a new step` }], value: record });
+        const transition = yieldUnit(applied.next, store.clock.now());
+        return Promise.resolve({ nextUnit: transition.next, events: [...applied.notes, ...transition.events], value: transition.dispatch });
       });
-      await enqueueQuietly(deps, unitStepTask(next), unitTaskId(job.id, next.fanoutEpoch, next.unit, next.step, 0), 0);
+      await dispatchQuietly(deps, yielded);
       return { kind: 'unit-yielded', unit: unit.unit };
     }
     if (outcome.kind === 'wait') {
@@ -939,7 +872,7 @@ async function finishUnit(running: Running, claim: UnitClaim, phase: PhaseDefini
     const applied = applyClaimTally(unit, pending, claim.epoch);
     const charged = chargeUnit(job, applied.next);
     const done = fanout.done + 1;
-    let next: JobRecord = { ...charged.job, fanout: { ...fanout, done } };
+    const next: JobRecord = { ...charged.job, fanout: { ...fanout, done } };
     const events: EventDraft[] = [{ kind: 'unit-done', message: `${claim.unit} finished` }, ...applied.notes];
     if (done >= fanout.units) {
       const siblings = await store.db.collection(unitsPath(claim.jobId)).where('fanoutEpoch', '==', claim.fanoutEpoch).get();
@@ -954,37 +887,34 @@ async function finishUnit(running: Running, claim: UnitClaim, phase: PhaseDefini
         return results;
       }, bareContext(running, claim.jobId, phase, loaded.states, 'a join'));
       tx.set(store.checkpointRef(claim.jobId, phase.name), checkpointDocumentFor(phase, state, claim.fanoutEpoch, nowMs));
-      next = joinedJob(running, next, phase, nowMs);
-      events.push({ kind: 'joined', message: `${phase.name}: all ${fanout.units} units finished` });
-      return { next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result }, events, value: { joined: true, next } };
+      const joined = joinJob(next, { nextPhase: phaseAfter(running, phase), message: `${phase.name}: all ${fanout.units} units finished` }, nowMs);
+      return { next: joined.next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result }, events: [...events, ...joined.events], value: joined.dispatch };
     }
-    return { next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result }, events, value: { joined: false, next } };
+    return { next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result }, events, value: undefined };
   });
-  if (settled.joined) {
-    await enqueueQuietly(running.deps, { jobId: claim.jobId, step: settled.next.step }, stepTaskId(claim.jobId, settled.next.step, 0), 0);
-  }
-  return settled.joined;
+  await dispatchQuietly(running.deps, settled);
+  return settled !== undefined;
 }
 
 async function settleUnitError(deps: RunnerDeps, claim: UnitClaim, error: PhaselineError, pending: FlushPayload): Promise<StepOutcome> {
   const { store } = deps;
   const nowMs = store.clock.now();
-  const settled = await store.asUnitOwner<SettledError<UnitRecord>>(claim, ({ job, unit }) => {
+  const settled = await store.asUnitOwner<SettledUnitError>(claim, ({ job, unit }) => {
     const decision = decideAfterError(unit, error, store.options, nowMs, deps.random);
     const lastError = { code: error.code, message: error.message, atMs: nowMs };
     const applied = applyClaimTally(unit, pending, claim.epoch);
     if (decision.action !== 'fail') {
       // A capped server delay holds only this unit back; its siblings go on, so it waits as a queued unit.
-      const nextRunAtMs = decision.action === 'requeue' ? decision.nextRunAtMs : decision.untilMs;
-      const nextUnit: UnitRecord = { ...applied.next, status: 'queued', lease: null, attempts: decision.attempts, step: unit.step + 1, dispatch: 0, nextRunAtMs, lastError };
+      const untilMs = decision.action === 'requeue' ? decision.nextRunAtMs : decision.untilMs;
       const message =
         decision.action === 'requeue'
           ? `${unit.unit}: attempt ${decision.attempts} failed (${error.code}: ${error.message})`
           : `${unit.unit}: ${error.message}: ${decision.reason}`;
+      const transition = requeueUnit(applied.next, { attempts: decision.attempts, untilMs, message, kind: decision.action === 'requeue' ? 'retrying' : 'waiting', lastError }, nowMs);
       return Promise.resolve({
-        nextUnit,
-        events: [...applied.notes, { kind: decision.action === 'requeue' ? 'retrying' : 'waiting', message }],
-        value: { kind: 'requeued' as const, record: nextUnit, delayMs: nextRunAtMs - nowMs, attempts: decision.attempts },
+        nextUnit: transition.next,
+        events: [...applied.notes, ...transition.events],
+        value: { kind: 'requeued' as const, dispatch: transition.dispatch, delayMs: untilMs - nowMs, attempts: decision.attempts },
       });
     }
     const reason = `unit ${unit.unit}: ${decision.reason}`;
@@ -1001,7 +931,7 @@ async function settleUnitError(deps: RunnerDeps, claim: UnitClaim, error: Phasel
     return Promise.resolve({ next, nextUnit, events: [...applied.notes, { kind: 'failed', message: `Failed: ${reason}. Last error: ${error.message}` }], value: { kind: 'failed' as const, reason } });
   });
   if (settled.kind === 'requeued') {
-    await enqueueQuietly(deps, unitStepTask(settled.record), unitTaskId(claim.jobId, claim.fanoutEpoch, claim.unit, settled.record.step, 0), settled.delayMs);
+    await dispatchQuietly(deps, settled.dispatch);
     return { kind: 'requeued', attempts: settled.attempts, delayMs: settled.delayMs };
   }
   return settled;

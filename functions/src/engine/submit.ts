@@ -6,7 +6,8 @@
 import { z } from 'zod';
 import { describeError } from '../core/errors';
 import { documentId } from '../core/ids';
-import { stepTaskId, type JobRecord } from '../core/job';
+import type { JobRecord } from '../core/job';
+import { jobDispatch } from '../core/transitions';
 import type { PipelineRegistry } from '../core/pipeline';
 import type { JobStore, NewJob } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
@@ -109,9 +110,9 @@ export async function submitJob(deps: SubmitDeps, request: NewJob): Promise<Subm
   if ('conflict' in result) return { kind: 'conflict', job: result.job };
   const { job, created } = result;
   if (created) {
-    const id = stepTaskId(job.id, job.step, job.dispatch);
+    const { task, id } = jobDispatch(job);
     try {
-      await deps.queue.enqueue({ jobId: job.id, step: job.step }, { id });
+      await deps.queue.enqueue(task, { id });
     } catch (error) {
       deps.logger.warn('submitJob: the job is written but its first task could not be enqueued; the sweeper will dispatch it', {
         jobId: job.id,

@@ -20,8 +20,8 @@
  */
 import { Timestamp, type DocumentSnapshot, type QueryDocumentSnapshot, type Transaction } from 'firebase-admin/firestore';
 import { describeError, OwnershipLostError } from '../core/errors';
-import { stepTaskId, TERMINAL_STATUSES, unitTaskId, type JobRecord, type StepTask } from '../core/job';
-import { decideExpiredLease } from '../core/lifecycle';
+import { TERMINAL_STATUSES, type JobRecord, type StepTask } from '../core/job';
+import { inFanOut, parkUnit, reclaimExpiredJob, reclaimExpiredUnit, redispatchJob as redispatchQueuedJob, redispatchUnit as redispatchQueuedUnit, resumeWaitJob, type Transition } from '../core/transitions';
 import { decodeJob, decodeUnit, type UnitRecord } from '../store/codec';
 import type { EventDraft, JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
@@ -204,7 +204,6 @@ export async function sweep(deps: SweepDeps, nowMs: number): Promise<SweepReport
   return { ...run.report(), stoppedEffects };
 }
 
-const iso = (ms: number): string => new Date(ms).toISOString();
 
 // ---- Rule 1: expired job leases ----------------------------------------------------------------
 
@@ -216,37 +215,18 @@ async function reclaimJobLease(run: Sweep, doc: QueryDocumentSnapshot): Promise<
     doc.id,
     (job) => {
       run.read(1);
-      if (job.status !== 'running') return `job is ${job.status} now`;
       if (job.lease?.epoch !== seen.epoch) return 'the lease changed hands since the query';
-      if (job.lease.expiresAtMs > nowMs) return 'the lease was extended since the query';
       return null;
     },
-    ({ job }) => {
-      const lease = job.lease;
-      if (!lease) throw new OwnershipLostError('the lease is gone');
-      const decision = decideExpiredLease(job, store.options);
-      if (decision.action === 'quarantine') {
-        const next: JobRecord = {
-          ...job,
-          status: 'quarantined',
-          lease: null,
-          staleReclaims: decision.staleReclaims,
-          quarantine: { reason: decision.reason, atMs: nowMs },
-          finishedAtMs: nowMs,
-        };
-        return Promise.resolve({ next, events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}` }], value: { counter: 'quarantined' as const } });
-      }
-      const step = job.step + 1;
-      const next: JobRecord = { ...job, status: 'queued', lease: null, staleReclaims: decision.staleReclaims, step, dispatch: 0, nextRunAtMs: nowMs };
-      const event: EventDraft = {
-        kind: 'reclaimed',
-        message:
-          `The lease of epoch ${lease.epoch} held by ${lease.worker} expired at ${iso(lease.expiresAtMs)}; ` +
-          `requeued at step ${step} (stale reclaim ${decision.staleReclaims} of at most ${store.options.maxStaleReclaims})`,
-      };
-      return Promise.resolve({ next, events: [event], value: { counter: 'reclaimed' as const, enqueue: { task: { jobId: job.id, step }, id: stepTaskId(job.id, step, 0) } } });
-    },
+    ({ job }) => Promise.resolve(committed(reclaimExpiredJob(job, store.options, nowMs), 'reclaimed')),
   );
+}
+
+/** The transition's record and events to commit, and its task to enqueue afterwards; quarantine is counted as such. */
+function committed(transition: Transition<JobRecord>, counter: Action): { next: JobRecord; events: readonly EventDraft[]; value: Outcome } {
+  const action: Action = transition.next.status === 'quarantined' ? 'quarantined' : counter;
+  const value: Outcome = transition.dispatch ? { counter: action, enqueue: { task: transition.dispatch.task, id: transition.dispatch.id } } : { counter: action };
+  return { next: transition.next, events: transition.events, value };
 }
 
 // ---- Units: a transaction over the job and one unit -------------------------------------------
@@ -289,17 +269,13 @@ function fanOutEnded(job: JobRecord | null, unit: UnitRecord): boolean {
 function park(run: Sweep, context: UnitTransaction): Outcome {
   const { job, unit } = context;
   const why = job === null ? 'its job no longer exists' : TERMINAL_STATUSES.has(job.status) ? `its job is ${job.status}` : `its job left fan-out epoch ${unit.fanoutEpoch}`;
-  run.store.commitUnit(context.tx, context.unitSnapshot, {
-    ...unit,
-    status: 'running',
-    lease: null,
-    lastError: { code: 'parked', message: `Parked by the sweeper: ${why}`, atMs: run.nowMs },
-  });
+  run.store.commitUnit(context.tx, context.unitSnapshot, parkUnit(unit, { why }, run.nowMs).next);
   return { counter: 'parkedUnits' };
 }
 
-function inFanOut(job: JobRecord, unit: UnitRecord): boolean {
-  return job.status === 'running' && job.fanout?.epoch === unit.fanoutEpoch;
+/** The commit outcome of a unit transition: its task, once committed. */
+function withDispatch(counter: Action, transition: Transition<UnitRecord>): Outcome {
+  return transition.dispatch ? { counter, enqueue: { task: transition.dispatch.task, id: transition.dispatch.id } } : { counter };
 }
 
 // ---- Rule 2: expired unit leases ---------------------------------------------------------------
@@ -310,42 +286,21 @@ async function reclaimUnitLease(run: Sweep, doc: QueryDocumentSnapshot): Promise
   if (!seen) throw new OwnershipLostError('the unit has no lease');
   return inUnitTransaction(run, doc, (context) => {
     const { tx, job, unit } = context;
-    const lease = unit.lease;
-    if (unit.status !== 'running' || lease?.epoch !== seen.epoch) return { counter: 'skipped', reason: 'the unit changed since the query' };
-    if (lease.expiresAtMs > nowMs) return { counter: 'skipped', reason: 'the lease was extended since the query' };
+    if (unit.status !== 'running' || unit.lease?.epoch !== seen.epoch) return { counter: 'skipped', reason: 'the unit changed since the query' };
+    if (unit.lease.expiresAtMs > nowMs) return { counter: 'skipped', reason: 'the lease was extended since the query' };
     if (fanOutEnded(job, unit)) return park(run, context);
     if (job === null || !inFanOut(job, unit)) return { counter: 'skipped', reason: `the job is ${job?.status ?? 'gone'}, not in this unit's fan-out` };
-
-    // The budget is the unit's own; the pure rule is the same as for a job.
-    const decision = decideExpiredLease({ ...job, staleReclaims: unit.staleReclaims }, store.options);
-    if (decision.action === 'quarantine') {
-      const reason = `unit ${unit.unit}: ${decision.reason}`;
-      store.commitUnit(tx, context.unitSnapshot, { ...unit, lease: null, staleReclaims: decision.staleReclaims });
-      const next: JobRecord = { ...job, status: 'quarantined', lease: null, quarantine: { reason, atMs: nowMs }, finishedAtMs: nowMs };
-      store.commitJob(tx, context.jobSnapshot, job, next, [{ kind: 'quarantined', message: `Quarantined: ${reason}`, unit: unit.unit }]);
+    // The budget is the unit's own; the rule is the same as for a job.
+    const reclaimed = reclaimExpiredUnit(unit, store.options, nowMs);
+    store.commitUnit(tx, context.unitSnapshot, reclaimed.next);
+    if (reclaimed.quarantine !== undefined) {
+      const next: JobRecord = { ...job, status: 'quarantined', lease: null, quarantine: { reason: reclaimed.quarantine, atMs: nowMs }, finishedAtMs: nowMs };
+      store.commitJob(tx, context.jobSnapshot, job, next, reclaimed.events);
       return { counter: 'quarantined' };
     }
-    // Unit task IDs do not carry the step, so a reclaimed unit needs a dispatch number never used in this fan-out.
-    const nextUnit: UnitRecord = {
-      ...unit,
-      status: 'queued',
-      lease: null,
-      staleReclaims: decision.staleReclaims,
-      step: unit.step + 1,
-      dispatch: unit.dispatch + 1,
-      nextRunAtMs: nowMs,
-    };
-    store.commitUnit(tx, context.unitSnapshot, nextUnit);
-    const message =
-      `Unit ${unit.unit}: the lease of epoch ${lease.epoch} held by ${lease.worker} expired at ${iso(lease.expiresAtMs)}; ` +
-      `requeued at step ${nextUnit.step} (stale reclaim ${decision.staleReclaims} of at most ${store.options.maxStaleReclaims})`;
-    store.commitJob(tx, context.jobSnapshot, job, job, [{ kind: 'reclaimed', message, unit: unit.unit }]);
-    return { counter: 'unitsReclaimed', enqueue: unitTask(nextUnit) };
+    store.commitJob(tx, context.jobSnapshot, job, job, reclaimed.events);
+    return withDispatch('unitsReclaimed', reclaimed);
   });
-}
-
-function unitTask(unit: UnitRecord): { task: StepTask; id: string } {
-  return { task: { jobId: unit.jobId, step: unit.step, unit: unit.unit, phase: unit.phase }, id: unitTaskId(unit.jobId, unit.fanoutEpoch, unit.unit, unit.step, unit.dispatch) };
 }
 
 // ---- Rule 3: lost tasks ------------------------------------------------------------------------
@@ -357,24 +312,10 @@ async function redispatchJob(run: Sweep, doc: QueryDocumentSnapshot, lostBefore:
     doc.id,
     (job) => {
       run.read(1);
-      if (job.status !== 'queued') return `job is ${job.status} now`;
-      if (job.step !== seen.step || job.dispatch !== seen.dispatch) return 'the job was dispatched again since the query';
-      if (job.nextRunAtMs > lostBefore) return 'the job is not overdue any more';
+      if (job.status === 'queued' && (job.step !== seen.step || job.dispatch !== seen.dispatch)) return 'the job was dispatched again since the query';
       return null;
     },
-    ({ job }) => {
-      const dispatch = job.dispatch + 1;
-      const next: JobRecord = { ...job, dispatch, nextRunAtMs: nowMs };
-      const event: EventDraft = {
-        kind: 'redispatched',
-        message: `No task claimed step ${job.step} since ${iso(job.nextRunAtMs)}; dispatched again (dispatch ${dispatch})`,
-      };
-      return Promise.resolve({
-        next,
-        events: [event],
-        value: { counter: 'redispatched' as const, enqueue: { task: { jobId: job.id, step: job.step }, id: stepTaskId(job.id, job.step, dispatch) } },
-      });
-    },
+    ({ job }) => Promise.resolve(committed(redispatchQueuedJob(job, { lostBeforeMs: lostBefore }, nowMs), 'redispatched')),
   );
 }
 
@@ -389,11 +330,10 @@ async function redispatchUnit(run: Sweep, doc: QueryDocumentSnapshot, lostBefore
     if (unit.nextRunAtMs > lostBefore) return { counter: 'skipped', reason: 'the unit is not overdue any more' };
     if (fanOutEnded(job, unit)) return park(run, context);
     if (job === null || !inFanOut(job, unit)) return { counter: 'skipped', reason: `the job is ${job?.status ?? 'gone'}, not in this unit's fan-out` };
-    const nextUnit: UnitRecord = { ...unit, dispatch: unit.dispatch + 1, nextRunAtMs: nowMs };
-    store.commitUnit(tx, context.unitSnapshot, nextUnit);
-    const message = `Unit ${unit.unit}: no task claimed step ${unit.step} since ${iso(unit.nextRunAtMs)}; dispatched again (dispatch ${nextUnit.dispatch})`;
-    store.commitJob(tx, context.jobSnapshot, job, job, [{ kind: 'redispatched', message, unit: unit.unit }]);
-    return { counter: 'unitsRedispatched', enqueue: unitTask(nextUnit) };
+    const redispatched = redispatchQueuedUnit(unit, { lostBeforeMs: lostBefore }, nowMs);
+    store.commitUnit(tx, context.unitSnapshot, redispatched.next);
+    store.commitJob(tx, context.jobSnapshot, job, job, redispatched.events);
+    return withDispatch('unitsRedispatched', redispatched);
   });
 }
 
@@ -403,22 +343,11 @@ async function resumeWait(run: Sweep, doc: QueryDocumentSnapshot): Promise<Outco
   const { store, nowMs } = run;
   return store.transact<Outcome>(
     doc.id,
-    (job) => {
+    () => {
       run.read(1);
-      if (job.status !== 'waiting') return `job is ${job.status} now`;
-      const until = job.waiting?.untilMs ?? null;
-      if (until === null) return 'the job waits for a person';
-      if (until > nowMs) return 'the wait was extended since the query';
       return null;
     },
-    ({ job }) => {
-      const until = job.waiting?.untilMs ?? null;
-      if (until === null) throw new OwnershipLostError('the job waits for a person');
-      const step = job.step + 1;
-      const next: JobRecord = { ...job, status: 'queued', waiting: null, step, dispatch: 0, nextRunAtMs: nowMs };
-      const event: EventDraft = { kind: 'resumed', message: `The provider wait ended at ${iso(until)}; resuming at step ${step}` };
-      return Promise.resolve({ next, events: [event], value: { counter: 'resumed' as const, enqueue: { task: { jobId: job.id, step }, id: stepTaskId(job.id, step, 0) } } });
-    },
+    ({ job }) => Promise.resolve(committed(resumeWaitJob(job, nowMs), 'resumed')),
   );
 }
 

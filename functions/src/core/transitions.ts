@@ -1,0 +1,460 @@
+/**
+ * The lifecycle as one table. Every state change of a job or a unit is one pure function
+ * `(record, input, nowMs) → { next, events, dispatch? }`: the store commits `next` and `events`
+ * in one owner-checked (or re-checked) transaction, then enqueues `dispatch`. Task IDs are
+ * computed only here. A transition that does not apply throws `TransitionRefused`, and nothing
+ * is written.
+ *
+ * `JOB_TRANSITIONS` / `UNIT_TRANSITIONS` say which status each transition leaves from and goes
+ * to: the README's lifecycle diagram is checked against them by a test, and the chaos soak checks
+ * every job's committed timeline against `allowedJobMove`.
+ */
+import { OwnershipLostError } from './errors';
+import {
+  stepTaskId,
+  unitTaskId,
+  type Cancellation,
+  type FanOutState,
+  type JobError,
+  type JobOutcome,
+  type JobRecord,
+  type JobStatus,
+  type JobWait,
+  type Lease,
+  type StepTask,
+  type UnitRecord,
+  type UnitStatus,
+} from './job';
+import { decideClaim, decideExpiredLease, decideStaleTakeover, type ErrorDecision } from './lifecycle';
+import type { EngineOptions } from './options';
+
+export interface TimelineEvent {
+  readonly kind: string;
+  readonly message: string;
+  readonly unit?: string;
+}
+
+/** A task to enqueue once the transition has committed. */
+export interface Dispatch {
+  readonly task: StepTask;
+  readonly id: string;
+  readonly delayMs: number;
+}
+
+export interface Transition<TRecord> {
+  readonly next: TRecord;
+  readonly events: readonly TimelineEvent[];
+  readonly dispatch?: Dispatch;
+}
+
+/** The transition does not apply to the record as it stands. `notYetDueMs`: ask again that much later. */
+export class TransitionRefused extends OwnershipLostError {
+  constructor(
+    message: string,
+    readonly notYetDueMs?: number,
+  ) {
+    super(message);
+  }
+}
+
+type Move<TStatus extends string> = { readonly from: readonly TStatus[]; readonly to: readonly TStatus[] };
+
+/** Which job status each transition leaves from and may go to. The README's diagram is checked against this. */
+export const JOB_TRANSITIONS = {
+  claim: { from: ['queued'], to: ['running'] },
+  takeOver: { from: ['running'], to: ['running', 'quarantined'] },
+  renew: { from: ['running'], to: ['running'] },
+  startFanOut: { from: ['running'], to: ['running', 'queued'] },
+  handOff: { from: ['running'], to: ['queued'] },
+  settleError: { from: ['running'], to: ['queued', 'waiting', 'failed'] },
+  wait: { from: ['running'], to: ['waiting'] },
+  complete: { from: ['running'], to: ['completed'] },
+  reclaimExpired: { from: ['running'], to: ['queued', 'quarantined'] },
+  giveBack: { from: ['running'], to: ['queued', 'quarantined'] },
+  redispatch: { from: ['queued'], to: ['queued'] },
+  resumeWait: { from: ['waiting'], to: ['queued'] },
+  decide: { from: ['waiting'], to: ['queued'] },
+  cancel: { from: ['queued', 'running', 'waiting'], to: ['cancelled'] },
+  release: { from: ['quarantined'], to: ['queued'] },
+} as const satisfies Record<string, Move<JobStatus>>;
+
+export type JobTransitionName = keyof typeof JOB_TRANSITIONS;
+
+export const UNIT_TRANSITIONS = {
+  claim: { from: ['queued'], to: ['running'] },
+  takeOver: { from: ['running'], to: ['running'] },
+  renew: { from: ['running'], to: ['running'] },
+  yield: { from: ['running'], to: ['queued'] },
+  settleError: { from: ['running'], to: ['queued'] },
+  finish: { from: ['running'], to: ['done'] },
+  reclaimExpired: { from: ['running'], to: ['queued'] },
+  giveBack: { from: ['running'], to: ['queued'] },
+  redispatch: { from: ['queued'], to: ['queued'] },
+  park: { from: ['running', 'queued'], to: ['running'] },
+} as const satisfies Record<string, Move<UnitStatus>>;
+
+/** Every (from, to) pair the job table allows, as `from -> to`. */
+export function jobMoves(): ReadonlySet<string> {
+  const moves = new Set<string>();
+  for (const move of Object.values(JOB_TRANSITIONS) as Move<JobStatus>[]) {
+    for (const from of move.from) for (const to of move.to) moves.add(`${from} -> ${to}`);
+  }
+  return moves;
+}
+
+/** Whether a job may go from one status to the next in one commit. */
+export function allowedJobMove(from: JobStatus, to: JobStatus): boolean {
+  return jobMoves().has(`${from} -> ${to}`);
+}
+
+function refuseUnless(record: { readonly status: string }, allowed: readonly string[], what: string): void {
+  if (!allowed.includes(record.status)) throw new TransitionRefused(`Cannot ${what}: the record is ${record.status}`);
+}
+
+// ---- Task IDs: computed here only -----------------------------------------------------------
+
+export function jobDispatch(job: Pick<JobRecord, 'id' | 'step' | 'dispatch'>, delayMs = 0): Dispatch {
+  return { task: { jobId: job.id, step: job.step }, id: stepTaskId(job.id, job.step, job.dispatch), delayMs };
+}
+
+export function unitDispatch(unit: Pick<UnitRecord, 'jobId' | 'unit' | 'phase' | 'fanoutEpoch' | 'step' | 'dispatch'>, delayMs = 0): Dispatch {
+  return { task: { jobId: unit.jobId, step: unit.step, unit: unit.unit, phase: unit.phase }, id: unitTaskId(unit.jobId, unit.fanoutEpoch, unit.unit, unit.step, unit.dispatch), delayMs };
+}
+
+const iso = (ms: number): string => new Date(ms).toISOString();
+
+function lease(epoch: number, worker: string, nowMs: number, options: EngineOptions): Lease {
+  return { epoch, worker, expiresAtMs: nowMs + options.leaseSeconds * 1000, renewedAtMs: nowMs };
+}
+
+/** The record back in the queue at its next step, due at `atMs`. */
+function nextStep<T extends { readonly step: number; readonly dispatch: number; readonly nextRunAtMs: number; readonly lease: Lease | null }>(record: T, atMs: number): T {
+  return { ...record, lease: null, step: record.step + 1, dispatch: 0, nextRunAtMs: atMs };
+}
+
+// ---- Job transitions --------------------------------------------------------------------------
+
+export interface ClaimInput {
+  readonly step: number;
+  readonly worker: string;
+  readonly options: EngineOptions;
+}
+
+/** queued → running: a new fencing epoch and a lease. */
+export function claimJob(job: JobRecord, input: ClaimInput, nowMs: number): Transition<JobRecord> {
+  const decision = decideClaim(job, input.step, nowMs);
+  if (!decision.claimable) throw new TransitionRefused(decision.reason, decision.notYetDueMs);
+  const epoch = job.epoch + 1;
+  return {
+    next: { ...job, status: 'running', epoch, lease: lease(epoch, input.worker, nowMs, input.options) },
+    events: [{ kind: 'claimed', message: `Claimed by ${input.worker} (epoch ${epoch})` }],
+  };
+}
+
+/**
+ * running → running (new epoch) or quarantined: a task finds its own step held by a worker whose
+ * heartbeat is stale (early reclaim). A fresh heartbeat is refused with the wait until it would be stale.
+ */
+export function takeOverJob(job: JobRecord, input: ClaimInput, nowMs: number): Transition<JobRecord> {
+  if (job.status !== 'running' || job.step !== input.step) throw new TransitionRefused(`job is ${job.status} at step ${job.step}`);
+  const decision = decideStaleTakeover(job, nowMs, input.options);
+  if (decision === null) throw new TransitionRefused('job is running without a lease (in a fan-out)');
+  if (decision.action === 'redeliver-later') throw new TransitionRefused(`job is running: ${decision.reason}`, decision.retryAfterMs);
+  if (decision.action === 'quarantine') {
+    return {
+      next: { ...job, status: 'quarantined', lease: null, fanout: null, staleReclaims: decision.staleReclaims, quarantine: { reason: decision.reason, atMs: nowMs }, finishedAtMs: nowMs },
+      events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}` }],
+    };
+  }
+  const epoch = job.epoch + 1;
+  return {
+    next: { ...job, epoch, staleReclaims: decision.staleReclaims, lease: lease(epoch, input.worker, nowMs, input.options) },
+    events: [
+      { kind: 'reclaimed', message: `Reclaimed at step ${job.step}: ${decision.reason}` },
+      { kind: 'claimed', message: `Claimed by ${input.worker} (epoch ${epoch})` },
+    ],
+  };
+}
+
+export interface HandOffInput {
+  /** True when a phase checkpointed: progress, so both budgets start again. */
+  readonly checkpointed: boolean;
+  readonly nextPhase: string;
+}
+
+/** running → queued at the next step, with that step's task. */
+export function handOffJob(job: JobRecord, input: HandOffInput, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.handOff.from, 'hand off');
+  const next: JobRecord = {
+    ...nextStep(job, nowMs),
+    status: 'queued',
+    phase: input.nextPhase,
+    attempts: input.checkpointed ? 0 : job.attempts,
+    staleReclaims: input.checkpointed ? 0 : job.staleReclaims,
+  };
+  return { next, events: [], dispatch: jobDispatch(next) };
+}
+
+/** running → waiting: a decision (no resume time) or a provider outage (resume time). */
+export function waitJob(job: JobRecord, wait: JobWait, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.wait.from, 'wait');
+  const next: JobRecord = { ...nextStep(job, wait.untilMs ?? nowMs), status: 'waiting', fanout: null, waiting: wait };
+  return { next, events: [{ kind: 'waiting', message: wait.question }] };
+}
+
+export interface ErrorInput {
+  readonly decision: ErrorDecision;
+  readonly error: JobError;
+}
+
+/** running → queued (backoff), waiting (a capped outage) or failed (budget spent, or terminal). */
+export function settleJobError(job: JobRecord, input: ErrorInput, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.settleError.from, 'settle an error');
+  const { decision, error } = input;
+  const base: JobRecord = { ...job, lease: null, attempts: decision.attempts, lastError: error };
+  switch (decision.action) {
+    case 'requeue': {
+      const delayMs = decision.nextRunAtMs - nowMs;
+      const next: JobRecord = { ...nextStep(base, decision.nextRunAtMs), status: 'queued' };
+      return {
+        next,
+        events: [{ kind: 'retrying', message: `Attempt ${decision.attempts} failed (${error.code}: ${error.message}); retrying in ${Math.round(delayMs / 1000)} s` }],
+        dispatch: jobDispatch(next, delayMs),
+      };
+    }
+    case 'wait': {
+      const question = `${error.message}: ${decision.reason}.`;
+      const next: JobRecord = { ...nextStep(base, decision.untilMs), status: 'waiting', waiting: { reason: 'provider', questionId: 'provider', question, options: [], untilMs: decision.untilMs } };
+      return { next, events: [{ kind: 'waiting', message: question }] };
+    }
+    case 'fail':
+      return {
+        next: { ...base, status: 'failed', fanout: null, finishedAtMs: nowMs },
+        events: [{ kind: 'failed', message: `Failed: ${decision.reason}. Last error (${error.code}): ${error.message}` }],
+      };
+  }
+}
+
+/** running → completed: the outbox is written in the same commit by the caller. */
+export function completeJob(job: JobRecord, input: { readonly outcome: JobOutcome; readonly missing: readonly string[] }, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.complete.from, 'complete');
+  const summary = input.missing.length > 0 ? `Completed (partial; missing: ${input.missing.join(', ')})` : 'Completed';
+  return { next: { ...job, status: 'completed', outcome: input.outcome, lease: null, finishedAtMs: nowMs, phase: null }, events: [{ kind: 'completed', message: summary }] };
+}
+
+/**
+ * running → running without a lease (units hold theirs), or straight to queued when nothing is
+ * left to run (joined in the same commit: a fan-out never sits without a live unit).
+ */
+export function startFanOutJob(job: JobRecord, input: { readonly fanout: FanOutState; readonly joinedNextPhase: string | null }, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.startFanOut.from, 'start a fan-out');
+  const { fanout } = input;
+  const started: JobRecord = { ...job, lease: null, phase: fanout.phase, fanout };
+  const events: TimelineEvent[] = [{ kind: 'fanned-out', message: `${fanout.phase}: ${fanout.units} units (${fanout.done} reused)` }];
+  if (input.joinedNextPhase === null) return { next: started, events };
+  const joined = joinJob(started, { nextPhase: input.joinedNextPhase, message: `${fanout.phase}: nothing left to run; joined at once` }, nowMs);
+  return { ...joined, events: [...events, ...joined.events] };
+}
+
+/** running (fan-out) → queued at the next step: every unit finished and the phase checkpointed. */
+export function joinJob(job: JobRecord, input: { readonly nextPhase: string; readonly message: string }, nowMs: number): Transition<JobRecord> {
+  const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', fanout: null, phase: input.nextPhase, attempts: 0, staleReclaims: 0 };
+  return { next, events: [{ kind: 'joined', message: input.message }], dispatch: jobDispatch(next) };
+}
+
+/** running → queued (or quarantined): the lease expired; found by the sweeper. */
+export function reclaimExpiredJob(job: JobRecord, options: EngineOptions, nowMs: number): Transition<JobRecord> {
+  const held = job.lease;
+  if (job.status !== 'running' || held === null) throw new TransitionRefused(`job is ${job.status}${held ? '' : ' without a lease'}`);
+  if (held.expiresAtMs > nowMs) throw new TransitionRefused('the lease was extended since the query');
+  const decision = decideExpiredLease(job, options);
+  if (decision.action === 'quarantine') {
+    return {
+      next: { ...job, status: 'quarantined', lease: null, staleReclaims: decision.staleReclaims, quarantine: { reason: decision.reason, atMs: nowMs }, finishedAtMs: nowMs },
+      events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}` }],
+    };
+  }
+  const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', staleReclaims: decision.staleReclaims };
+  const message =
+    `The lease of epoch ${held.epoch} held by ${held.worker} expired at ${iso(held.expiresAtMs)}; ` +
+    `requeued at step ${next.step} (stale reclaim ${decision.staleReclaims} of at most ${options.maxStaleReclaims})`;
+  return { next, events: [{ kind: 'reclaimed', message }], dispatch: jobDispatch(next) };
+}
+
+/** running → queued (or quarantined): the step showed no progress and gives its job back. */
+export function giveBackJob(job: JobRecord, input: { readonly why: string; readonly options: EngineOptions }, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.giveBack.from, 'give a job back');
+  const decision = decideExpiredLease(job, input.options);
+  if (decision.action === 'quarantine') {
+    return {
+      next: { ...job, status: 'quarantined', lease: null, staleReclaims: decision.staleReclaims, quarantine: { reason: `${decision.reason} (last: ${input.why})`, atMs: nowMs }, finishedAtMs: nowMs },
+      events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}; last: ${input.why}` }],
+    };
+  }
+  const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', staleReclaims: decision.staleReclaims };
+  const message = `Gave the job back at step ${job.step}: ${input.why} (lost worker ${decision.staleReclaims} of at most ${input.options.maxStaleReclaims})`;
+  return { next, events: [{ kind: 'reclaimed', message }], dispatch: jobDispatch(next) };
+}
+
+/** queued → queued: its task went missing; a fresh dispatch of the same step. */
+export function redispatchJob(job: JobRecord, input: { readonly lostBeforeMs: number }, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.redispatch.from, 're-dispatch');
+  if (job.nextRunAtMs > input.lostBeforeMs) throw new TransitionRefused('the job is not overdue any more');
+  const next: JobRecord = { ...job, dispatch: job.dispatch + 1, nextRunAtMs: nowMs };
+  return {
+    next,
+    events: [{ kind: 'redispatched', message: `No task claimed step ${job.step} since ${iso(job.nextRunAtMs)}; dispatched again (dispatch ${next.dispatch})` }],
+    dispatch: jobDispatch(next),
+  };
+}
+
+/** waiting (provider) → queued: the resume time came. A decision wait never resumes by itself. */
+export function resumeWaitJob(job: JobRecord, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.resumeWait.from, 'resume');
+  const wait = job.waiting;
+  if (wait === null || wait.reason !== 'provider' || wait.untilMs === null) throw new TransitionRefused('the job waits for a person');
+  if (wait.untilMs > nowMs) throw new TransitionRefused('the wait was extended since the query');
+  const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', waiting: null };
+  return { next, events: [{ kind: 'resumed', message: `The provider wait ended at ${iso(wait.untilMs)}; resuming at step ${next.step}` }], dispatch: jobDispatch(next) };
+}
+
+/** waiting (decision) → queued: the owner answered the question the job asked. Validation of the answer is the caller's. */
+export function decideWaitingJob(job: JobRecord, input: { readonly questionId: string; readonly answer: string }, nowMs: number): Transition<JobRecord> {
+  const wait = job.waiting;
+  if (job.status !== 'waiting' || wait?.reason !== 'decision') throw new TransitionRefused(`Job ${job.id} is not waiting for a decision (it is ${job.status})`);
+  if (wait.questionId !== input.questionId) throw new TransitionRefused(`Job ${job.id} is waiting on question ${wait.questionId}, not ${input.questionId}`);
+  const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', waiting: null, decisions: { ...job.decisions, [input.questionId]: input.answer } };
+  return { next, events: [{ kind: 'decided', message: `${wait.question} → ${input.answer}` }], dispatch: jobDispatch(next) };
+}
+
+/** any non-terminal → cancelled; in-flight effects become unknown (the caller's ledger writes) until reconciled. */
+export function cancelJobRecord(job: JobRecord, input: { readonly cancellation: Cancellation; readonly message: string; readonly effectsToSettleAtMs: number | null }, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.cancel.from, 'cancel');
+  return {
+    next: { ...job, status: 'cancelled', lease: null, fanout: null, waiting: null, finishedAtMs: nowMs, cancellation: input.cancellation, effectsToSettleAtMs: input.effectsToSettleAtMs },
+    events: [{ kind: 'cancelled', message: input.message }],
+  };
+}
+
+/** quarantined → queued at a new step with fresh budgets: an operator's release. */
+export function releaseJob(job: JobRecord, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.release.from, 'release');
+  const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', quarantine: null, attempts: 0, staleReclaims: 0, finishedAtMs: null };
+  const was = job.quarantine ? ` (it was quarantined because ${job.quarantine.reason})` : '';
+  return {
+    next,
+    events: [{ kind: 'released', message: `Released from quarantine by an operator${was}; attempts and stale reclaims reset, resuming at step ${next.step}` }],
+    dispatch: jobDispatch(next),
+  };
+}
+
+// ---- Unit transitions ------------------------------------------------------------------------
+
+/** Whether a unit belongs to its job's current fan-out. */
+export function inFanOut(job: JobRecord, unit: UnitRecord): boolean {
+  return job.status === 'running' && job.fanout?.epoch === unit.fanoutEpoch;
+}
+
+/** queued → running under the unit's own new epoch; the job must be in this unit's fan-out. */
+export function claimUnit(job: JobRecord, unit: UnitRecord, input: ClaimInput, nowMs: number): Transition<UnitRecord> {
+  if (!inFanOut(job, unit)) throw new TransitionRefused(`job is ${job.status}, not in this unit's fan-out`);
+  if (unit.status !== 'queued') throw new TransitionRefused(`unit is ${unit.status}`);
+  if (unit.step !== input.step) throw new TransitionRefused(`task is for unit step ${input.step}, unit is at step ${unit.step}`);
+  if (unit.nextRunAtMs > nowMs) throw new TransitionRefused('unit is backing off', unit.nextRunAtMs - nowMs);
+  const epoch = unit.epoch + 1;
+  return { next: { ...unit, status: 'running', epoch, lease: lease(epoch, input.worker, nowMs, input.options) }, events: [] };
+}
+
+/** running → running (new epoch): the unit's own step is held by a silent worker. Quarantine is the job's (see the caller). */
+export function takeOverUnit(job: JobRecord, unit: UnitRecord, input: ClaimInput, nowMs: number): Transition<UnitRecord> & { readonly quarantine?: string } {
+  if (!inFanOut(job, unit)) throw new TransitionRefused(`job is ${job.status}, not in this unit's fan-out`);
+  if (unit.status !== 'running' || unit.step !== input.step) throw new TransitionRefused(`unit is ${unit.status} at step ${unit.step}`);
+  const decision = decideStaleTakeover(unit, nowMs, input.options);
+  if (decision === null) throw new TransitionRefused('unit is running without a lease (parked)');
+  if (decision.action === 'redeliver-later') throw new TransitionRefused(`unit is running: ${decision.reason}`, decision.retryAfterMs);
+  if (decision.action === 'quarantine') {
+    const reason = `unit ${unit.unit}: ${decision.reason}`;
+    return { next: { ...unit, lease: null, staleReclaims: decision.staleReclaims }, events: [{ kind: 'quarantined', message: `Quarantined: ${reason}`, unit: unit.unit }], quarantine: reason };
+  }
+  const epoch = unit.epoch + 1;
+  return {
+    next: { ...unit, epoch, staleReclaims: decision.staleReclaims, lease: lease(epoch, input.worker, nowMs, input.options) },
+    events: [{ kind: 'reclaimed', message: `Unit ${unit.unit} reclaimed at step ${unit.step}: ${decision.reason}`, unit: unit.unit }],
+  };
+}
+
+/** running → queued at the unit's next step: more to do, a new task continues. */
+export function yieldUnit(unit: UnitRecord, nowMs: number): Transition<UnitRecord> {
+  refuseUnless(unit, UNIT_TRANSITIONS.yield.from, 'yield a unit');
+  const next: UnitRecord = { ...nextStep(unit, nowMs), status: 'queued' };
+  return { next, events: [{ kind: 'yielded', message: `${unit.unit}: continuing in a new step` }], dispatch: unitDispatch(next) };
+}
+
+/** running → queued with backoff (or until a capped outage ends). A failure of the whole job is the caller's. */
+export function requeueUnit(unit: UnitRecord, input: { readonly attempts: number; readonly untilMs: number; readonly message: string; readonly kind: string; readonly lastError: UnitRecord['lastError'] }, nowMs: number): Transition<UnitRecord> {
+  refuseUnless(unit, UNIT_TRANSITIONS.settleError.from, 'requeue a unit');
+  const next: UnitRecord = { ...nextStep(unit, input.untilMs), status: 'queued', attempts: input.attempts, lastError: input.lastError };
+  return { next, events: [{ kind: input.kind, message: input.message }], dispatch: unitDispatch(next, input.untilMs - nowMs) };
+}
+
+/** running → queued (the job is quarantined by the caller when the decision says so): the unit's lease expired. */
+export function reclaimExpiredUnit(unit: UnitRecord, options: EngineOptions, nowMs: number): Transition<UnitRecord> & { readonly quarantine?: string } {
+  const held = unit.lease;
+  if (unit.status !== 'running' || held === null) throw new TransitionRefused('the unit changed since the query');
+  if (held.expiresAtMs > nowMs) throw new TransitionRefused('the lease was extended since the query');
+  const decision = decideExpiredLease(unit, options);
+  if (decision.action === 'quarantine') {
+    const reason = `unit ${unit.unit}: ${decision.reason}`;
+    return { next: { ...unit, lease: null, staleReclaims: decision.staleReclaims }, events: [{ kind: 'quarantined', message: `Quarantined: ${reason}`, unit: unit.unit }], quarantine: reason };
+  }
+  // Unit task IDs carry the dispatch number: a reclaimed unit takes one never used in this fan-out.
+  const next: UnitRecord = { ...unit, status: 'queued', lease: null, staleReclaims: decision.staleReclaims, step: unit.step + 1, dispatch: unit.dispatch + 1, nextRunAtMs: nowMs };
+  const message =
+    `Unit ${unit.unit}: the lease of epoch ${held.epoch} held by ${held.worker} expired at ${iso(held.expiresAtMs)}; ` +
+    `requeued at step ${next.step} (stale reclaim ${decision.staleReclaims} of at most ${options.maxStaleReclaims})`;
+  return { next, events: [{ kind: 'reclaimed', message, unit: unit.unit }], dispatch: unitDispatch(next) };
+}
+
+/** running → queued (the job is quarantined by the caller when the decision says so): the unit's step showed no progress. */
+export function giveBackUnit(unit: UnitRecord, input: { readonly why: string; readonly options: EngineOptions }, nowMs: number): Transition<UnitRecord> & { readonly quarantine?: string } {
+  refuseUnless(unit, UNIT_TRANSITIONS.giveBack.from, 'give a unit back');
+  const decision = decideExpiredLease(unit, input.options);
+  if (decision.action === 'quarantine') {
+    const reason = `unit ${unit.unit}: ${decision.reason} (last: ${input.why})`;
+    return { next: { ...unit, lease: null, staleReclaims: decision.staleReclaims }, events: [{ kind: 'quarantined', message: `Quarantined: ${reason}`, unit: unit.unit }], quarantine: reason };
+  }
+  const next: UnitRecord = { ...nextStep(unit, nowMs), status: 'queued', staleReclaims: decision.staleReclaims };
+  const message = `${unit.unit}: gave the unit back at step ${unit.step}: ${input.why} (lost worker ${decision.staleReclaims} of at most ${input.options.maxStaleReclaims})`;
+  return { next, events: [{ kind: 'reclaimed', message, unit: unit.unit }], dispatch: unitDispatch(next) };
+}
+
+/** queued → queued: the unit's task went missing. */
+export function redispatchUnit(unit: UnitRecord, input: { readonly lostBeforeMs: number }, nowMs: number): Transition<UnitRecord> {
+  refuseUnless(unit, UNIT_TRANSITIONS.redispatch.from, 're-dispatch a unit');
+  if (unit.nextRunAtMs > input.lostBeforeMs) throw new TransitionRefused('the unit is not overdue any more');
+  const next: UnitRecord = { ...unit, dispatch: unit.dispatch + 1, nextRunAtMs: nowMs };
+  return {
+    next,
+    events: [{ kind: 'redispatched', message: `Unit ${unit.unit}: no task claimed step ${unit.step} since ${iso(unit.nextRunAtMs)}; dispatched again (dispatch ${next.dispatch})`, unit: unit.unit }],
+    dispatch: unitDispatch(next),
+  };
+}
+
+/** A unit of a fan-out that ended: no lease and not queued, so no sweep query matches it again. */
+export function parkUnit(unit: UnitRecord, input: { readonly why: string }, nowMs: number): Transition<UnitRecord> {
+  return { next: { ...unit, status: 'running', lease: null, lastError: { code: 'parked', message: `Parked by the sweeper: ${input.why}`, atMs: nowMs } }, events: [] };
+}
+
+/**
+ * Checks a job's committed timeline (the job status each event recorded, in commit order) against
+ * the table: every change of status must be a move the table allows. Events of one commit share
+ * its status, so only changes are checked. Returns the first disallowed move, or null.
+ */
+export function firstDisallowedMove(statuses: readonly JobStatus[]): { readonly index: number; readonly from: JobStatus; readonly to: JobStatus } | null {
+  for (let index = 1; index < statuses.length; index += 1) {
+    const from = statuses[index - 1] as JobStatus;
+    const to = statuses[index] as JobStatus;
+    if (from !== to && !allowedJobMove(from, to)) return { index, from, to };
+  }
+  return null;
+}
