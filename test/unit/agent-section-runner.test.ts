@@ -769,3 +769,32 @@ describe('resolveSectionPolicy', () => {
     expect(() => resolveSectionPolicy({ callTimeoutMs: 5_000, minCallTimeMs: 10_000 })).toThrow('callTimeoutMs');
   });
 });
+
+describe('the tool-round limit holds across steps', () => {
+  test('bug 11: a slow model that never stops calling tools is not yielded for ever: the round limit counts rounds already in the transcript, and the section ends skipped', async () => {
+    const STEP_MS = 300_000;
+    const policy = { callTimeoutMs: 120_000, minCallTimeMs: 10_000 };
+    const clock = new ManualClock(0);
+    let calls = 0;
+    const slowToolTurn = (request: ChatRequest): ChatResponse => {
+      const limit = request.timeoutMs ?? Number.POSITIVE_INFINITY;
+      if (110_000 > limit) {
+        clock.advance(limit);
+        throw new ProviderTimeoutError('no answer in time');
+      }
+      clock.advance(110_000);
+      calls += 1;
+      return toolTurn(`c${calls}`);
+    };
+    let stored: StoredTranscript | undefined;
+    const outcomes: string[] = [];
+    // Each step gets two model calls before its deadline; without the fix every step ends out-of-time.
+    for (let step = 0; step < 40 && !outcomes.includes('skipped'); step += 1) {
+      const deadline = clock.now() + STEP_MS;
+      const run = harness(Array.from({ length: 5 }, () => slowToolTurn), { ...(stored ? { stored } : {}), policy, remainingMs: () => Math.max(0, deadline - clock.now()) });
+      outcomes.push((await runSection(spec, run.deps)).kind);
+      stored = run.transcripts.last;
+    }
+    expect(outcomes).toContain('skipped');
+  });
+});

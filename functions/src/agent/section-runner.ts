@@ -34,7 +34,7 @@ import {
   type ModelProvider,
 } from './provider';
 import type { Toolbox } from './tools';
-import { compactTranscript, estimateTokens, findResumeProblems, openToolCalls, repairForWarmRetry } from './transcript';
+import { compactTranscript, estimateTokens, findResumeProblems, openToolCalls, repairForWarmRetry, toolRoundsSincePrompt } from './transcript';
 
 export interface CostTally {
   readonly modelCalls: number;
@@ -306,7 +306,7 @@ class SectionRun {
 
   /** One attempt: continue the current thread until the model answers without tool calls. */
   private async attempt(): Promise<string> {
-    let rounds = 0;
+    let rounds = toolRoundsSincePrompt(this.messages, this.spec.promptId);
     for (;;) {
       // The thread may end in a group a crash or a failed tool cut short: finish it before asking the model.
       await this.runOpenCalls();

@@ -323,3 +323,13 @@ function groupEnd(messages: readonly ChatMessage[], start: number): number {
 function verified(messages: ChatMessage[]): ChatMessage[] | null {
   return findProblems(messages).length === 0 ? messages : null;
 }
+
+/**
+ * Tool rounds the model has taken since the section's latest prompt: read from the transcript
+ * itself, so the limit holds across steps and crashes (a counter in memory would start again at
+ * zero in every step, and a slow section could yield for ever).
+ */
+export function toolRoundsSincePrompt(messages: readonly ChatMessage[], promptId: string): number {
+  const promptIndex = messages.findLastIndex((message) => message.role === 'user' && message.promptId === promptId);
+  return messages.slice(promptIndex + 1).filter((message) => message.role === 'assistant' && (message.toolCalls?.length ?? 0) > 0).length;
+}
