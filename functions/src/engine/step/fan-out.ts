@@ -1,0 +1,163 @@
+/** Fan-out: the coordinating step writes one unit document per unit and hands the work to unit tasks; the unit that finishes last joins, in the commit that records it. */
+import { describeError, OwnershipLostError, TerminalError } from '../../core/errors';
+import { documentIdProblem } from '../../core/ids';
+import { applyClaimTally, EMPTY_FLUSH, type FlushPayload } from '../../core/flusher';
+import { type JobRecord } from '../../core/job';
+import { joinJob, startFanOutJob, unitDispatch, type Dispatch } from '../../core/transitions';
+import { type PhaseDefinition, type StepContext } from '../../core/pipeline';
+import { decodeUnit, encodeUnit, type UnitRecord } from '../../store/codec';
+import type { EventDraft, JobClaim, UnitClaim } from '../../store/job-store';
+import { unitsPath } from '../../store/paths';
+import { checkpointDocumentFor, loadCheckpoints } from '../checkpoints';
+import { Running, StepOutcome, bareContext, chargeUnit, dispatchQuietly, lost } from './running';
+import { settleError } from './settle';
+
+// ---------------------------------------------------------------------------------------------
+// Fan-out: the coordinating step writes one unit document per unit and hands the work to unit
+// tasks; the job stays `running` without a lease while its units hold theirs. The unit that
+// finishes last joins, in the same transaction that records it, so the join happens exactly once.
+//
+// The invariant this keeps (checked by tests and the chaos soak over every job): a job that is
+// `running` without a lease is in a fan-out with at least one unit queued (with a due time the
+// sweeper acts on) or leased. So a fan-out that needs no unit work (no units, or every unit reused)
+// joins in the very commit that starts it: there is no moment at which it has no live unit.
+
+/** Thrown inside a fan-out commit when the pipeline's `join` fails: a defect, so the job fails with it. */
+export class JoinFailedError extends TerminalError {}
+
+/** Joins a fan-out; anything that fails in it (a unit result or a join that no longer validates) fails the job with that reason. */
+export function joinState(phase: PhaseDefinition<unknown, unknown>, results: () => ReadonlyMap<string, unknown>, context: StepContext<unknown>): unknown {
+  const fanOut = phase.fanOut;
+  if (!fanOut) throw new Error(`Phase ${phase.name} has no fan-out`);
+  try {
+    return phase.state.parse(fanOut.join(results(), context));
+  } catch (error) {
+    throw new JoinFailedError(`Phase ${phase.name} could not join its units: ${describeError(error)}`);
+  }
+}
+
+/** The phase after `phase` (or itself when it is the last): where the job goes once it checkpoints. */
+export function phaseAfter(running: Running, phase: PhaseDefinition<unknown, unknown>): string {
+  const index = running.pipeline.phases.findIndex((candidate) => candidate.name === phase.name);
+  return running.pipeline.phases[index + 1]?.name ?? phase.name;
+}
+
+export async function startFanOut(
+  running: Running,
+  claim: JobClaim,
+  phase: PhaseDefinition<unknown, unknown>,
+  states: ReadonlyMap<string, unknown>,
+  notes: readonly EventDraft[],
+): Promise<StepOutcome> {
+  const { store } = running.deps;
+  const fanOut = phase.fanOut;
+  if (!fanOut) throw new Error(`Phase ${phase.name} has no fan-out`);
+  const context = bareContext(running, claim.jobId, phase, states, 'a fan-out coordinator');
+  let unitIds: readonly string[];
+  try {
+    unitIds = [...new Set(fanOut.units(context))];
+    const refusedUnit = unitIds.find((unit) => documentIdProblem(unit) !== null);
+    if (refusedUnit !== undefined) throw new Error(`unit ID ${JSON.stringify(refusedUnit.slice(0, 140))} ${documentIdProblem(refusedUnit)}`);
+  } catch (error) {
+    return settleError(running.deps, claim, new TerminalError(`Phase ${phase.name} could not list its units: ${describeError(error)}`), EMPTY_FLUSH, notes);
+  }
+  const nowMs = store.clock.now();
+  let started: { readonly toEnqueue: readonly UnitRecord[]; readonly dispatch: Dispatch | undefined };
+  try {
+    started = await store.asOwner(claim, async ({ tx, job }) => {
+      // Unit documents are keyed by phase and unit ID: another fan-out phase never sees them.
+      const refs = unitIds.map((unit) => store.unitRef(job.id, phase.name, unit));
+      const snapshots = refs.length > 0 ? await tx.getAll(...refs) : [];
+      const toEnqueue: UnitRecord[] = [];
+      const reused = new Map<string, unknown>();
+      const records = snapshots.map((snapshot, position) => {
+        const unit = unitIds[position] as string;
+        const existing = snapshot.exists ? decodeUnit(snapshot.ref.path, snapshot.data()) : null;
+        // A unit finished under an earlier fan-out of this phase is reused as it is, if its result still validates.
+        const result = existing?.status === 'done' ? fanOut.unitState.safeParse(existing.result) : null;
+        const record: UnitRecord = {
+          jobId: job.id,
+          unit,
+          phase: phase.name,
+          fanoutEpoch: claim.epoch,
+          status: result?.success ? 'done' : 'queued',
+          epoch: existing?.epoch ?? 0,
+          lease: null,
+          step: (existing?.step ?? -1) + 1,
+          dispatch: 0,
+          attempts: 0,
+          staleReclaims: existing?.staleReclaims ?? 0,
+          nextRunAtMs: nowMs,
+          progress: existing?.progress ?? {},
+          // Spent before stays spent and counted: a re-run adds only what it spends itself.
+          cost: existing?.cost ?? {},
+          costInJob: existing?.costInJob ?? {},
+          claimTally: null,
+          result: result?.success ? result.data : null,
+          lastError: null,
+          updatedAtMs: nowMs,
+        };
+        if (result?.success) reused.set(unit, result.data);
+        else toEnqueue.push(record);
+        return { ref: snapshot.ref, record };
+      });
+      const fanout = { phase: phase.name, epoch: claim.epoch, units: unitIds.length, done: reused.size };
+      let joinedNextPhase: string | null = null;
+      if (toEnqueue.length === 0) {
+        const loaded = await loadCheckpoints(store.db, job.id, running.pipeline);
+        const state = joinState(phase, () => reused, bareContext(running, job.id, phase, loaded.states, 'a join'));
+        tx.set(store.checkpointRef(job.id, phase.name), checkpointDocumentFor(phase, state, claim.epoch, nowMs));
+        joinedNextPhase = phaseAfter(running, phase);
+      }
+      const transition = startFanOutJob(job, { fanout, joinedNextPhase }, nowMs);
+      for (const { ref, record } of records) tx.set(ref, encodeUnit({ ...record, updatedAtMs: store.clock.now() }));
+      return { next: transition.next, events: [...notes, ...transition.events], value: { toEnqueue, dispatch: transition.dispatch } };
+    });
+  } catch (error) {
+    if (error instanceof OwnershipLostError) return lost(running, error);
+    if (error instanceof JoinFailedError) return settleError(running.deps, claim, error, EMPTY_FLUSH, notes);
+    throw error;
+  }
+  await dispatchQuietly(running.deps, started.dispatch);
+  for (const unit of started.toEnqueue) await dispatchQuietly(running.deps, unitDispatch(unit));
+  return { kind: 'fanned-out', phase: phase.name, units: unitIds.length };
+}
+
+/**
+ * Records a finished unit and, if it was the last one, joins: the phase checkpoint from every
+ * unit's result and the job's hand-off to its next step, all in the transaction that records it.
+ */
+export async function finishUnit(running: Running, claim: UnitClaim, phase: PhaseDefinition<unknown, unknown>, pending: FlushPayload, result: unknown): Promise<boolean> {
+  const { store } = running.deps;
+  const fanOut = phase.fanOut;
+  if (!fanOut) throw new Error(`Phase ${phase.name} has no fan-out`);
+  const nowMs = store.clock.now();
+  const settled = await store.asUnitOwner(claim, async ({ tx, job, unit }) => {
+    const fanout = job.fanout;
+    if (fanout?.epoch !== claim.fanoutEpoch) throw new OwnershipLostError(`Job ${claim.jobId} is no longer in fan-out epoch ${claim.fanoutEpoch}`);
+    const applied = applyClaimTally(unit, pending, claim.epoch);
+    const charged = chargeUnit(job, applied.next);
+    const done = fanout.done + 1;
+    const next: JobRecord = { ...charged.job, fanout: { ...fanout, done } };
+    const events: EventDraft[] = [{ kind: 'unit-done', message: `${claim.unit} finished` }, ...applied.notes];
+    if (done >= fanout.units) {
+      const siblings = await store.db.collection(unitsPath(claim.jobId)).where('fanoutEpoch', '==', claim.fanoutEpoch).get();
+      const loaded = await loadCheckpoints(store.db, claim.jobId, running.pipeline);
+      const state = joinState(phase, () => {
+        const results = new Map<string, unknown>();
+        for (const doc of siblings.docs) {
+          const sibling = decodeUnit(doc.ref.path, doc.data());
+          if (sibling.phase !== phase.name) continue;
+          results.set(sibling.unit, fanOut.unitState.parse(sibling.unit === claim.unit ? result : sibling.result));
+        }
+        return results;
+      }, bareContext(running, claim.jobId, phase, loaded.states, 'a join'));
+      tx.set(store.checkpointRef(claim.jobId, phase.name), checkpointDocumentFor(phase, state, claim.fanoutEpoch, nowMs));
+      const joined = joinJob(next, { nextPhase: phaseAfter(running, phase), message: `${phase.name}: all ${fanout.units} units finished` }, nowMs);
+      return { next: joined.next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result }, events: [...events, ...joined.events], value: joined.dispatch };
+    }
+    return { next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result }, events, value: undefined };
+  });
+  await dispatchQuietly(running.deps, settled);
+  return settled !== undefined;
+}

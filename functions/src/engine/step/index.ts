@@ -1,0 +1,36 @@
+/** One task = one bounded step: parse the payload (record and acknowledge what cannot be understood), then run a job step or a unit step. */
+import { z } from 'zod';
+import { OwnershipLostError } from '../../core/errors';
+import { documentId } from '../../core/ids';
+import { type StepTask } from '../../core/job';
+import { PHASE_NAME_PATTERN } from '../../core/pipeline';
+import { runJobStep } from './claim';
+import { recordRejectedTask, type RunnerDeps, type StepOutcome } from './running';
+import { runUnitStep } from './unit-step';
+
+// The one check for IDs from outside (core/ids): the fan-out below lists units by the same rule, so its tasks are never refused.
+export const firestoreId = documentId('ID');
+
+export const phaseName = z.string().regex(PHASE_NAME_PATTERN, 'must be a kebab-case phase name');
+
+export const stepTaskSchema = z
+  .strictObject({ jobId: firestoreId, step: z.number().int().nonnegative(), unit: firestoreId.optional(), phase: phaseName.optional() })
+  .refine((task) => (task.unit === undefined) === (task.phase === undefined), 'a unit task names both its unit and its phase; a job task names neither');
+
+/** Entry point for one delivered task. Never throws for a task that should not be redelivered. */
+export async function runStep(deps: RunnerDeps, payload: unknown): Promise<StepOutcome> {
+  const parsed = stepTaskSchema.safeParse(payload);
+  if (!parsed.success) {
+    const reason = `Malformed task payload: ${z.prettifyError(parsed.error)}`;
+    await recordRejectedTask(deps, payload, reason);
+    return { kind: 'rejected', reason };
+  }
+  const { jobId, step, unit, phase } = parsed.data;
+  const task: StepTask = unit === undefined || phase === undefined ? { jobId, step } : { jobId, step, unit, phase };
+  try {
+    return task.unit === undefined || task.phase === undefined ? await runJobStep(deps, task) : await runUnitStep(deps, task, task.unit, task.phase);
+  } catch (error) {
+    if (error instanceof OwnershipLostError) return { kind: 'ownership-lost', reason: error.message };
+    throw error;
+  }
+}

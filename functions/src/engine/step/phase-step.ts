@@ -1,0 +1,131 @@
+/** One phase step: run the phase with its context, then make its outcome durable (checkpoint and hand-off, yield, wait). */
+import { z } from 'zod';
+import { OwnershipLostError, TerminalError, toPhaselineError } from '../../core/errors';
+import { applyClaimTally, type FlushPayload } from '../../core/flusher';
+import { type JobWait } from '../../core/job';
+import { waitRecord } from '../../core/lifecycle';
+import { handOffJob, waitJob } from '../../core/transitions';
+import { type PhaseDefinition } from '../../core/pipeline';
+import type { EventDraft, JobClaim } from '../../store/job-store';
+import { checkpointDocumentFor, loadSections } from '../checkpoints';
+import { createStepContext } from '../context';
+import { durableWrites } from './durable-writes';
+import { NoProgressError, Running, StepOutcome, dispatchQuietly, freshLease, lost, progressGated, startFlusher, stepLimits, untilAborted } from './running';
+import { giveBack, settleError } from './settle';
+
+export async function runPhase(
+  running: Running,
+  claim: JobClaim,
+  phase: PhaseDefinition<unknown, unknown>,
+  index: number,
+  states: ReadonlyMap<string, unknown>,
+  notes: EventDraft[],
+): Promise<StepOutcome> {
+  const { store } = running.deps;
+  const loaded = await loadSections(store.db, claim.jobId, phase, null);
+  for (const refusal of loaded.refused) notes.push({ kind: 'section-refused', message: `Section ${refusal.id} of ${phase.name} failed validation and will be redone: ${refusal.reason}` });
+
+  const flusher = startFlusher(running, progressGated(running, (payload) =>
+    store.asOwner(claim, ({ job }) => {
+      const applied = applyClaimTally(job, payload, claim.epoch);
+      return Promise.resolve({ next: { ...applied.next, lease: freshLease(running, claim.epoch) }, events: applied.notes, value: undefined });
+    }),
+  ));
+  const context = createStepContext({
+    jobId: claim.jobId,
+    input: running.input,
+    decisions: running.decisions,
+    unit: null,
+    signal: running.controller.signal,
+    clock: store.clock,
+    random: running.deps.random,
+    phase,
+    states,
+    sections: loaded.sections,
+    flusher,
+    deadlineMs: store.clock.now() + store.options.stepBudgetSeconds * 1000,
+    budgetMs: store.options.stepBudgetSeconds * 1000,
+    limits: stepLimits(store.options),
+    onProgress: () => {
+      running.progressAtMs = store.clock.now();
+    },
+    durable: durableWrites(running, { kind: 'job', claim }, phase.name, null),
+  });
+
+  let outcome: Awaited<ReturnType<NonNullable<typeof phase.run>>>;
+  try {
+    outcome = await untilAborted((phase.run as NonNullable<typeof phase.run>)(context), running.controller.signal);
+  } catch (error) {
+    const pending = await flusher.stop();
+    if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'job', claim }, running.controller.signal.reason, pending);
+    if (running.controller.signal.aborted || error instanceof OwnershipLostError) return lost(running, error);
+    return settleError(running.deps, claim, toPhaselineError(error), pending, notes);
+  }
+  const pending = await flusher.stop();
+  if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'job', claim }, running.controller.signal.reason, pending);
+  if (running.controller.signal.aborted) return lost(running, running.controller.signal.reason);
+
+  try {
+    switch (outcome.kind) {
+      case 'done': {
+        const parsed = phase.state.safeParse(outcome.state);
+        if (!parsed.success) {
+          return await settleError(running.deps, claim, new TerminalError(`Phase ${phase.name} produced a checkpoint that fails its schema: ${z.prettifyError(parsed.error)}`), pending, notes);
+        }
+        const nextPhase = running.pipeline.phases[index + 1];
+        await handOff(running, claim, pending, notes, [{ kind: 'checkpointed', message: `Finished ${phase.name}` }], {
+          checkpoint: { phase, state: parsed.data },
+          nextPhase: nextPhase?.name ?? phase.name,
+        });
+        return { kind: 'handed-off', phase: phase.name, checkpointed: true };
+      }
+      case 'yield': {
+        await handOff(running, claim, pending, notes, [{ kind: 'yielded', message: `${phase.name}: ${context.sections().length} sections recorded; continuing in a new step` }], {
+          nextPhase: phase.name,
+        });
+        return { kind: 'handed-off', phase: phase.name, checkpointed: false };
+      }
+      case 'wait': {
+        let waiting: JobWait;
+        try {
+          waiting = waitRecord(outcome);
+        } catch (error) {
+          return await settleError(running.deps, claim, toPhaselineError(error), pending, notes);
+        }
+        const nowMs = store.clock.now();
+        await store.asOwner(claim, ({ job }) => {
+          const applied = applyClaimTally(job, pending, claim.epoch);
+          const transition = waitJob(applied.next, waiting, nowMs);
+          return Promise.resolve({ next: transition.next, events: [...notes, ...applied.notes, ...transition.events], value: undefined });
+        });
+        return { kind: 'waiting', reason: waiting.reason };
+      }
+    }
+  } catch (error) {
+    if (error instanceof OwnershipLostError) return lost(running, error);
+    throw error;
+  }
+}
+
+export interface HandOff {
+  readonly checkpoint?: { readonly phase: PhaseDefinition<unknown, unknown>; readonly state: unknown };
+  readonly nextPhase: string;
+}
+
+/**
+ * Ends this step: optional checkpoint, job back to queued for the next step, and that step's task.
+ * `lead` events come before the flusher's notes, `trail` after them.
+ */
+export async function handOff(running: Running, claim: JobClaim, pending: FlushPayload, lead: readonly EventDraft[], trail: readonly EventDraft[], handOffTo: HandOff): Promise<void> {
+  const { store } = running.deps;
+  const nowMs = store.clock.now();
+  const handedOff = await store.asOwner(claim, ({ tx, job }) => {
+    if (handOffTo.checkpoint) {
+      tx.set(store.checkpointRef(job.id, handOffTo.checkpoint.phase.name), checkpointDocumentFor(handOffTo.checkpoint.phase, handOffTo.checkpoint.state, claim.epoch, nowMs));
+    }
+    const applied = applyClaimTally(job, pending, claim.epoch);
+    const transition = handOffJob(applied.next, { checkpointed: handOffTo.checkpoint !== undefined, nextPhase: handOffTo.nextPhase }, nowMs);
+    return Promise.resolve({ next: transition.next, events: [...lead, ...applied.notes, ...trail, ...transition.events], value: transition });
+  });
+  await dispatchQuietly(running.deps, handedOff.dispatch);
+}

@@ -1,0 +1,62 @@
+/** The last phase is checkpointed: publish the answer and complete, in one owner-checked commit. */
+import { OwnershipLostError, TerminalError, toPhaselineError } from '../../core/errors';
+import { EMPTY_FLUSH } from '../../core/flusher';
+import { completeJob } from '../../core/transitions';
+import { type PhaseDefinition } from '../../core/pipeline';
+import { unresolvedEffectKeys } from '../../effects/firestore-ledger';
+import type { EventDraft, JobClaim } from '../../store/job-store';
+import { messagePath, resultPath } from '../../store/paths';
+import { Running, StepOutcome, bareContext, lost } from './running';
+import { settleError } from './settle';
+
+/** Completion found ledger entries whose outcome is unknown: a pipeline defect, reported as a terminal failure that names them. */
+export class UnresolvedEffectsError extends TerminalError {
+  constructor(keys: readonly string[]) {
+    super(`Cannot complete while effects are unresolved (applying or unknown): ${keys.join(', ')}; the pipeline must reconcile them before it finishes`);
+  }
+}
+
+/** The last phase is checkpointed: publish the answer and complete, in one owner-checked transaction. */
+export async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<string, unknown>, notes: readonly EventDraft[]): Promise<StepOutcome> {
+  const { store } = running.deps;
+  const lastPhase = running.pipeline.phases[running.pipeline.phases.length - 1] as PhaseDefinition<unknown, unknown>;
+  const context = bareContext(running, claim.jobId, { ...lastPhase, needs: running.pipeline.phases }, states, 'publication');
+  let result;
+  try {
+    result = running.pipeline.publish(context);
+  } catch (error) {
+    return settleError(running.deps, claim, toPhaselineError(error), EMPTY_FLUSH, notes);
+  }
+  const nowMs = store.clock.now();
+  try {
+    await store.asOwner(claim, async ({ tx, job }) => {
+      // A job cannot complete while an effect's outcome is unknown: the pipeline must reconcile it first.
+      const unresolved = await unresolvedEffectKeys(tx, store.db, job.id);
+      if (unresolved.length > 0) throw new UnresolvedEffectsError(unresolved);
+      const outbox = store.db.doc(job.conversationId ? messagePath(job.conversationId, job.id) : resultPath(job.id));
+      // The outbox ID is the job's own: an answer already there (a job an operator released after it
+      // had published) is kept as it is, never published a second time.
+      const published = await tx.get(outbox);
+      if (!published.exists) {
+        tx.create(outbox, {
+          jobId: job.id,
+          owner: job.owner,
+          role: 'assistant',
+          pipeline: job.pipeline,
+          outcome: result.outcome,
+          title: result.title,
+          markdown: result.markdown,
+          missing: result.missing,
+          createdAtMs: nowMs,
+        });
+      }
+      const completed = completeJob(job, { outcome: result.outcome, missing: result.missing }, nowMs);
+      return { next: completed.next, events: [...notes, ...completed.events], value: undefined };
+    });
+  } catch (error) {
+    if (error instanceof OwnershipLostError) return lost(running, error);
+    if (error instanceof UnresolvedEffectsError) return settleError(running.deps, claim, error, EMPTY_FLUSH, notes);
+    throw error;
+  }
+  return { kind: 'completed', outcome: result.outcome };
+}

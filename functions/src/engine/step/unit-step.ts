@@ -1,0 +1,146 @@
+/** One unit step: claim (or take over) a fan-out unit, run it under its own lease, and record its outcome. */
+import { z } from 'zod';
+import { OwnershipLostError, TerminalError, toPhaselineError } from '../../core/errors';
+import { applyClaimTally } from '../../core/flusher';
+import { type JobRecord, type JobWait, type StepTask } from '../../core/job';
+import { waitRecord } from '../../core/lifecycle';
+import { claimUnit, takeOverUnit, TransitionRefused, yieldUnit, type Transition } from '../../core/transitions';
+import { decodeJob, decodeUnit, type UnitRecord } from '../../store/codec';
+import type { UnitClaim } from '../../store/job-store';
+import { loadCheckpoints, loadSections } from '../checkpoints';
+import { createStepContext } from '../context';
+import { durableWrites } from './durable-writes';
+import { JoinFailedError, finishUnit } from './fan-out';
+import { NoProgressError, RunnerDeps, Running, StepOutcome, chargeUnit, defaultWorkerName, dispatchQuietly, freshLease, lost, newRunning, progressGated, startFlusher, stepLimits, untilAborted } from './running';
+import { failJobFromUnit, giveBack, settleUnitError } from './settle';
+
+export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string, phaseName: string): Promise<StepOutcome> {
+  const { store } = deps;
+  const worker = deps.worker ?? defaultWorkerName();
+  const nowMs = store.clock.now();
+  const jobRef = store.jobRef(task.jobId);
+  const unitRef = store.unitRef(task.jobId, phaseName, unitId);
+  type UnitClaimResult = { job: JobRecord; unit: UnitRecord } | { reason: string; notYetDueMs?: number };
+  const claimed = await store.retryingWrite(`unit claim ${task.jobId}/${phaseName}/${unitId}`, () =>
+    store.db.runTransaction(async (tx): Promise<UnitClaimResult> => {
+      const [jobSnapshot, unitSnapshot] = await tx.getAll(jobRef, unitRef);
+      if (!jobSnapshot?.exists || !unitSnapshot?.exists) return { reason: 'no such job or unit' };
+      const job = decodeJob(task.jobId, jobSnapshot.data());
+      const unit = decodeUnit(unitRef.path, unitSnapshot.data());
+      const input = { step: task.step, worker, options: store.options };
+      let claim: Transition<UnitRecord> & { readonly quarantine?: string };
+      try {
+        // A queued unit is claimed; this task's own unit step still held after a crash is taken over once its holder went silent.
+        claim = unit.status === 'running' && unit.step === task.step ? takeOverUnit(job, unit, input, nowMs) : claimUnit(job, unit, input, nowMs);
+      } catch (error) {
+        if (!(error instanceof TransitionRefused)) throw error;
+        return error.notYetDueMs === undefined ? { reason: error.message } : { reason: error.message, notYetDueMs: error.notYetDueMs };
+      }
+      store.commitUnit(tx, unitSnapshot, claim.next);
+      if (claim.quarantine !== undefined) {
+        store.commitJob(tx, jobSnapshot, job, { ...job, status: 'quarantined', lease: null, quarantine: { reason: claim.quarantine, atMs: nowMs }, finishedAtMs: nowMs }, claim.events);
+        return { reason: `job quarantined: ${claim.quarantine}` };
+      }
+      // A takeover is told on the job's timeline; a plain claim stays off the hot job document.
+      if (claim.events.length > 0) store.commitJob(tx, jobSnapshot, job, job, claim.events);
+      return { job, unit: claim.next };
+    }),
+  );
+  if (!('unit' in claimed)) {
+    if (claimed.notYetDueMs !== undefined) return { kind: 'not-yet-due', retryAfterMs: claimed.notYetDueMs };
+    return { kind: 'not-claimable', reason: claimed.reason };
+  }
+  const { job, unit } = claimed;
+  const claim: UnitClaim = { jobId: job.id, phase: unit.phase, unit: unit.unit, epoch: unit.epoch, fanoutEpoch: unit.fanoutEpoch };
+  const pipeline = deps.pipelines.get(job.pipeline);
+  const phase = pipeline?.phases.find((candidate) => candidate.name === unit.phase);
+  const input = pipeline?.input.safeParse(job.input);
+  const running: Running | null = pipeline && input?.success ? newRunning(deps, worker, pipeline, input.data, job.decisions) : null;
+  if (!running || !phase?.fanOut) {
+    return failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit}: pipeline ${job.pipeline} has no fan-out phase ${unit.phase}, or the stored input no longer validates`));
+  }
+  const fanOut = phase.fanOut;
+  const loaded = await loadCheckpoints(store.db, job.id, running.pipeline);
+  const sections = await loadSections(store.db, job.id, phase, unit.unit);
+  const flusher = startFlusher(running, progressGated(running, (payload) =>
+    store.asUnitOwner(claim, ({ unit: current }) => {
+      const applied = applyClaimTally(current, payload, claim.epoch);
+      return Promise.resolve({ nextUnit: { ...applied.next, lease: freshLease(running, claim.epoch) }, events: applied.notes, value: undefined });
+    }),
+  ));
+  const context = createStepContext({
+    jobId: job.id,
+    input: running.input,
+    decisions: job.decisions,
+    unit: unit.unit,
+    signal: running.controller.signal,
+    clock: store.clock,
+    random: deps.random,
+    phase,
+    states: loaded.states,
+    sections: sections.sections,
+    flusher,
+    deadlineMs: store.clock.now() + store.options.stepBudgetSeconds * 1000,
+    budgetMs: store.options.stepBudgetSeconds * 1000,
+    limits: stepLimits(store.options),
+    onProgress: () => {
+      running.progressAtMs = store.clock.now();
+    },
+    durable: durableWrites(running, { kind: 'unit', claim }, phase.name, unit.unit),
+  });
+
+  let outcome: Awaited<ReturnType<typeof fanOut.runUnit>>;
+  try {
+    outcome = await untilAborted(fanOut.runUnit(context, unit.unit), running.controller.signal);
+  } catch (error) {
+    const pending = await flusher.stop();
+    if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'unit', claim }, running.controller.signal.reason, pending);
+    if (running.controller.signal.aborted || error instanceof OwnershipLostError) return lost(running, error);
+    return settleUnitError(deps, claim, toPhaselineError(error), pending);
+  }
+  const pending = await flusher.stop();
+  if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'unit', claim }, running.controller.signal.reason, pending);
+  if (running.controller.signal.aborted) return lost(running, running.controller.signal.reason);
+
+  try {
+    if (outcome.kind === 'yield') {
+      const yielded = await store.asUnitOwner(claim, ({ unit: current }) => {
+        const applied = applyClaimTally(current, pending, claim.epoch);
+        const transition = yieldUnit(applied.next, store.clock.now());
+        return Promise.resolve({ nextUnit: transition.next, events: [...applied.notes, ...transition.events], value: transition.dispatch });
+      });
+      await dispatchQuietly(deps, yielded);
+      return { kind: 'unit-yielded', unit: unit.unit };
+    }
+    if (outcome.kind === 'wait') {
+      let waiting: JobWait;
+      try {
+        waiting = waitRecord({ kind: 'wait', reason: 'provider', questionId: 'provider', question: outcome.question, untilMs: outcome.untilMs });
+      } catch (error) {
+        return await settleUnitError(deps, claim, toPhaselineError(error), pending);
+      }
+      await store.asUnitOwner(claim, ({ job: current, unit: currentUnit }) => {
+        const applied = applyClaimTally(currentUnit, pending, claim.epoch);
+        const charged = chargeUnit(current, applied.next);
+        return Promise.resolve({
+          // The fan-out ends here; on resume it starts again, reusing finished units and recorded sections.
+          next: { ...charged.job, status: 'waiting' as const, fanout: null, lease: null, step: current.step + 1, dispatch: 0, waiting, nextRunAtMs: waiting.untilMs ?? store.clock.now() },
+          nextUnit: { ...charged.unit, status: 'queued' as const, lease: null },
+          events: [...applied.notes, { kind: 'waiting', message: `${unit.unit}: ${outcome.question}` }],
+          value: undefined,
+        });
+      });
+      return { kind: 'waiting', reason: outcome.reason };
+    }
+    const parsed = fanOut.unitState.safeParse(outcome.state);
+    if (!parsed.success) {
+      return await failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit} produced a result that fails its schema: ${z.prettifyError(parsed.error)}`));
+    }
+    const joined = await finishUnit(running, claim, phase, pending, parsed.data);
+    return { kind: 'unit-done', unit: unit.unit, joined };
+  } catch (error) {
+    if (error instanceof OwnershipLostError) return lost(running, error);
+    if (error instanceof JoinFailedError) return failJobFromUnit(deps, claim, error);
+    throw error;
+  }
+}
