@@ -3,7 +3,7 @@
  * runs each scenario of the plan, and returns every figure. `run.ts` is the command line around it;
  * the smoke test calls it with a tiny plan.
  */
-import { cpus, totalmem } from 'node:os';
+import { cpus, loadavg, totalmem } from 'node:os';
 import { ManualClock } from '../functions/src/core/clock';
 import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions } from '../functions/src/core/options';
 import type { ResearchInput } from '../functions/src/pipelines/research';
@@ -13,6 +13,7 @@ import { describeFault, type Fault } from './lib/faults';
 import { openProject, startBenchFirestore, type ProjectClients } from './lib/firestore';
 import { PhaselineDriver } from './lib/phaseline-driver';
 import { closedCircuit, FAULT_SCHEDULE, PROVIDER_SEED, RESEARCH_INPUTS, researchKit } from './lib/workload';
+import { summarizeCapacity } from './report/capacity';
 import { notAhead } from './report/markdown';
 import type { BenchMeta, BenchResults } from './report/results';
 import { summarizeComparison, summarizeContention, summarizeOverhead, summarizeSweeper, summarizeThroughput, summarizeWriteRate } from './report/summary';
@@ -83,6 +84,10 @@ export async function runBench(plan: BenchPlan, log: Log = console.log): Promise
     }
   };
 
+  // Other work on a shared machine moves every timing figure: the load is recorded with them.
+  const loads: number[] = [loadavg()[0] ?? 0];
+  const sampler = setInterval(() => loads.push(loadavg()[0] ?? 0), 10_000);
+  sampler.unref();
   const firestore = await startBenchFirestore();
   log(`${stamp()} Firestore emulator on ${firestore.host}${firestore.emulator.startedHere ? '' : ' (already running)'}`);
   const projects = {
@@ -105,6 +110,7 @@ export async function runBench(plan: BenchPlan, log: Log = console.log): Promise
         latencyMs: plan.latencyMs,
         phaselineProject: projects.phaseline,
         baselineProject: projects.baselines,
+        lostTaskVariant: true,
         log,
       }),
     }));
@@ -180,6 +186,7 @@ export async function runBench(plan: BenchPlan, log: Log = console.log): Promise
     }
     await firestore.stop();
   }
+  clearInterval(sampler);
   const { comparison, sensitivitySamples, writeRate, sweeper, contention, throughput } = measured;
 
   const finished = performance.now();
@@ -188,7 +195,13 @@ export async function runBench(plan: BenchPlan, log: Log = console.log): Promise
     startedAt: startedAt.toISOString(),
     finishedAt: new Date().toISOString(),
     durationMs: finished - started,
-    machine: { cpus: cpus().length, node: process.version, platform: `${process.platform}-${process.arch}`, memoryGiB: Math.round(totalmem() / 2 ** 30) },
+    machine: {
+      cpus: cpus().length,
+      node: process.version,
+      platform: `${process.platform}-${process.arch}`,
+      memoryGiB: Math.round(totalmem() / 2 ** 30),
+      loadAverage: { mean: loads.reduce((sum, load) => sum + load, 0) / loads.length, max: Math.max(...loads) },
+    },
     firestore: 'the official Cloud Firestore emulator (Google Cloud CLI component)',
     modelLatencyMs: plan.latencyMs,
     sensitivityLatencyMs: plan.sensitivity?.latencyMs ?? null,
@@ -222,15 +235,18 @@ export interface RawResults {
 /** Summaries and the notes on where Phaseline is not ahead, all computed from the raw samples. */
 export function assembleResults(meta: BenchMeta, raw: RawResults): BenchResults {
   const durable = (samples: readonly JobSample[]) => samples.filter((sample) => sample.implementation !== 'in-memory');
+  const comparison = raw.comparison ? summarizeComparison(durable(raw.comparison)) : null;
+  const writeRate = raw.writeRate ? summarizeWriteRate(raw.writeRate) : null;
   const partial: Omit<BenchResults, 'notAhead'> = {
     meta,
-    comparison: raw.comparison ? { summary: summarizeComparison(durable(raw.comparison)), samples: raw.comparison } : null,
+    comparison: raw.comparison && comparison ? { summary: comparison, samples: raw.comparison } : null,
     overhead: raw.comparison ? summarizeOverhead(raw.comparison) : null,
     sensitivity: raw.sensitivity ? { latencyMs: raw.sensitivity.latencyMs, summary: summarizeComparison(durable(raw.sensitivity.samples)), samples: raw.sensitivity.samples } : null,
-    writeRate: raw.writeRate ? { summary: summarizeWriteRate(raw.writeRate), samples: raw.writeRate } : null,
+    writeRate: raw.writeRate && writeRate ? { summary: writeRate, samples: raw.writeRate } : null,
     sweeper: raw.sweeper ? { summary: summarizeSweeper(raw.sweeper.samples, raw.sweeper.equalityOnly), samples: raw.sweeper.samples } : null,
     contention: raw.contention ? { summary: summarizeContention(raw.contention), samples: raw.contention } : null,
     throughput: raw.throughput ? { summary: summarizeThroughput(raw.throughput), raw: raw.throughput } : null,
+    capacity: summarizeCapacity(comparison ?? undefined, writeRate ?? undefined, meta.modelLatencyMs),
   };
   return { ...partial, notAhead: notAhead(partial) };
 }

@@ -8,7 +8,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { FULL_PLAN, resummarize, runBench, SCENARIOS, SMOKE_PLAN, type BenchPlan, type ScenarioName } from './bench';
-import { renderMarkdown } from './report/markdown';
+import { capacitySection, comparisonTable, renderMarkdown } from './report/markdown';
 import type { BenchResults } from './report/results';
 import { renderSvg } from './report/svg';
 
@@ -47,6 +47,15 @@ function writeOutputs(results: BenchResults, out: string): void {
   writeFileSync(join(out, 'results.svg'), renderSvg(results));
 }
 
+/** The recovery rows of the comparison table and the capacity and cost model, on the terminal as well. */
+function printHeadlines(results: BenchResults): void {
+  if (results.comparison) {
+    const [header, rule, ...rows] = comparisonTable(results.comparison.summary).split('\n');
+    console.log(['', header, rule, ...rows.filter((row) => row.includes('Recovery wait'))].join('\n'));
+  }
+  if (results.capacity) console.log(['', '## Capacity and cost model', '', ...capacitySection(results.capacity)].join('\n'));
+}
+
 async function main(): Promise<number> {
   const render = option('--render');
   if (render !== undefined) {
@@ -59,6 +68,7 @@ async function main(): Promise<number> {
   console.log(`Phaseline bench (${plan.mode}) → ${out}`);
   const results = await runBench(plan);
   writeOutputs(results, out);
+  printHeadlines(results);
   console.log(`Wrote results.md, results.json and results.svg to ${out} after ${(results.meta.durationMs / 60_000).toFixed(1)} minutes.`);
   const failed = Object.keys(results.meta.errors);
   if (failed.length > 0) console.error(`Scenarios that failed: ${failed.join(', ')}`);

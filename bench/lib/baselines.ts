@@ -15,10 +15,11 @@
  * of a job already completed (checked when the attempt starts, as handlers usually do), and
  * publish by appending the answer to the job's results, as a chat answer is posted.
  *
- * Redelivery is not slept: the wait Cloud Tasks would impose is computed from the retry rules
- * below and reported as virtual recovery wait. A killed worker fails its request at once (the
- * platform answers 5xx), so the task is retried after the queue's backoff; a frozen worker is
- * only given up on at the dispatch deadline (the function timeout).
+ * Redelivery is not slept: the wait Cloud Tasks would impose is computed from the step queue's
+ * retry rules (lib/cloud-tasks.ts, read from runJobStep's settings) and reported as virtual
+ * recovery wait. A killed worker fails its request at once (the platform answers 5xx), so the task
+ * is retried after the queue's backoff; a frozen worker is only given up on at the function
+ * timeout.
  */
 import { DEFAULT_MAX_SERVER_DELAY_SECONDS } from '../../functions/src/core/server-delay';
 import { FieldValue, type Firestore } from 'firebase-admin/firestore';
@@ -26,11 +27,9 @@ import { seededRandom, type Clock } from '../../functions/src/core/clock';
 import { describeError, RetryableError } from '../../functions/src/core/errors';
 import { resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type StepContext } from '../../functions/src/core/pipeline';
 import { createStepContext, noDurableWrites, type ContextParts, type DurableWrites } from '../../functions/src/engine/context';
+import { redeliveryDelayMs, STEP_QUEUE } from './cloud-tasks';
 import { newWorker, runAsWorker } from './faults';
 import type { ProjectClients } from './firestore';
-
-/** The retry rules of the queue (those of this project's runJobStep) and its function timeout. */
-export const BASELINE_QUEUE = { minBackoffSeconds: 2, maxBackoffSeconds: 300, maxDoublings: 8, maxAttempts: 20, dispatchDeadlineSeconds: 540 } as const;
 
 export type BaselineKind = 'whole-job' | 'phase-checkpoints' | 'in-memory';
 
@@ -52,15 +51,11 @@ export interface BaselineJobRun {
   /** Task deliveries, the first one included. */
   readonly attempts: number;
   readonly workersLost: number;
+  /** Per lost worker: the virtual wait until the task was delivered again. */
+  readonly recoveries: readonly { readonly fault: 'crash' | 'stall'; readonly waitMs: number }[];
   readonly failedAttempts: number;
   /** What frozen attempts did when they woke after the job had finished. */
   readonly zombieOutcomes: readonly string[];
-}
-
-/** Cloud Tasks' wait before delivery number `failures + 1`. */
-export function redeliveryDelayMs(failures: number): number {
-  const doublings = Math.min(Math.max(0, failures - 1), BASELINE_QUEUE.maxDoublings);
-  return Math.min(BASELINE_QUEUE.maxBackoffSeconds, BASELINE_QUEUE.minBackoffSeconds * 2 ** doublings) * 1000;
 }
 
 /** Sections and transcripts in memory; anything else the engine offers (effects) is refused, as the research pipeline needs none. */
@@ -114,10 +109,11 @@ export class BaselineRunner {
     };
     let failures = 0;
     let workersLost = 0;
+    const recoveries: { fault: 'crash' | 'stall'; waitMs: number }[] = [];
     let attempts = 0;
     let finishedAt: number | undefined;
     let status = 'failed';
-    while (attempts < BASELINE_QUEUE.maxAttempts) {
+    while (attempts < STEP_QUEUE.maxAttempts) {
       attempts += 1;
       const controller = new AbortController();
       const worker = newWorker(`${this.kind}-${jobId}-attempt-${attempts}`, () => controller.abort(new WorkerCrashed()));
@@ -134,15 +130,18 @@ export class BaselineRunner {
       }
       failures += 1;
       if (first.kind === 'stall') {
-        // Frozen: Cloud Tasks gives up on it at the dispatch deadline and delivers the task again.
+        // Frozen: the request fails at the function timeout, and Cloud Tasks delivers the task again.
         workersLost += 1;
         zombies.push(settled.then((late) => (late.kind === 'ok' ? late.result : `error: ${describeError(late.error)}`)));
-        wait('frozen worker: dispatch deadline, then backoff', BASELINE_QUEUE.dispatchDeadlineSeconds * 1000 + redeliveryDelayMs(failures));
+        const waitMs = STEP_QUEUE.timeoutSeconds * 1000 + redeliveryDelayMs(failures);
+        recoveries.push({ fault: 'stall', waitMs });
+        wait('frozen worker: function timeout, then backoff', waitMs);
         continue;
       }
       if (first.kind === 'crash') {
         workersLost += 1;
         await settled; // every branch of the killed attempt has stopped
+        recoveries.push({ fault: 'crash', waitMs: redeliveryDelayMs(failures) });
         wait('killed worker: backoff before the redelivery', redeliveryDelayMs(failures));
         continue;
       }
@@ -157,7 +156,7 @@ export class BaselineRunner {
       status = String(job.get('status'));
       outcome = (job.get('outcome') as string | undefined) ?? null;
     }
-    return { jobId, status, outcome, wallMs, virtualWaitMs, waits, attempts, workersLost, failedAttempts: failures, zombieOutcomes };
+    return { jobId, status, outcome, wallMs, virtualWaitMs, waits, attempts, workersLost, recoveries, failedAttempts: failures, zombieOutcomes };
   }
 
   private lastOutcome: string | null = null;

@@ -20,8 +20,10 @@ export interface FirestoreCounts {
   queries: number;
   /** Queries that delivered nothing (Firestore bills one read for each). */
   emptyQueries: number;
-  /** Writes in commits that succeeded (a transaction's or a batch's). */
+  /** Writes in commits that succeeded (a transaction's or a batch's), deletes included. */
   writes: number;
+  /** Of those, deletes (billed at the delete price). */
+  deletes: number;
   commits: number;
   failedCommits: number;
   /** RPCs that failed with ABORTED (code 10): contention. */
@@ -46,6 +48,7 @@ export const emptyCounts = (): FirestoreCounts => ({
   queries: 0,
   emptyQueries: 0,
   writes: 0,
+  deletes: 0,
   commits: 0,
   failedCommits: 0,
   aborted: 0,
@@ -106,6 +109,7 @@ export class FirestoreCounter {
           const writes = ((body as { writes?: readonly WireWrite[] }).writes ?? []);
           this.counts.commits += 1;
           this.counts.writes += writes.length;
+          this.counts.deletes += writes.filter((write) => write.delete !== undefined).length;
           if (this.recordWrites) {
             const atMs = performance.now();
             for (const write of writes) this.writeLog.push({ atMs, path: documentPath(write.update?.name ?? write.delete ?? write.transform?.document) });

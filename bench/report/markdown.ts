@@ -1,6 +1,7 @@
 /** bench/results/results.md: the tables, where Phaseline is not ahead, and how it was measured. */
-import { BASELINE_QUEUE } from '../lib/baselines';
+import { redeliveryDelayMs, STEP_QUEUE } from '../lib/cloud-tasks';
 import type { Implementation } from '../scenarios/compare';
+import { REAL_CALL_MS, type CapacitySummary } from './capacity';
 import type { BenchResults } from './results';
 import { breakEvenLatencyMs, type ImplementationSummary } from './summary';
 
@@ -9,6 +10,7 @@ export const LABELS: Readonly<Record<Implementation, string>> = {
   'whole-job': 'Retry the whole job',
   'phase-checkpoints': 'Phase checkpoints only',
   'in-memory': 'In-process, no durability',
+  'phaseline-lost-task': "Phaseline, the killed worker's task lost (sweeper only)",
 };
 
 export function fmt(value: number, digits = 0): string {
@@ -16,7 +18,6 @@ export function fmt(value: number, digits = 0): string {
   return value.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 }
 
-const BASELINE_DEADLINE_S = BASELINE_QUEUE.dispatchDeadlineSeconds;
 const seconds = (ms: number, digits = 0): string => `${fmt(ms / 1000, digits)} s`;
 const arrow = (before: number, after: number, digits = 0): string => `${fmt(before, digits)} → ${fmt(after, digits)}`;
 
@@ -37,9 +38,18 @@ function ordered(summary: readonly ImplementationSummary[]): ImplementationSumma
   return ORDER.flatMap((name) => summary.filter((row) => row.implementation === name));
 }
 
+/** Who brought the work of lost workers of one kind back, e.g. "redelivered task ×10". */
+function recoveredBy(item: ImplementationSummary, kind: 'killed' | 'frozen'): string {
+  return Object.entries(item.recoveredBy)
+    .filter(([key]) => key.startsWith(`${kind}: `))
+    .map(([key, count]) => `${key.slice(kind.length + 2)} ×${count}`)
+    .join(', ');
+}
+
 /** The main table: one column per implementation, one row per figure. */
 export function comparisonTable(summary: readonly ImplementationSummary[]): string {
   const columns = ordered(summary);
+  const lostTask = summary.find((item) => item.implementation === 'phaseline-lost-task');
   const row = (label: string, cell: (item: ImplementationSummary) => string): string[] => [label, ...columns.map(cell)];
   return table(
     ['Per job (median of repeats)', ...columns.map((item) => LABELS[item.implementation])],
@@ -58,6 +68,17 @@ export function comparisonTable(summary: readonly ImplementationSummary[]): stri
             .map(([cause, ms]) => `${cause} ${seconds(ms)}`)
             .join('; '),
         ].join(' '),
+      ),
+      row('**Recovery wait per killed worker** (virtual: from the kill until its work runs again)', (item) =>
+        item.implementation === 'phaseline'
+          ? `**${seconds(item.recoveryMsPerKilledWorker)}** (${recoveredBy(item, 'killed')})` +
+            (lostTask ? `; with its task lost, the sweeper alone: ${seconds(lostTask.recoveryMsPerKilledWorker)} (${recoveredBy(lostTask, 'killed')})` : '')
+          : `**${seconds(item.recoveryMsPerKilledWorker)}** (redelivery)`,
+      ),
+      row('Recovery wait per frozen worker (virtual: from the freeze until its work runs again)', (item) =>
+        item.implementation === 'phaseline'
+          ? `${seconds(item.recoveryMsPerFrozenWorker)} (${recoveredBy(item, 'frozen')})`
+          : `${seconds(item.recoveryMsPerFrozenWorker)} (function timeout, then redelivery)`,
       ),
       row('**Published results per job, with faults**', (item) => `**${fmt(item.publishedFaulted, 1)}**`),
       row('Firestore reads per job, fault-free → with faults', (item) => arrow(item.readsFaultFree, item.readsFaulted)),
@@ -79,7 +100,7 @@ export function notAhead(results: Pick<BenchResults, 'comparison' | 'sensitivity
   const summary = results.comparison?.summary ?? [];
   const ours = find(summary, 'phaseline');
   if (!ours) return notes;
-  const baselines = summary.filter((item) => item.implementation !== 'phaseline' && item.implementation !== 'in-memory');
+  const baselines = summary.filter((item) => item.implementation === 'whole-job' || item.implementation === 'phase-checkpoints');
   const beaten = (figure: (item: ImplementationSummary) => number, source: readonly ImplementationSummary[] = baselines, mine: ImplementationSummary = ours) =>
     source.filter((item) => figure(item) <= figure(mine));
   const names = (items: readonly ImplementationSummary[], figure: (item: ImplementationSummary) => string) =>
@@ -114,7 +135,7 @@ export function notAhead(results: Pick<BenchResults, 'comparison' | 'sensitivity
         : ` Even at ${sensitivity.latencyMs} ms per call: Phaseline ${fmt(slow.wallMsFaulted)} ms against ${names(slowBeaten, (item) => `${fmt(item.wallMsFaulted)} ms`)}` +
           `${sensitivity.summary.some((item) => item.implementation !== 'phaseline' && item.wallMsFaulted > slow.wallMsFaulted) ? ` (but ahead of ${names(sensitivity.summary.filter((item) => item.implementation !== 'phaseline' && item.wallMsFaulted > slow.wallMsFaulted), (item) => `${fmt(item.wallMsFaulted)} ms`)})` : ''}: ` +
           `Phaseline pays its bookkeeping on every section (fault-free it is already ${fmt(slow.wallMsFaultFree - Math.min(...sensitivity.summary.filter((item) => item.implementation !== 'phaseline').map((item) => item.wallMsFaultFree)))} ms slower per job), ` +
-          'and its killed expert resumes only after the lease expired, when its sibling has finished, so the sections it still has to write overlap with nothing; ' +
+          "and its killed expert resumes only when a redelivered task finds the dead worker's heartbeat stale, after its sibling has finished, so the sections it still has to write overlap with nothing; " +
           'the phase-level baseline restarts both experts together, so its repeated calls run two at a time. ' +
           (crossings.length > 0
             ? `A straight line through the two latencies (same input) puts the crossing with ${crossings.join(' and with ')}: real model calls take seconds.`
@@ -125,20 +146,36 @@ export function notAhead(results: Pick<BenchResults, 'comparison' | 'sensitivity
         `(wall time here leaves out the virtual waits, which the row "time to completion … plus virtual waits" adds back).${tail}`,
     );
   }
-  const LEASE_CAUSE = 'lease expiry, then the next sweep';
-  const KILLED_CAUSE = 'killed worker: backoff before the redelivery';
-  const perLostWorker = (ours.waitsFaulted[LEASE_CAUSE] ?? 0) / Math.max(1, ours.workersLostFaulted);
-  const fasterAfterKill = baselines.filter((item) => (item.waitsFaulted[KILLED_CAUSE] ?? Number.POSITIVE_INFINITY) < perLostWorker);
-  const wait = beaten((item) => item.virtualWaitMsFaulted);
-  if (wait.length > 0 || fasterAfterKill.length > 0) {
+  const killed = ours.recoveryMsPerKilledWorker;
+  const fasterAfterKill = baselines.filter((item) => item.recoveryMsPerKilledWorker < killed);
+  if (fasterAfterKill.length > 0) {
+    const staleSeconds = results.meta.engineOptions.staleHeartbeatSeconds ?? Number.NaN;
+    // When the redeliveries arrive after a kill, by Cloud Tasks' schedule (cumulative), up to the first at or past the stale limit.
+    const arrivals: number[] = [];
+    let failures = 1;
+    for (let atMs = 0; failures < STEP_QUEUE.maxAttempts && arrivals.length < 12; failures += 1) {
+      atMs += redeliveryDelayMs(failures);
+      arrivals.push(atMs / 1000);
+      if (atMs >= staleSeconds * 1000) break;
+    }
+    const last = arrivals.at(-1) ?? Number.NaN;
+    const following = last + redeliveryDelayMs(failures + 1) / 1000;
     notes.push(
-      `**Recovery wait after a killed worker.** Phaseline waited ${seconds(perLostWorker)} (virtual) per lost worker ` +
-        `against ${names(fasterAfterKill.length > 0 ? fasterAfterKill : wait, (item) => seconds(item.waitsFaulted[KILLED_CAUSE] ?? Number.NaN))} for a killed one. ` +
-        `A dead Phaseline worker is noticed only when its lease expires (${results.meta.engineOptions.leaseSeconds ?? '?'} s after its claim or last heartbeat) and the next every-minute sweep runs; ` +
-        `Cloud Tasks' own redelivery of the failed request finds the unit still leased and is acknowledged. A plain task retry restarts after the queue's backoff as soon as the platform reports the crash. ` +
-        `For a frozen worker the order reverses (the baselines wait out the ${BASELINE_DEADLINE_S} s function timeout), which is why the totals per job ` +
-        `(${seconds(ours.virtualWaitMsFaulted)} against ${names(baselines, (item) => seconds(item.virtualWaitMsFaulted))}) hide this.`,
+      `**Recovery wait after a killed worker.** Phaseline's work came back ${seconds(killed)} (virtual) after the kill, against ${names(fasterAfterKill, (item) => seconds(item.recoveryMsPerKilledWorker))}. ` +
+        `Cloud Tasks delivers the killed request's task again ${arrivals.map((at) => `${fmt(at)} s`).join(', ')} after the kill (backoff from ${STEP_QUEUE.minBackoffSeconds} s, doubling); ` +
+        `a delivery that finds the dead worker's last heartbeat younger than ${fmt(staleSeconds)} s cannot tell it from a slow live one, so it asks to come back later, and the first one at or past that takes over with a new epoch ` +
+        `(the bench kills a worker right after its heartbeat, the longest case; a stale limit just above ${fmt(last)} s would wait for the next delivery, at ${fmt(following)} s). ` +
+        'A plain retry starts again at the first redelivery, and repeats the work the rows above count.',
     );
+  }
+  const frozen = ours.recoveryMsPerFrozenWorker;
+  const fasterAfterFreeze = baselines.filter((item) => item.recoveryMsPerFrozenWorker < frozen);
+  if (fasterAfterFreeze.length > 0) {
+    notes.push(`**Recovery wait after a frozen worker.** Phaseline ${seconds(frozen)} (virtual) against ${names(fasterAfterFreeze, (item) => seconds(item.recoveryMsPerFrozenWorker))}.`);
+  }
+  const wait = beaten((item) => item.virtualWaitMsFaulted);
+  if (wait.length > 0) {
+    notes.push(`**Recovery wait per job, all causes.** Phaseline ${seconds(ours.virtualWaitMsFaulted)} (virtual) against ${names(wait, (item) => seconds(item.virtualWaitMsFaulted))}.`);
   }
   const reads = beaten((item) => item.readsFaulted);
   const writes = beaten((item) => item.writesFaulted);
@@ -168,13 +205,75 @@ export function notAhead(results: Pick<BenchResults, 'comparison' | 'sensitivity
   return notes;
 }
 
+const usd = (value: number): string => (Number.isFinite(value) ? `$${value.toFixed(value < 1 ? 3 : 2)}` : 'n/a');
+
+/** The capacity and cost model: operations and cost per 1,000 research jobs, then the ceilings, first one first. */
+export function capacitySection(capacity: CapacitySummary): string[] {
+  const { perJob, costs, jobDocument } = capacity;
+  const per1000 = (value: number): string => fmt(value * 1000);
+  const operations = table(
+    ['Per 1,000 research jobs (Phaseline)', 'Document reads', 'Writes', 'Deletes', ...costs.map((cost) => `Cost, ${cost.location}`)],
+    [
+      ['Fault-free', per1000(perJob.faultFree.reads), per1000(perJob.faultFree.writes), per1000(perJob.faultFree.deletes), ...costs.map((cost) => usd(cost.faultFree))],
+      [
+        'Under the fault schedule (its sweeps included)',
+        per1000(perJob.faulted.reads),
+        per1000(perJob.faulted.writes),
+        per1000(perJob.faulted.deletes),
+        ...costs.map((cost) => usd(cost.faulted)),
+      ],
+    ],
+  );
+  const prices = costs.map((cost) => `${cost.location}: reads $${cost.prices.read}, writes $${cost.prices.write}, deletes $${cost.prices.delete} per 100,000`).join('; ');
+  const [first] = capacity.ceilings;
+  const firstMeasured = capacity.ceilings.find((ceiling) => ceiling.measured);
+  const ceilings = table(
+    ['Ceiling (first one first)', 'Research jobs per second', 'How'],
+    capacity.ceilings.map((ceiling, index) => [index === 0 ? `**${ceiling.name}**` : ceiling.name, index === 0 ? `**${fmt(ceiling.jobsPerSecond, 2)}**` : fmt(ceiling.jobsPerSecond, 2), ceiling.how]),
+  );
+  const shared = Object.entries(capacity.sharedWritesPerJob);
+  const headroom = jobDocument.limitPerSecond / jobDocument.sustainedWritesPerJobSecond;
+  return [
+    `Phaseline's figures per research job from section 1 (2 experts × 3 sections, 11 agent sections; medians of repeats), at ${capacity.modelLatencyMs} ms per model call. ` +
+      'Reads are billed reads (documents delivered, missing documents, one per empty query); writes and deletes are those of commits that succeeded.',
+    '',
+    operations,
+    '',
+    `Prices (USD): ${prices}. Source: ${capacity.pricesSource}. Storage, index-entry reads, network, the free quota, Cloud Tasks and Cloud Functions are not in these costs.`,
+    '',
+    ceilings,
+    '',
+    `Tasks per research job: ${fmt(capacity.tasksPerJob.faultFree, 1)} fault-free, ${fmt(capacity.tasksPerJob.faulted, 1)} under the fault schedule (redeliveries count: each is a dispatch). ` +
+      `The step queue's limits are \`runJobStep\`'s own settings; ${fmt(capacity.queue.maxDispatchesPerQueue)} dispatches/s is Cloud Tasks' maximum for one queue. ` +
+      `Function-seconds are the tasks' run time added up (parallel tasks each count), ${fmt(capacity.functionSecondsPerJob, 2)} s per job as measured; ` +
+      `the ${fmt(REAL_CALL_MS / 1000)} s row is worked out from it, not measured.`,
+    '',
+    `**One job document.** ${fmt(jobDocument.writesPerJob, 1)} writes per fault-free job (${fmt(jobDocument.writesPerSecondAtBenchSpeed, 1)}/s over its ${capacity.modelLatencyMs} ms-per-call wall time, in bursts: at this speed the steps follow one another at once). ` +
+      `While a step runs with sections finishing faster than one a second, the job document takes ${fmt(jobDocument.sustainedWritesPerJobSecond, 2)} writes/s sustained (section 3), against about ${fmt(jobDocument.limitPerSecond)}/s per document: ` +
+      `one job document carries ${fmt(headroom, 1)} such job at a time, which is the one it belongs to. Every job has its own document, so job documents do not cap jobs per second; they cap how often one job can report progress.`,
+    '',
+    shared.length === 0
+      ? '**Shared documents.** A fault-free job writes no document outside its own (the provider circuit is written only on outages and recoveries), so no single document caps jobs per second.'
+      : `**Shared documents.** Writes per fault-free job outside the job: ${shared.map(([kind, count]) => `${kind} ${fmt(count, 1)}`).join(', ')}; each such document carries about ${fmt(1)} write/s in all.`,
+    '',
+    first
+      ? `**First ceiling: ${first.name}, ${fmt(first.jobsPerSecond, 2)} research jobs per second.**` +
+        (firstMeasured && firstMeasured !== first ? ` At the bench's own ${capacity.modelLatencyMs} ms per model call it would be ${firstMeasured.name}, ${fmt(firstMeasured.jobsPerSecond, 2)} jobs per second; real model calls make tasks long, so the concurrent-dispatch limit comes first.` : '')
+      : '',
+    '',
+  ];
+}
+
 export function renderMarkdown(results: BenchResults): string {
   const { meta } = results;
   const out: string[] = [];
   out.push('# Phaseline benchmarks', '');
   out.push(
     `Generated by \`npm run bench${meta.mode === 'smoke' ? ':smoke' : ''}\` on ${meta.finishedAt.slice(0, 10)}: ${meta.machine.cpus} CPUs, ` +
-      `${fmt(meta.machine.memoryGiB)} GiB, Node ${meta.machine.node}, ${meta.firestore}. The whole run took ${fmt(meta.durationMs / 60_000, 1)} minutes. ` +
+      `${fmt(meta.machine.memoryGiB)} GiB, Node ${meta.machine.node}, ${meta.firestore}. The whole run took ${fmt(meta.durationMs / 60_000, 1)} minutes` +
+      (meta.machine.loadAverage
+        ? `, on a shared machine whose 1-minute load average was ${fmt(meta.machine.loadAverage.mean, 1)} on average and up to ${fmt(meta.machine.loadAverage.max, 1)} (sampled every 10 s): wall times move with it; counts and virtual waits do not. `
+        : '. ') +
       'Raw figures: `results.json`; chart: `results.svg`.',
     '',
   );
@@ -358,6 +457,11 @@ export function renderMarkdown(results: BenchResults): string {
     }
   }
 
+  if (results.capacity) {
+    out.push('## 7. Capacity and cost model', '');
+    out.push(...capacitySection(results.capacity));
+  }
+
   out.push('## Where Phaseline is not ahead', '');
   out.push(...(results.notAhead.length > 0 ? results.notAhead.map((note) => `- ${note}`) : ['- Nowhere in this run.']), '');
 
@@ -365,10 +469,15 @@ export function renderMarkdown(results: BenchResults): string {
   out.push(
     ...[
       `**Latency is real.** Every model call (injected errors included) waits ${meta.modelLatencyMs} ms on a real timer through the offline provider's \`latencyMs\` and \`sleep\`; tool calls (the bundled corpus) add none. ` +
-        'Nothing that production would spend waiting is slept: Phaseline runs on an injected clock that jumps to the next backoff end, or to the first every-minute sweep after a lease expired; ' +
-        `the baselines' redelivery waits are computed from Cloud Tasks' rules (backoff from ${BASELINE_QUEUE.minBackoffSeconds} s doubling, as \`runJobStep\` is configured; a frozen worker is given up on at the ${BASELINE_QUEUE.dispatchDeadlineSeconds} s function timeout). Those jumps are the "recovery wait (virtual)".`,
+        'Nothing that production would spend waiting is slept: Phaseline runs on an injected clock that jumps to the next task due (a backoff ending, a redelivery) or to the first every-minute sweep after a lease expired, whichever comes first; ' +
+        `the baselines' redelivery waits are computed from the same rules. Both follow the step queue as \`runJobStep\` configures it (read from its settings: backoff from ${STEP_QUEUE.minBackoffSeconds} s, doubling ${STEP_QUEUE.maxDoublings} times, at most ${STEP_QUEUE.maxBackoffSeconds} s, ${STEP_QUEUE.maxAttempts} deliveries; function timeout ${STEP_QUEUE.timeoutSeconds} s). ` +
+        'A failed delivery is retried on that schedule: a killed worker\'s request fails at once, a frozen worker\'s only at the function timeout, and a Phaseline task that answers `not-yet-due` fails on purpose (the trigger throws to be redelivered). ' +
+        'Those jumps are the "recovery wait (virtual)"; the wait per lost worker runs from the loss to the reclaim in the job\'s timeline (a redelivered task\'s takeover or the sweeper\'s), or for the baselines to the redelivery.',
       '**Phaseline** is the real runner and sweeper on the official Firestore emulator, driven in-process as `test/support/engine.ts` drives them: a task-queue port that drops duplicate task IDs, ' +
-        'due tasks run concurrently (up to 4, so the two experts run in parallel), the engine\'s default options (lease 180 s, heartbeat 60 s, progress flush 1 s). Workers run with real timers that stop when a fault takes the worker.',
+        `due tasks run concurrently (up to 4, so the two experts run in parallel), the engine's default options (lease ${fmt(meta.engineOptions.leaseSeconds ?? Number.NaN)} s, heartbeat ${fmt(meta.engineOptions.heartbeatSeconds ?? Number.NaN)} s, ` +
+        `takeover after ${fmt(meta.engineOptions.staleHeartbeatSeconds ?? Number.NaN)} s without one, progress flush ${fmt((meta.engineOptions.progressFlushMs ?? Number.NaN) / 1000)} s). Workers run with real timers that stop when a fault takes the worker. ` +
+        'The injected clock stands still while tasks run, so a worker is killed right after its last heartbeat: the longest a redelivery has to wait for it to go stale. ' +
+        '"Task lost, sweeper only" runs the same faulted jobs with the killed worker\'s task never delivered again, so only the sweeper recovers it (the way every crash was recovered before redelivered tasks could take over).',
       '**Retry the whole job** and **phase checkpoints only** are written in the bench (bench/lib/baselines.ts). They run the research pipeline\'s own phases and section runner (same in-call retries, same skip rule), ' +
         'the experts in parallel, inside one task. Any failure fails the task; the redelivery starts from the outline, or from the first phase without a checkpoint in Firestore. ' +
         'Sections and transcripts live in memory. A redelivery of a completed job is skipped (checked when the attempt starts); the answer is appended to the job\'s results, as a chat answer is posted.',

@@ -4,6 +4,7 @@ import type { JobSample } from '../scenarios/compare';
 import type { SweeperSample } from '../scenarios/sweeper-cost';
 import type { ThroughputResult } from '../scenarios/throughput';
 import type { WriteRateSample } from '../scenarios/write-rate';
+import type { CapacitySummary } from './capacity';
 import type { ContentionSummary, ImplementationSummary, OverheadSummary, SweeperSummary, ThroughputSummary, WriteRateSummary } from './summary';
 
 export interface BenchMeta {
@@ -11,7 +12,14 @@ export interface BenchMeta {
   readonly startedAt: string;
   readonly finishedAt: string;
   readonly durationMs: number;
-  readonly machine: { readonly cpus: number; readonly node: string; readonly platform: string; readonly memoryGiB: number };
+  readonly machine: {
+    readonly cpus: number;
+    readonly node: string;
+    readonly platform: string;
+    readonly memoryGiB: number;
+    /** The 1-minute load average, sampled every 10 s over the run (the machine is shared): mean and highest. */
+    readonly loadAverage?: { readonly mean: number; readonly max: number };
+  };
   readonly firestore: string;
   readonly modelLatencyMs: number;
   readonly sensitivityLatencyMs: number | null;
@@ -33,6 +41,8 @@ export interface BenchResults {
   readonly sweeper: { readonly summary: readonly SweeperSummary[]; readonly samples: readonly SweeperSample[] } | null;
   readonly contention: { readonly summary: readonly ContentionSummary[]; readonly samples: readonly ContentionSample[] } | null;
   readonly throughput: { readonly summary: readonly ThroughputSummary[]; readonly raw: ThroughputResult } | null;
+  /** Operations, cost and ceilings per research job, from the comparison and the write rate. */
+  readonly capacity: CapacitySummary | null;
   /** Where Phaseline is not ahead of a baseline, in words, computed from the figures. */
   readonly notAhead: readonly string[];
 }

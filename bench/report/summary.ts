@@ -30,12 +30,32 @@ export interface ImplementationSummary {
   /** The virtual wait with faults by cause, and per worker lost (killed or frozen). */
   readonly waitsFaulted: Readonly<Record<string, number>>;
   readonly workersLostFaulted: number;
+  /**
+   * Virtual wait from a worker's loss until its job or unit ran again (Phaseline: the reclaim, by
+   * a redelivered task or the sweeper; the baselines: the redelivery), per killed and per frozen
+   * worker. NaN when none was lost or none came back.
+   */
+  readonly recoveryMsPerKilledWorker: number;
+  readonly recoveryMsPerFrozenWorker: number;
+  /** Who brought lost workers' work back, e.g. `crash: redelivered task ×5`. */
+  readonly recoveredBy: Readonly<Record<string, number>>;
   readonly publishedFaultFree: number;
   readonly publishedFaulted: number;
   readonly readsFaultFree: number;
   readonly readsFaulted: number;
   readonly writesFaultFree: number;
   readonly writesFaulted: number;
+  /** Of the writes, deletes (billed at their own price). */
+  readonly deletesFaultFree: number;
+  readonly deletesFaulted: number;
+  /** Phaseline: writes to the job document itself. NaN for the baselines. */
+  readonly jobDocumentWritesFaultFree: number;
+  readonly jobDocumentWritesFaulted: number;
+  /** Phaseline, fault-free: writes by document kind. Empty for the baselines. */
+  readonly writesByDocumentFaultFree: Readonly<Record<string, number>>;
+  /** Phaseline: function-seconds (task run time added over tasks), in ms. NaN for the baselines. */
+  readonly taskMsFaultFree: number;
+  readonly deliveriesFaultFree: number;
   readonly deliveriesFaulted: number;
   /** Outcomes seen with faults (e.g. completed/partial), with counts. */
   readonly outcomesFaulted: Readonly<Record<string, number>>;
@@ -46,6 +66,19 @@ export interface ImplementationSummary {
 function perRepeat(samples: readonly JobSample[], figure: (sample: JobSample) => number): number {
   const byRepeat = groupBy(samples, (sample) => String(sample.repeat));
   return median([...byRepeat.values()].map((group) => mean(group.map(figure))));
+}
+
+/** The mean wait of one kind of lost worker in a sample, NaN if it lost none (or none came back). */
+function recoveryMs(sample: JobSample, fault: 'crash' | 'stall'): number {
+  const waits = (sample.recoveries ?? []).filter((recovery) => recovery.fault === fault).map((recovery) => recovery.waitMs);
+  if (waits.length === 0 || waits.some((waitMs) => waitMs === null)) return Number.NaN;
+  return mean(waits as number[]);
+}
+
+/** Like perRepeat, over the samples where the figure exists. */
+function perRepeatWhereMeasured(samples: readonly JobSample[], figure: (sample: JobSample) => number): number {
+  const measured = samples.filter((sample) => Number.isFinite(figure(sample)));
+  return measured.length === 0 ? Number.NaN : perRepeat(measured, figure);
 }
 
 function tally(values: readonly string[]): Record<string, number> {
@@ -86,12 +119,24 @@ export function summarizeComparison(samples: readonly JobSample[]): Implementati
         [...new Set(faulted.flatMap((sample) => Object.keys(sample.waits)))].map((cause) => [cause, perRepeat(faulted, (sample) => sample.waits[cause] ?? 0)]),
       ),
       workersLostFaulted: perRepeat(faulted, (sample) => sample.workersLost),
+      recoveryMsPerKilledWorker: perRepeatWhereMeasured(faulted, (sample) => recoveryMs(sample, 'crash')),
+      recoveryMsPerFrozenWorker: perRepeatWhereMeasured(faulted, (sample) => recoveryMs(sample, 'stall')),
+      recoveredBy: tally(faulted.flatMap((sample) => (sample.recoveries ?? []).map((recovery) => `${recovery.fault === 'crash' ? 'killed' : 'frozen'}: ${recovery.by ?? 'never'}`))),
       publishedFaultFree: perRepeat(clean, (sample) => sample.published),
       publishedFaulted: perRepeat(faulted, (sample) => sample.published),
       readsFaultFree: perRepeat(clean, (sample) => sample.reads),
       readsFaulted: perRepeat(faulted, (sample) => sample.reads),
       writesFaultFree: perRepeat(clean, (sample) => sample.writes),
       writesFaulted: perRepeat(faulted, (sample) => sample.writes),
+      deletesFaultFree: perRepeatWhereMeasured(clean, (sample) => sample.counts?.deletes ?? Number.NaN),
+      deletesFaulted: perRepeatWhereMeasured(faulted, (sample) => sample.counts?.deletes ?? Number.NaN),
+      jobDocumentWritesFaultFree: perRepeatWhereMeasured(clean, (sample) => (sample.writesByDocument ? (sample.writesByDocument.job ?? 0) : Number.NaN)),
+      jobDocumentWritesFaulted: perRepeatWhereMeasured(faulted, (sample) => (sample.writesByDocument ? (sample.writesByDocument.job ?? 0) : Number.NaN)),
+      writesByDocumentFaultFree: Object.fromEntries(
+        [...new Set(clean.flatMap((sample) => Object.keys(sample.writesByDocument ?? {})))].map((kind) => [kind, perRepeat(clean, (sample) => sample.writesByDocument?.[kind] ?? 0)]),
+      ),
+      taskMsFaultFree: perRepeatWhereMeasured(clean, (sample) => sample.taskMs ?? Number.NaN),
+      deliveriesFaultFree: perRepeat(clean, (sample) => sample.deliveries),
       deliveriesFaulted: perRepeat(faulted, (sample) => sample.deliveries),
       outcomesFaulted: tally(faulted.map((sample) => `${sample.status}/${sample.outcome ?? '-'}`)),
       zombieOutcomes: tally(faulted.flatMap((sample) => sample.zombieOutcomes)),

@@ -5,11 +5,17 @@
  * Each repeat runs every implementation (the order rotates between repeats) on every input,
  * fault-free and then with faults. Figures per job: model and tool calls (and the extra ones a
  * fault caused: the faulted run minus the fault-free run of the same implementation, input and
- * repeat), real wall time, virtual recovery wait, published results, Firestore reads and writes.
+ * repeat), real wall time, virtual recovery wait (in all, by cause, and per lost worker), published
+ * results, Firestore reads and writes (Phaseline's also by document kind).
+ *
+ * With `lostTaskVariant`, Phaseline also runs every faulted job with the killed worker's task
+ * lost (never redelivered), so that recovery rests on the sweeper alone: the "before" figure
+ * next to the redelivered takeover, measured in the same run.
  */
 import { ManualClock } from '../../functions/src/core/clock';
 import { resolveEngineOptions } from '../../functions/src/core/options';
 import type { ResearchInput } from '../../functions/src/pipelines/research';
+import { jobPath } from '../../functions/src/store/paths';
 import { firestoreCircuit } from '../../functions/src/store/provider-circuit';
 import { BaselineRunner, type BaselineKind } from '../lib/baselines';
 import { billedReads, type FirestoreCounts } from '../lib/counting';
@@ -19,7 +25,17 @@ import { PhaselineDriver } from '../lib/phaseline-driver';
 import { agentSections, closedCircuit, researchKit } from '../lib/workload';
 
 export const IMPLEMENTATIONS = ['phaseline', 'whole-job', 'phase-checkpoints'] as const;
-export type Implementation = (typeof IMPLEMENTATIONS)[number] | 'in-memory';
+/** `phaseline-lost-task`: Phaseline with the killed worker's task never redelivered (faulted runs only). */
+export type Implementation = (typeof IMPLEMENTATIONS)[number] | 'in-memory' | 'phaseline-lost-task';
+
+/** A worker a fault took, and the virtual wait until its work ran again. */
+export interface SampleRecovery {
+  readonly fault: 'crash' | 'stall';
+  /** Null when it never came back (the job ended otherwise). */
+  readonly waitMs: number | null;
+  /** Phaseline: who reclaimed the work (a redelivered task or the sweeper); the baselines: the redelivery. */
+  readonly by: string | null;
+}
 
 export interface JobSample {
   readonly implementation: Implementation;
@@ -45,6 +61,12 @@ export interface JobSample {
   /** Tasks run (Phaseline) or task deliveries (baselines). */
   readonly deliveries: number;
   readonly workersLost: number;
+  /** Absent in results written before it was measured. */
+  readonly recoveries?: readonly SampleRecovery[];
+  /** Phaseline: real time its tasks ran, added over tasks (function-seconds); null for the baselines. */
+  readonly taskMs?: number | null;
+  /** Phaseline: writes by document kind (`job`, a subcollection of the job, or a top-level collection); null for the baselines. */
+  readonly writesByDocument?: Readonly<Record<string, number>> | null;
   readonly zombieOutcomes: readonly string[];
   readonly faultEvents: readonly FaultEvent[];
 }
@@ -56,6 +78,8 @@ export interface CompareConfig {
   readonly latencyMs: number;
   readonly phaselineProject: ProjectClients;
   readonly baselineProject: ProjectClients;
+  /** Also run Phaseline's faulted jobs with the killed worker's task lost (sweeper-only recovery). */
+  readonly lostTaskVariant?: boolean;
   readonly log?: (line: string) => void;
 }
 
@@ -67,12 +91,32 @@ async function publishedCount(project: ProjectClients, jobId: string): Promise<n
   return (await project.inspector.collection(`jobs/${jobId}/results`).get()).size;
 }
 
+/** Which document a write went to, as seen from job `jobId`: `job`, the job's subcollection, or a collection outside the job. */
+function documentKind(path: string, jobId: string): string {
+  const job = jobPath(jobId);
+  if (path === job) return 'job';
+  if (path.startsWith(`${job}/`)) return path.slice(job.length + 1).split('/')[0] ?? '?';
+  const [collection] = path.split('/');
+  return `${collection ?? '?'} (outside the job)`;
+}
+
 async function runPhaseline(config: CompareConfig, driver: PhaselineDriver, input: ResearchInput, faulted: boolean): Promise<Omit<JobSample, 'repeat' | 'input' | 'implementation' | 'faulted'>> {
   const project = config.phaselineProject;
   const kit = researchKit(driver.clock, faulted ? config.faults : [], firestoreCircuit(project.db, 'offline'), config.latencyMs);
   project.counter.reset();
-  const run = await driver.runJob(kit.registry, 'research', input, { wakeFrozen: () => kit.provider.wakeFrozen() });
+  project.counter.recordWrites = true;
+  let run: Awaited<ReturnType<PhaselineDriver['runJob']>>;
+  try {
+    run = await driver.runJob(kit.registry, 'research', input, { wakeFrozen: () => kit.provider.wakeFrozen() });
+  } finally {
+    project.counter.recordWrites = false;
+  }
   const counts = project.counter.snapshot();
+  const writesByDocument: Record<string, number> = {};
+  for (const write of project.counter.writeLog) {
+    const kind = documentKind(write.path, run.jobId);
+    writesByDocument[kind] = (writesByDocument[kind] ?? 0) + 1;
+  }
   return {
     sections: agentSections(input),
     status: run.status,
@@ -90,6 +134,9 @@ async function runPhaseline(config: CompareConfig, driver: PhaselineDriver, inpu
     counts,
     deliveries: run.tasks,
     workersLost: run.workersLost,
+    recoveries: run.recoveries.map((recovery) => ({ fault: recovery.fault, waitMs: recovery.waitMs, by: recovery.by })),
+    taskMs: run.taskMs,
+    writesByDocument,
     zombieOutcomes: run.zombieOutcomes,
     faultEvents: [...kit.provider.events],
   };
@@ -120,6 +167,9 @@ async function runBaseline(config: CompareConfig, kind: BaselineKind, input: Res
     counts,
     deliveries: run.attempts,
     workersLost: run.workersLost,
+    recoveries: run.recoveries.map((recovery) => ({ ...recovery, by: 'redelivery' })),
+    taskMs: null,
+    writesByDocument: null,
     zombieOutcomes: run.zombieOutcomes,
     faultEvents: [...kit.provider.events],
   };
@@ -132,13 +182,24 @@ export async function runComparison(config: CompareConfig): Promise<JobSample[]>
     await config.phaselineProject.reset();
     await config.baselineProject.reset();
     const driver = new PhaselineDriver(config.phaselineProject, resolveEngineOptions());
+    const lostTaskDriver = new PhaselineDriver(config.phaselineProject, resolveEngineOptions(), { killedTasks: 'lost' });
     // Rotate the order so that no implementation always runs first (cold caches) or last.
-    const order: Implementation[] = [...IMPLEMENTATIONS.slice(repeat % 3), ...IMPLEMENTATIONS.slice(0, repeat % 3), 'in-memory'];
+    const order: Implementation[] = [
+      ...IMPLEMENTATIONS.slice(repeat % 3),
+      ...IMPLEMENTATIONS.slice(0, repeat % 3),
+      'in-memory',
+      ...(config.lostTaskVariant ? (['phaseline-lost-task'] as const) : []),
+    ];
     for (const implementation of order) {
-      for (const faulted of implementation === 'in-memory' ? [false] : [false, true]) {
+      const runs = implementation === 'in-memory' ? [false] : implementation === 'phaseline-lost-task' ? [true] : [false, true];
+      for (const faulted of runs) {
         for (const [index, input] of config.inputs.entries()) {
           const sample =
-            implementation === 'phaseline' ? await runPhaseline(config, driver, input, faulted) : await runBaseline(config, implementation, input, faulted);
+            implementation === 'phaseline'
+              ? await runPhaseline(config, driver, input, faulted)
+              : implementation === 'phaseline-lost-task'
+                ? await runPhaseline(config, lostTaskDriver, input, faulted)
+                : await runBaseline(config, implementation, input, faulted);
           samples.push({ implementation, faulted, repeat, input: index, ...sample });
           log(
             `  compare r${repeat} ${implementation}${faulted ? ' +faults' : ''} job ${index}: ${sample.status}/${sample.outcome ?? '-'} ` +

@@ -27,7 +27,7 @@ beforeAll(async () => {
 
 test('every scenario ran', () => {
   expect(results.meta.errors).toEqual({});
-  expect(results.comparison?.summary.map((row) => row.implementation).sort()).toEqual(['phase-checkpoints', 'phaseline', 'whole-job']);
+  expect(results.comparison?.summary.map((row) => row.implementation).sort()).toEqual(['phase-checkpoints', 'phaseline', 'phaseline-lost-task', 'whole-job']);
   expect(results.overhead).not.toBeNull();
   expect(results.writeRate?.summary).toHaveLength(1);
   expect(results.sweeper?.summary).toHaveLength(2);
@@ -51,7 +51,26 @@ test('Phaseline publishes one result per job and repeats no recorded tool call, 
   const phaseline = results.comparison?.summary.find((row) => row.implementation === 'phaseline');
   expect(phaseline).toMatchObject({ publishedFaultFree: 1, publishedFaulted: 1, repeatedToolCalls: 0, repeatedModelCallsFaultFree: 0 });
   expect(phaseline?.zombieOutcomes).toEqual({ 'ownership-lost': 1 });
-  for (const row of results.comparison?.summary ?? []) expect(row.publishedFaultFree).toBe(1);
+  for (const row of results.comparison?.summary ?? []) {
+    // The lost-task variant runs only with faults.
+    if (row.implementation === 'phaseline-lost-task') expect(row.publishedFaulted).toBe(1);
+    else expect(row.publishedFaultFree).toBe(1);
+  }
+});
+
+test("a killed worker's redelivered task takes its work over; the sweeper recovers a frozen worker and a lost task", () => {
+  const summary = results.comparison?.summary ?? [];
+  expect(summary.find((row) => row.implementation === 'phaseline')?.recoveredBy).toEqual({ 'killed: redelivered task': 1, 'frozen: sweeper': 1 });
+  expect(summary.find((row) => row.implementation === 'phaseline-lost-task')?.recoveredBy).toEqual({ 'killed: sweeper': 1, 'frozen: sweeper': 1 });
+});
+
+test('the capacity and cost model comes out of the measured operations', () => {
+  const capacity = results.capacity;
+  expect(capacity?.perJob.faultFree.reads).toBeGreaterThan(0);
+  expect(capacity?.perJob.faultFree.writes).toBeGreaterThan(0);
+  expect(capacity?.tasksPerJob.faultFree).toBeGreaterThan(0);
+  for (const cost of capacity?.costs ?? []) expect(cost.faultFree).toBeGreaterThan(0);
+  expect(capacity?.ceilings.length).toBeGreaterThanOrEqual(4);
 });
 
 test('the sweeper reads as many documents with three times the jobs; claims have one winner per job', () => {
@@ -75,6 +94,7 @@ test('the report renders: a Markdown table and an SVG chart', () => {
   const markdown = renderMarkdown(results);
   expect(markdown).toContain('| Per job (median of repeats) | Phaseline | Retry the whole job | Phase checkpoints only |');
   expect(markdown).toContain('## Where Phaseline is not ahead');
+  expect(markdown).toContain('## 7. Capacity and cost model');
   const svg = renderSvg(results);
   expect(svg.startsWith('<svg')).toBe(true);
   expect(svg.trim().endsWith('</svg>')).toBe(true);
