@@ -7,9 +7,11 @@
  * users, with bounded concurrency; injects seeded faults while they run (function workers killed
  * mid-step, leases expired under live owners, provider error waves, receiver outages, Firestore
  * stopped mid-write, duplicate task deliveries, retried submissions); once the faults stop,
- * answers "retry the unknown ones" to jobs that wait on effects nobody could check; then checks
- * every invariant against Firestore and the receiver, prints the table, and exits 1 when one
- * broke (printing the seed to replay), 2 when the run itself could not be made.
+ * answers "retry the unknown ones" to jobs that wait on effects nobody could check, and settles
+ * stopped jobs' effects in one sweeper pass dated past their grace period; then checks every
+ * invariant against Firestore, the receiver and the offline toolbox's execution log (every tool
+ * run of every worker), prints the table, and exits 1 when one broke (printing the seed to
+ * replay), 2 when the run itself could not be made.
  *
  * Options:
  *   --jobs N            jobs to submit (default 20)

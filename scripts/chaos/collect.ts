@@ -2,9 +2,14 @@
  * Reads everything the invariant checker needs from Firestore with the Admin SDK: every job, its
  * subcollections, the published answers, each document with its commit time. Reading is
  * tolerant (a field of the wrong type reads as absent): the checker, not the reader, decides what
- * is wrong, and a malformed document must not hide the rest.
+ * is wrong, and a malformed document must not hide the rest. The job and unit documents are also
+ * decoded as the engine decodes them (store/codec.ts), for the stranded-job check; one that does
+ * not decode is kept with the reason.
  */
 import type { DocumentSnapshot, Firestore, Timestamp } from 'firebase-admin/firestore';
+import type { UnitView } from '../../functions/src/core/invariants';
+import type { JobRecord } from '../../functions/src/core/job';
+import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
 import type { CheckpointDoc, CollectedJob, EffectDoc, EventDoc, JobDoc, ResultDoc, SectionDoc, TranscriptDoc } from './model';
 
 /** Microseconds since 1970: exact in a double for the next few centuries. */
@@ -33,11 +38,33 @@ function commit(snapshot: DocumentSnapshot): number {
   return micros(snapshot.updateTime);
 }
 
+/** The tool call IDs answered in a stored transcript (`transcript.messages`); tolerant of any shape. */
+export function toolResultIds(transcript: unknown): string[] {
+  const messages = record(transcript)?.messages;
+  if (!Array.isArray(messages)) return [];
+  return messages.flatMap((message: unknown) => {
+    const item = record(message);
+    return item?.role === 'tool' && typeof item.toolCallId === 'string' ? [item.toolCallId] : [];
+  });
+}
+
+const problemOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));
+
+/** The job as the engine reads it, or why the engine could not. */
+function decodedJob(snapshot: DocumentSnapshot): { record: JobRecord | null; recordProblem: string | null } {
+  try {
+    return { record: decodeJob(snapshot.id, snapshot.data()), recordProblem: null };
+  } catch (error) {
+    return { record: null, recordProblem: problemOf(error) };
+  }
+}
+
 export function jobDocFrom(data: Data): JobDoc {
   const waiting = record(data.waiting);
   const lastError = record(data.lastError);
   const quarantine = record(data.quarantine);
   const cancellation = record(data.cancellation);
+  const effectsSettled = record(cancellation?.effects)?.settled;
   return {
     status: text(data.status) ?? '(none)',
     outcome: text(data.outcome),
@@ -56,7 +83,10 @@ export function jobDocFrom(data: Data): JobDoc {
     },
     lastError: lastError && { code: text(lastError.code) ?? '', message: text(lastError.message) ?? '' },
     quarantine: quarantine && { reason: text(quarantine.reason) ?? '' },
-    cancellation: cancellation && { reason: text(cancellation.reason) ?? '' },
+    cancellation: cancellation && {
+      reason: text(cancellation.reason) ?? '',
+      effectsSettled: typeof effectsSettled === 'boolean' ? effectsSettled : null,
+    },
     cost: numbers(data.cost),
     decisions: Object.fromEntries(Object.entries(record(data.decisions) ?? {}).filter((entry): entry is [string, string] => typeof entry[1] === 'string')),
   };
@@ -64,11 +94,24 @@ export function jobDocFrom(data: Data): JobDoc {
 
 async function collectJob(db: Firestore, snapshot: DocumentSnapshot, messages: readonly ResultDoc[]): Promise<CollectedJob> {
   const ref = snapshot.ref;
-  const [events, sections, checkpoints, transcripts, effects, results] = await Promise.all(
-    ['events', 'sections', 'checkpoints', 'transcripts', 'effects', 'results'].map((name) => ref.collection(name).get()),
+  const [events, sections, checkpoints, transcripts, effects, results, unitDocs] = await Promise.all(
+    ['events', 'sections', 'checkpoints', 'transcripts', 'effects', 'results', 'units'].map((name) => ref.collection(name).get()),
   );
   const docs = (query: typeof events) => query?.docs ?? [];
+  const units: UnitView[] = [];
+  const unitProblems: string[] = [];
+  for (const doc of docs(unitDocs)) {
+    try {
+      const unit = decodeUnit(doc.ref.path, doc.data());
+      units.push({ unit: unit.unit, phase: unit.phase, fanoutEpoch: unit.fanoutEpoch, status: unit.status, lease: unit.lease, nextRunAtMs: unit.nextRunAtMs });
+    } catch (error) {
+      unitProblems.push(`${doc.id}: ${problemOf(error)}`);
+    }
+  }
   return {
+    ...decodedJob(snapshot),
+    units,
+    unitProblems,
     id: ref.id,
     job: jobDocFrom(snapshot.data() ?? {}),
     events: docs(events).map(
@@ -98,6 +141,7 @@ async function collectJob(db: Firestore, snapshot: DocumentSnapshot, messages: r
         generation: num(transcript?.generation),
         modelCalls: num(tally?.modelCalls),
         wastedModelCalls: num(tally?.wastedModelCalls),
+        toolResultIds: toolResultIds(transcript),
       };
     }),
     effects: docs(effects).map((doc): EffectDoc => {

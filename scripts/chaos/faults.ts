@@ -170,7 +170,8 @@ export class Injector {
       if (units.length === 0) return { injected: false, detail: `job ${job.id} is fanned out with no unit left to run` };
       const unit = this.deps.rng.pick(units);
       const step = Number(unit.get('step'));
-      payload = { jobId: job.id, step: staleStep && step > 0 ? step - 1 : step, unit: unit.id };
+      // A unit task names the unit and its phase (the document ID is `{phase}~{unit}`), as the engine enqueues it.
+      payload = { jobId: job.id, step: staleStep && step > 0 ? step - 1 : step, unit: String(unit.get('unit')), phase: String(unit.get('phase')) };
     } else {
       const step = Number(job.get('step'));
       payload = { jobId: job.id, step: staleStep && step > 0 ? step - 1 : step };

@@ -9,7 +9,9 @@
  *   - a document written under fencing epoch e' proves that the claim of epoch e' had been
  *     recorded before that document's commit (the write checked it).
  */
-import type { CollectedJob, EffectDoc, Observed, OwnedWrite, Submission } from './model';
+import { strandedReason } from '../../functions/src/core/invariants';
+import { UNRESOLVED_EFFECT_STATES } from '../../functions/src/effects/ledger';
+import type { CollectedJob, EffectDoc, Observed, OwnedWrite, Submission, ToolExecution } from './model';
 
 export const TERMINAL = new Set(['completed', 'failed', 'cancelled', 'quarantined']);
 const TERMINAL_EVENT_KINDS = new Set(['completed', 'failed', 'cancelled', 'quarantined']);
@@ -17,8 +19,15 @@ const TERMINAL_EVENT_KINDS = new Set(['completed', 'failed', 'cancelled', 'quara
 /** The reconciliation after a job stopped writes entries without a claim, by design (effects/after-stop.ts). */
 const AFTER_STOP = /after the job stopped$/;
 
-/** Unit events written under a unit's own claim carry its epoch in their ID (store/job-store.ts). */
-const UNIT_EVENT_ID = /^u-(.+)-(\d{4,})-\d{14}-\d+$/;
+/**
+ * Unit events written under a unit's own claim carry its document key and epoch in their ID
+ * (store/job-store.ts writeUnitEvents): `u-{14-digit ms}-{phase}~{unit}-{4+ digit epoch}-{12 hex}-{index}`.
+ */
+export const UNIT_EVENT_ID = /^u-\d{14}-([^~]+)~(.+)-(\d{4,})-[0-9a-f]{12}-\d+$/;
+
+/** Statuses in which no worker will settle an effect any more (effects/after-stop.ts). */
+const STOPPED = new Set(['cancelled', 'failed', 'quarantined']);
+const UNSETTLED_EFFECT_STATES: ReadonlySet<string> = new Set(UNRESOLVED_EFFECT_STATES);
 
 export interface Violation {
   readonly jobId: string | null;
@@ -35,7 +44,10 @@ export type InvariantName =
   | 'effectsMisreported'
   | 'staleWrites'
   | 'withoutReason'
-  | 'redoneAfterCheckpoint';
+  | 'redoneAfterCheckpoint'
+  | 'stranded'
+  | 'unsettledAfterStop'
+  | 'toolCallRepeated';
 
 export interface InvariantResult {
   readonly name: InvariantName;
@@ -75,6 +87,13 @@ export interface SoakStats {
   /** Answers the receiver's faults produced, by request and outcome: `apply hung`, `lookup 503`, … */
   readonly receiverFaultyAnswers: ReadonlyMap<string, number>;
   readonly effectsByState: ReadonlyMap<string, number>;
+  /** Lines in the offline toolbox's execution log, and those whose result was delivered. */
+  readonly toolExecutions: number;
+  readonly toolExecutionsDelivered: number;
+  /** Call IDs that ran more than once (an interrupted result, a worker lost before its save; or a violation above). */
+  readonly toolCallsRunMoreThanOnce: number;
+  /** (job, call ID) pairs with a recorded result. */
+  readonly toolResultsRecorded: number;
 }
 
 export interface CheckReport {
@@ -135,6 +154,28 @@ export const DEFINITIONS: Readonly<Record<InvariantName, { readonly label: strin
     definition:
       'a section transcript saved (committed) after the section document it produced, or, for a section without its own document, after ' +
       'its phase checkpoint: checkpointed work that ran again',
+  },
+  stranded: {
+    label: 'stranded jobs (nothing will ever move them)',
+    definition:
+      'a job for which core/invariants.ts strandedReason, run over its document and its fan-out units as the engine decodes them, gives ' +
+      'a reason: not terminal, and neither leased, nor in a fan-out with a queued or leased unit, nor queued or waiting with a due time ' +
+      'that a task or the sweeper acts on; or a job (or, for a job not terminal, a unit) document the engine cannot decode',
+  },
+  unsettledAfterStop: {
+    label: "stopped jobs' effects unsettled after the grace period",
+    definition:
+      'a job that ended cancelled, failed or quarantined with an effect ledger entry still `applying` or `unknown`, or whose cancellation ' +
+      'record still says its effects are unsettled, read after the settle grace period (effects/after-stop.ts) has passed for every job ' +
+      'and a sweep has settled stopped jobs\' effects (engine/settle-stopped.ts)',
+  },
+  toolCallRepeated: {
+    label: 'tool calls run again after their result was recorded',
+    definition:
+      'an execution of a tool call ID (the offline toolbox\'s execution log, every worker process) that began after a transcript version ' +
+      'holding that call\'s result was committed (seen by the soak\'s transcript listener, or the final transcript); or a call ID whose ' +
+      'result two jobs recorded (their executions could not be told apart). Runs before the result was recorded (an interrupted ' +
+      'result, a worker lost between the tool and the save) are at-least-once work and not counted',
   },
 };
 
@@ -252,23 +293,38 @@ function checkEffects(observed: Observed) {
 
 // ---- Stale writes -----------------------------------------------------------------------------
 
+/** A unit's claim scope: its document key under `units/` (store/paths.ts), one epoch sequence each. */
+const unitScope = (phase: string, unit: string): string => `${phase}~${unit}`;
+
 /** Every document of a job written under a claim, with the claim's scope and epoch. */
 export function ownedWrites(collected: CollectedJob): OwnedWrite[] {
   const writes: OwnedWrite[] = [];
-  for (const section of collected.sections) writes.push({ collection: 'sections', id: section.id, unit: section.unit, epoch: section.epoch, commitUs: section.commitUs });
+  const scopeOf = (phase: string, unit: string | null): string | null => (unit === null ? null : unitScope(phase, unit));
+  for (const section of collected.sections) {
+    writes.push({ collection: 'sections', id: section.id, unit: scopeOf(section.phase, section.unit), epoch: section.epoch, commitUs: section.commitUs });
+  }
   for (const checkpoint of collected.checkpoints) writes.push({ collection: 'checkpoints', id: checkpoint.phase, unit: null, epoch: checkpoint.epoch, commitUs: checkpoint.commitUs });
   for (const transcript of collected.transcripts) {
-    writes.push({ collection: 'transcripts', id: transcript.id, unit: transcript.unit, epoch: transcript.epoch, commitUs: transcript.commitUs });
-  }
-  for (const effect of collected.effects) {
-    if (effect.lastOutcome !== null && AFTER_STOP.test(effect.lastOutcome)) continue;
-    writes.push({ collection: 'effects', id: effect.key, unit: effect.unit, epoch: effect.epoch, commitUs: effect.commitUs });
+    writes.push({ collection: 'transcripts', id: transcript.id, unit: scopeOf(transcript.phase, transcript.unit), epoch: transcript.epoch, commitUs: transcript.commitUs });
   }
   for (const event of collected.events) {
     const match = UNIT_EVENT_ID.exec(event.id);
-    if (match?.[1] !== undefined && match[2] !== undefined) {
-      writes.push({ collection: 'events', id: event.id, unit: match[1], epoch: Number(match[2]), commitUs: event.commitUs });
+    if (match?.[1] !== undefined && match[2] !== undefined && match[3] !== undefined) {
+      writes.push({ collection: 'events', id: event.id, unit: unitScope(match[1], match[2]), epoch: Number(match[3]), commitUs: event.commitUs });
     }
+  }
+  // An effect entry names its unit but not the phase: it joins that unit's scope when one phase has a unit of that name.
+  const phasesOf = new Map<string, Set<string>>();
+  for (const write of writes) {
+    if (write.unit === null) continue;
+    const [phase = '', unit = ''] = write.unit.split('~');
+    phasesOf.set(unit, new Set([...(phasesOf.get(unit) ?? []), phase]));
+  }
+  for (const effect of collected.effects) {
+    if (effect.lastOutcome !== null && AFTER_STOP.test(effect.lastOutcome)) continue;
+    const phases = effect.unit === null ? [] : [...(phasesOf.get(effect.unit) ?? [])];
+    const unit = effect.unit === null ? null : phases.length === 1 ? unitScope(phases[0] ?? '', effect.unit) : unitScope('?', effect.unit);
+    writes.push({ collection: 'effects', id: effect.key, unit, epoch: effect.epoch, commitUs: effect.commitUs });
   }
   return writes;
 }
@@ -374,6 +430,97 @@ function checkRedone(jobs: readonly CollectedJob[]): Violation[] {
   return violations;
 }
 
+// ---- Stranded jobs -----------------------------------------------------------------------------
+
+function checkStranded(jobs: readonly CollectedJob[]): Violation[] {
+  const violations: Violation[] = [];
+  for (const collected of jobs) {
+    const { record } = collected;
+    if (record === null) {
+      violations.push({ jobId: collected.id, detail: `the job document does not decode, so nothing can claim it: ${collected.recordProblem ?? 'no reason given'}` });
+      continue;
+    }
+    const reason = strandedReason(record, collected.units);
+    if (reason !== null) violations.push({ jobId: collected.id, detail: `${record.status}: ${reason}` });
+    if (!TERMINAL.has(record.status)) {
+      for (const problem of collected.unitProblems) violations.push({ jobId: collected.id, detail: `a unit document does not decode, so nothing can claim it: ${problem}` });
+    }
+  }
+  return violations;
+}
+
+// ---- Effects of stopped jobs ------------------------------------------------------------------
+
+function checkUnsettledAfterStop(jobs: readonly CollectedJob[]): Violation[] {
+  const violations: Violation[] = [];
+  for (const { id, job, effects } of jobs) {
+    if (!STOPPED.has(job.status)) continue;
+    const unsettled = effects.filter((effect) => UNSETTLED_EFFECT_STATES.has(effect.state));
+    for (const effect of unsettled) {
+      violations.push({ jobId: id, detail: `${job.status} job: ${effect.kind} ${effect.identity} (${effect.key}) still ${effect.state}: ${effect.lastOutcome ?? 'no outcome recorded'}` });
+    }
+    if (unsettled.length === 0 && job.cancellation?.effectsSettled === false) {
+      violations.push({ jobId: id, detail: `${job.status} job: its cancellation record still says its effects are unsettled, and no ledger entry is` });
+    }
+  }
+  return violations;
+}
+
+// ---- Tool calls -------------------------------------------------------------------------------
+
+interface RecordedResult {
+  readonly transcript: string;
+  readonly commitUs: number;
+}
+
+/** For each call ID, the earliest recorded result per job: the listener's sightings and the final transcripts. */
+function recordedResults(observed: Observed): Map<string, Map<string, RecordedResult>> {
+  const byCall = new Map<string, Map<string, RecordedResult>>();
+  const add = (callId: string, jobId: string, result: RecordedResult): void => {
+    const perJob = byCall.get(callId) ?? new Map<string, RecordedResult>();
+    const known = perJob.get(jobId);
+    if (known === undefined || result.commitUs < known.commitUs) perJob.set(jobId, result);
+    byCall.set(callId, perJob);
+  };
+  for (const seen of observed.toolResultsSeen) add(seen.callId, seen.jobId, { transcript: seen.transcript, commitUs: seen.commitUs });
+  for (const { id, transcripts } of observed.jobs) {
+    for (const transcript of transcripts) for (const callId of transcript.toolResultIds) add(callId, id, { transcript: transcript.id, commitUs: transcript.commitUs });
+  }
+  return byCall;
+}
+
+function executionsByCall(executions: readonly ToolExecution[]): Map<string, ToolExecution[]> {
+  const byCall = new Map<string, ToolExecution[]>();
+  for (const execution of executions) byCall.set(execution.callId, [...(byCall.get(execution.callId) ?? []), execution]);
+  for (const list of byCall.values()) list.sort((a, b) => a.startedAtMs - b.startedAtMs);
+  return byCall;
+}
+
+function checkToolCalls(observed: Observed): Violation[] {
+  const violations: Violation[] = [];
+  const executions = executionsByCall(observed.toolExecutions);
+  for (const [callId, perJob] of recordedResults(observed)) {
+    if (perJob.size > 1) {
+      violations.push({ jobId: null, detail: `call ID ${callId} has a recorded result in jobs ${[...perJob.keys()].join(', ')}: its executions cannot be told apart` });
+      continue;
+    }
+    const [jobId, recorded] = [...perJob][0] ?? [];
+    if (jobId === undefined || recorded === undefined) continue;
+    const runs = executions.get(callId) ?? [];
+    // Milliseconds against microseconds: an execution counts as later only from the next whole millisecond.
+    const later = runs.filter((run) => run.startedAtMs * 1_000 > recorded.commitUs);
+    const first = later[0];
+    if (first === undefined) continue;
+    violations.push({
+      jobId,
+      detail:
+        `${first.tool} call ${callId} ran ${later.length} more time(s) after transcript ${recorded.transcript} recorded its result at ${recorded.commitUs} µs ` +
+        `(first at ${first.startedAtMs * 1_000} µs in process ${first.pid}; ${runs.length} executions in all)`,
+    });
+  }
+  return violations;
+}
+
 // ---- Statistics -------------------------------------------------------------------------------
 
 export function stateLabel(job: CollectedJob['job']): string {
@@ -465,6 +612,10 @@ function statistics(observed: Observed): SoakStats {
     receiverLookups: observed.receiver.requests.filter((request) => request.op === 'lookup').length,
     receiverFaultyAnswers,
     effectsByState,
+    toolExecutions: observed.toolExecutions.length,
+    toolExecutionsDelivered: observed.toolExecutions.filter((execution) => execution.delivered).length,
+    toolCallsRunMoreThanOnce: [...executionsByCall(observed.toolExecutions).values()].filter((runs) => runs.length > 1).length,
+    toolResultsRecorded: [...recordedResults(observed).values()].reduce((sum, perJob) => sum + perJob.size, 0),
   };
 }
 
@@ -485,6 +636,9 @@ export function checkInvariants(observed: Observed): CheckReport {
       result('staleWrites', checkStaleWrites(observed.jobs)),
       result('withoutReason', checkReasons(observed.jobs)),
       result('redoneAfterCheckpoint', checkRedone(observed.jobs)),
+      result('stranded', checkStranded(observed.jobs)),
+      result('unsettledAfterStop', checkUnsettledAfterStop(observed.jobs)),
+      result('toolCallRepeated', checkToolCalls(observed)),
     ],
     stats: statistics(observed),
   };

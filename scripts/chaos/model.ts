@@ -6,7 +6,11 @@
  * Commit times are microseconds since 1970 as Firestore assigns them (`updateTime`, `createTime`):
  * one clock, the database's, in commit order. Times the engine writes into documents (`atMs`,
  * `recordedAtMs`) come from each worker's clock before its commit and are not used for ordering.
+ * The one exception is the offline toolbox's execution log (ToolExecution): it has no commit time,
+ * so its wall-clock start is compared with commit times, both read from this machine's clock.
  */
+import type { UnitView } from '../../functions/src/core/invariants';
+import type { JobRecord } from '../../functions/src/core/job';
 
 export interface EventDoc {
   readonly id: string;
@@ -21,7 +25,10 @@ export interface EventDoc {
 export interface OwnedWrite {
   readonly collection: 'sections' | 'checkpoints' | 'transcripts' | 'effects' | 'events';
   readonly id: string;
-  /** null: the job's own claim; otherwise the fan-out unit whose claim (and epoch sequence) it is. */
+  /**
+   * null: the job's own claim; otherwise the fan-out unit document whose claim (and epoch sequence)
+   * it is, named as its document is keyed: `{phase}~{unit}`.
+   */
   readonly unit: string | null;
   readonly epoch: number;
   readonly commitUs: number;
@@ -52,6 +59,8 @@ export interface TranscriptDoc {
   readonly generation: number;
   readonly wastedModelCalls: number;
   readonly modelCalls: number;
+  /** The tool call IDs whose results this (final) version of the transcript holds. */
+  readonly toolResultIds: readonly string[];
 }
 
 export interface EffectDoc {
@@ -85,7 +94,8 @@ export interface JobDoc {
   readonly waiting: { readonly reason: string; readonly questionId: string; readonly question: string; readonly options: readonly string[]; readonly untilMs: number | null } | null;
   readonly lastError: { readonly code: string; readonly message: string } | null;
   readonly quarantine: { readonly reason: string } | null;
-  readonly cancellation: { readonly reason: string } | null;
+  /** `effectsSettled`: the record's own word on its effects (null when it gives none). */
+  readonly cancellation: { readonly reason: string; readonly effectsSettled: boolean | null } | null;
   readonly cost: Readonly<Record<string, number>>;
   readonly decisions: Readonly<Record<string, string>>;
 }
@@ -100,6 +110,32 @@ export interface CollectedJob {
   readonly effects: readonly EffectDoc[];
   /** `jobs/{id}/results/final` and `conversations/{c}/messages/{id}`. */
   readonly results: readonly ResultDoc[];
+  /** The job document as the engine decodes it (store/codec.ts), or null with the reason it does not decode. */
+  readonly record: JobRecord | null;
+  readonly recordProblem: string | null;
+  /** Its fan-out unit documents (`units/{phase}~{unit}`) that decode, and why the others do not. */
+  readonly units: readonly UnitView[];
+  readonly unitProblems: readonly string[];
+}
+
+/** A transcript version that held a tool call's result, as the soak's listener saw it. */
+export interface ToolResultSeen {
+  readonly jobId: string;
+  readonly transcript: string;
+  readonly callId: string;
+  /** Commit time of that version. */
+  readonly commitUs: number;
+}
+
+/** One line of the offline toolbox's execution log (functions/src/providers/offline/execution-log.ts). */
+export interface ToolExecution {
+  readonly callId: string;
+  readonly tool: string;
+  /** Wall-clock milliseconds when the execution began, in the worker process. */
+  readonly startedAtMs: number;
+  /** False for a simulated interrupted result: the call ran, its result never reached the section. */
+  readonly delivered: boolean;
+  readonly pid: number;
 }
 
 export interface Submission {
@@ -133,4 +169,8 @@ export interface Observed {
   readonly jobs: readonly CollectedJob[];
   readonly submissions: readonly Submission[];
   readonly receiver: ReceiverView;
+  /** Tool results seen in transcript versions while the run went on (final versions come with the jobs). */
+  readonly toolResultsSeen: readonly ToolResultSeen[];
+  /** Every tool execution of every worker process, from the offline toolbox's log. */
+  readonly toolExecutions: readonly ToolExecution[];
 }

@@ -125,6 +125,12 @@ export const CHAOS_RECEIVER_ENV: Readonly<Record<string, string>> = {
   PHASELINE_RECEIVER_WAIT_SECONDS: '4',
 };
 
+/**
+ * The job's index in its question makes its prompts, and so the offline model's tool call IDs, its
+ * own: the tool-call check tells executions apart by call ID alone.
+ */
+const ownQuestion = (question: string, index: number): string => `${question} (soak job ${index})`;
+
 export function planJobs(seed: string, count: number): JobPlan[] {
   const rng = new Rng(`${seed}/jobs`);
   return Array.from({ length: count }, (_, index): JobPlan => {
@@ -135,7 +141,7 @@ export function planJobs(seed: string, count: number): JobPlan[] {
     ]);
     const input: Record<string, unknown> =
       pipeline === 'research'
-        ? { question: rng.pick(QUESTIONS), experts: rng.int(1, 2), sections: rng.int(1, 2), wordsPerSection: rng.int(50, 70) }
+        ? { question: ownQuestion(rng.pick(QUESTIONS), index), experts: rng.int(1, 2), sections: rng.int(1, 2), wordsPerSection: rng.int(50, 70) }
         : pipeline === 'notify'
           ? { campaign: `Chaos ${seed} job ${index}`, recipients: rng.int(2, 5) }
           : { text: CANARY_TEXT };
@@ -244,9 +250,13 @@ export function planRun(options: PlanOptions): RunPlan {
   };
 }
 
-/** PHASELINE_OFFLINE_SETTINGS for the run: the waves, a little simulated trouble, simulated prices. */
-export function offlineSettings(plan: RunPlan, epochMs: number): Record<string, unknown> {
+/**
+ * PHASELINE_OFFLINE_SETTINGS for the run: the waves, a little simulated trouble, simulated prices,
+ * and where the toolbox logs its executions (when given).
+ */
+export function offlineSettings(plan: RunPlan, epochMs: number, instrumentation: { readonly toolExecutionLog?: string } = {}): Record<string, unknown> {
   return {
+    ...(instrumentation.toolExecutionLog === undefined ? {} : { toolExecutionLog: instrumentation.toolExecutionLog }),
     // A little latency per model call, so that steps last long enough for faults to land inside them.
     latencyMs: 100,
     timeoutMs: 1_500,

@@ -76,6 +76,10 @@ export function formatReport(input: ReportInput): string {
     row('sections recomputed / sections total', `${stats.sectionsRecomputed} / ${stats.sectionsTotal} (${percent(stats.sectionsRecomputed, stats.sectionsTotal)})`),
     row('model calls, of which wasted', `${stats.modelCalls}, ${wastedCalls} (${percent(wastedCalls, stats.modelCalls)})`),
     row('tool calls, of which wasted', `${stats.toolCalls}, ${stats.wasted.get('wastedToolCalls') ?? 0}`),
+    row(
+      'tool runs logged (delivered); IDs run twice+; recorded',
+      `${stats.toolExecutions} (${stats.toolExecutionsDelivered}); ${stats.toolCallsRunMoreThanOnce}; ${stats.toolResultsRecorded}`,
+    ),
     row('wasted cost (sum of cost.wasted*)', wasted.length === 0 ? '0' : wasted.map(([name, value]) => `${name} ${name.endsWith('Usd') ? usd(value) : String(value)}`).join(', ')),
     row('simulated spend (cost.spentUsd), wasted share', `${usd(stats.spentUsd)}, ${percent(stats.wasted.get('wastedUsd') ?? 0, stats.spentUsd)}`),
     row('claims / reclaims / retries / lost-task redispatches', `${stats.claims} / ${stats.reclaims} / ${stats.retries} / ${stats.redispatches}`),
@@ -102,6 +106,14 @@ export function formatReport(input: ReportInput): string {
       '    ',
     ),
     ...wrap('wasted cost: the jobs\' cost.wasted* counters summed (model and tool calls whose output was discarded, with their simulated price).', 76, '  ', '    '),
+    ...wrap(
+      'tool runs: lines of the offline toolbox\'s execution log, one per execution in any worker (delivered: its result reached the ' +
+        'section); IDs run twice+: call IDs executed more than once, an interrupted result or a worker lost before its save when not ' +
+        'counted above; recorded: (job, call ID) pairs whose result a transcript recorded.',
+      76,
+      '  ',
+      '    ',
+    ),
     ...wrap(
       'step outcomes: how each delivered task ended, as runJobStep logged it. ownership-lost is a worker fenced out mid-step (its later ' +
         'writes refused); not-claimable is a duplicate or stale delivery acknowledged without work.',

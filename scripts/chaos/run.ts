@@ -1,13 +1,20 @@
 /**
  * One soak run: the local stack with short leases and a receiver, a seeded mix of jobs submitted
  * over HTTP with bounded concurrency, seeded faults while they run, then (faults over) answers to
- * the questions about unknown effects, a quiet period, and the invariants checked over what
- * Firestore and the receiver hold. Everything it started is stopped, and checked to be gone.
+ * the questions about unknown effects, a quiet period, one pass settling stopped jobs' effects as
+ * if their grace period were over, and the invariants checked over what Firestore, the receiver
+ * and the offline toolbox's execution log hold. Everything it started is stopped, and checked to
+ * be gone.
  */
-import { readFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { deleteApp, initializeApp, type App } from 'firebase-admin/app';
 import { getFirestore, type Firestore } from 'firebase-admin/firestore';
 import { getFunctions } from 'firebase-admin/functions';
+import { DEFAULT_SETTLE_GRACE_MS, MAX_SETTLE_RECHECK_MS } from '../../functions/src/effects/after-stop';
+import type { SettleStoppedReport } from '../../functions/src/engine/settle-stopped';
+import { RECEIVER_URL_VARIABLE } from '../../functions/src/pipelines/notify/config';
 import { UNKNOWN_OPTIONS, UNKNOWN_QUESTION_PREFIX } from '../../functions/src/pipelines/notify/pipeline';
 import { startFirestoreEmulator } from '../lib/firestore-emulator';
 import { startLocalStack, stopOnSignals, type LocalStack } from '../lib/local-stack';
@@ -19,6 +26,7 @@ import { Injector } from './faults';
 import { startChaosSweeper, type ChaosSweeper } from './sweeper';
 import { checkInvariants, TERMINAL } from './invariants';
 import type { ReceiverView, Submission } from './model';
+import { readToolExecutions, watchToolResults, type ToolResultWatch } from './tool-calls';
 import { CHAOS_ENGINE_ENV, CHAOS_RECEIVER_ENV, faultStream, offlineSettings, planRun, type FaultKind, type JobPlan, type RunPlan } from './plan';
 import { descendants, isZombie, listProcesses, signal, STACK_COMMAND, stackProcesses, type ProcessRow } from './processes';
 import { Rng } from './random';
@@ -105,9 +113,14 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
       `time limit ${plan.timeLimitMs / 1000} s; leases ${LEASE_MS / 1000} s, sweeper every ${SWEEP_EVERY_MS / 1000} s (one pass at a time)`,
   );
 
-  // The in-process sweeper reads the engine settings from this process's environment; the functions get them too.
+  // The in-process sweepers read the engine settings from this process's environment; the functions get them too.
   for (const [name, value] of Object.entries(CHAOS_ENGINE_ENV)) process.env[name] = value;
   const receiver = await Receiver.start({ host: '127.0.0.1', port: 0 });
+  // Both in-process sweepers (the stack's and the soak's) settle stopped notify jobs' effects with the receiver.
+  for (const [name, value] of Object.entries({ ...CHAOS_RECEIVER_ENV, [RECEIVER_URL_VARIABLE]: receiver.url })) process.env[name] = value;
+  // Every function worker appends its tool executions here (the offline toolbox's test instrumentation).
+  const scratch = await mkdtemp(join(tmpdir(), 'phaseline-chaos-'));
+  const toolExecutionLog = join(scratch, 'tool-executions.jsonl');
   // Firestore behind a proxy the soak can cut: the stack reuses an emulator named by FIRESTORE_EMULATOR_HOST.
   const firestore = await startFirestoreEmulator();
   const firestoreProxy = await startFirestoreProxy(firestore.host);
@@ -119,15 +132,21 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     PHASELINE_RECEIVER_URL: receiver.url,
     PHASELINE_PROVIDER: 'offline',
     PHASELINE_OFFLINE_SEED: String(new Rng(`${plan.seed}/offline`).int(1, 1_000_000_000)),
-    PHASELINE_OFFLINE_SETTINGS: JSON.stringify(offlineSettings(plan, launchMs)),
+    PHASELINE_OFFLINE_SETTINGS: JSON.stringify(offlineSettings(plan, launchMs, { toolExecutionLog })),
   };
+  // firebase-tools gives a new function worker 30 s to start; on a loaded shared machine a cold start can take longer,
+  // and a worker that never starts tests the emulator, not the engine.
+  process.env.FUNCTIONS_DISCOVERY_TIMEOUT ??= '120';
   // The stack's own sweeper keeps its production cadence (a minute, one pass at a time); the soak drives its own (sweeper.ts).
   const handle = startLocalStack({ page: false, echoEmulatorOutput: 'none', functionsEnv, log: (line) => log(`stack: ${line}`) });
   let injector: Injector | null = null;
   let sweeper: ChaosSweeper | null = null;
+  let toolWatch: ToolResultWatch | null = null;
   let app: App | null = null;
   const stopEverything = async (): Promise<void> => {
     injector?.resumeFirestore();
+    toolWatch?.stop();
+    toolWatch = null;
     await sweeper?.stop();
     sweeper = null;
     if (app) await deleteApp(app).catch(() => undefined);
@@ -146,6 +165,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
   process.on('unhandledRejection', onUnexpected);
 
   const runProblems: string[] = [];
+  let keepScratch = false;
   const timings: [string, string][] = [];
   const mark = (what: string): void => {
     timings.push([what, clockText(Date.now() - launchMs)]);
@@ -178,6 +198,8 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     const rng = new Rng(`${plan.seed}/targets`);
     const activeSweeper = startChaosSweeper({ app, db, everyMs: SWEEP_EVERY_MS, maxInFlight: SWEEP_MAX_IN_FLIGHT, slowMs: 10_000, log });
     sweeper = activeSweeper;
+    const activeToolWatch = watchToolResults(db, log);
+    toolWatch = activeToolWatch;
     const activeInjector = new Injector({
       db,
       queue: getFunctions(app).taskQueue<Record<string, unknown>>('runJobStep'),
@@ -361,9 +383,33 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     const quietUntil = Math.max(Date.now() + LEASE_MS + 2_000, lastDisruptionMs + LOCK_HORIZON_MS);
     log(`quiet period of ${Math.round((quietUntil - Date.now()) / 1000)} s before reading the results (late writes land or are refused)`);
     await sleep(quietUntil - Date.now());
+
+    // Stopped jobs' effects, checked as the sweeper would once every job's grace period is over (the grace
+    // allows for a request sent just before the stop that is still on its way). None can be on its way after the
+    // quiet period; one that were would show as a misreported effect (applied, ledger says failed).
+    const settleReports: SettleStoppedReport[] = [];
+    for (const aheadMs of [DEFAULT_SETTLE_GRACE_MS + 1_000, MAX_SETTLE_RECHECK_MS + DEFAULT_SETTLE_GRACE_MS + 1_000]) {
+      const settle = await activeSweeper.settleStoppedAt(Date.now() + aheadMs).catch((error: unknown) => {
+        runProblems.push(`the final pass over stopped jobs' effects failed: ${error instanceof Error ? error.message : String(error)}`);
+        return null;
+      });
+      if (settle === null) break;
+      settleReports.push(settle);
+      log(
+        `stopped jobs' effects, settled as at ${Math.round(aheadMs / 1000)} s from now: ${settle.checked} checked, ${settle.settled} settled, ` +
+          `${settle.pending} pending, ${settle.errors} errors (${settle.effectsFoundApplied} found applied, ${settle.effectsNotApplied} not applied)`,
+      );
+      // A target that could not answer, or a job that could not be handled, is asked again as the sweeper would: later.
+      if (settle.pending === 0 && settle.errors === 0) break;
+    }
+    mark('stopped jobs\' effects settled');
+
     flags.watching = false;
     await watcher;
     const jobs = await collectJobs(db);
+    activeToolWatch.stop();
+    const toolResultsSeen = activeToolWatch.seen();
+    const toolLog = await readToolExecutions(toolExecutionLog);
     const receiverView: ReceiverView = {
       applications: receiver.applied().map((application) => {
         const identity = (application.intent as { identity?: unknown } | null)?.identity;
@@ -381,9 +427,23 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     mark('results read');
     const sweeps = activeSweeper.stats();
     const steps = await stepOutcomes(stack.logFile);
+    const recordedResults = jobs.reduce((sum, job) => sum + job.transcripts.reduce((inJob, transcript) => inJob + transcript.toolResultIds.length, 0), 0);
+    if (recordedResults > 0 && toolLog.executions.length === 0) {
+      runProblems.push('transcripts hold tool results but the offline toolbox logged no execution: toolExecutionLog did not reach the functions');
+    }
+    const lastSettle = settleReports.at(-1);
     const extra: [string, string][] = [
       ['sweeper passes / slower than 10 s / longest', `${sweeps.passes} / ${sweeps.slowPasses} / ${(sweeps.longestPassMs / 1000).toFixed(1)} s`],
       ['sweeper: job / unit leases reclaimed, quarantined, resumed', `${sweeps.reclaimed} / ${sweeps.unitsReclaimed}, ${sweeps.quarantined}, ${sweeps.resumed}`],
+      ['sweeper: stopped jobs with effects checked / settled', `${sweeps.stoppedChecked} / ${sweeps.stoppedSettled}`],
+      [
+        'final settle pass: checked, settled, pending, errors',
+        lastSettle ? `${lastSettle.checked}, ${lastSettle.settled}, ${lastSettle.pending}, ${lastSettle.errors}${settleReports.length > 1 ? ` (pass ${settleReports.length})` : ''}` : 'none completed',
+      ],
+      [
+        'transcript listener: results seen, restarts; log unread',
+        `${toolResultsSeen.length}; ${activeToolWatch.restarts()}; ${toolLog.unreadable}`,
+      ],
       ['step outcomes in the functions\' log', [...steps].map(([kind, count]) => `${kind} ${count}`).join(', ') || 'none found'],
     ];
 
@@ -392,12 +452,16 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     runProblems.push(...(await leftovers(stackPids, receiver.url, log)));
     mark('stopped (total)');
 
-    const check = checkInvariants({ jobs, submissions: submissionsSeen, receiver: receiverView });
+    const check = checkInvariants({ jobs, submissions: submissionsSeen, receiver: receiverView, toolResultsSeen, toolExecutions: toolLog.executions });
     const report = formatReport({ seed: plan.seed, jobs: plan.jobs.length, mix, check, faults: faultTally, decisionsAnswered, timings, runProblems, replay, extra });
     console.log(`\n${report}`);
-    return failed({ check, runProblems }) ? 1 : 0;
+    const broke = failed({ check, runProblems });
+    keepScratch = broke;
+    if (broke) console.log(`The offline toolbox's execution log is kept at ${toolExecutionLog}`);
+    return broke ? 1 : 0;
   } finally {
     await stopEverything().catch(() => undefined);
+    if (!keepScratch) await rm(scratch, { recursive: true, force: true }).catch(() => undefined);
     removeSignalHandlers();
     process.removeListener('unhandledRejection', onUnexpected);
   }

@@ -2,8 +2,15 @@
  * The soak's invariant checker, fed synthetic documents: a clean run passes every invariant, and
  * each kind of breakage is flagged by the invariant that names it (and by no unrelated one).
  */
-import { checkInvariants, ownedWrites, type InvariantName } from '../../scripts/chaos/invariants';
-import type { CollectedJob, EffectDoc, EventDoc, JobDoc, Observed, ReceiverView, Submission } from '../../scripts/chaos/model';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { UnitView } from '../../functions/src/core/invariants';
+import type { JobRecord } from '../../functions/src/core/job';
+import { createCorpusToolbox } from '../../functions/src/providers/offline/toolbox';
+import { checkInvariants, ownedWrites, UNIT_EVENT_ID, type InvariantName, type InvariantResult } from '../../scripts/chaos/invariants';
+import type { CollectedJob, EffectDoc, EventDoc, JobDoc, Observed, ReceiverView, Submission, ToolExecution, ToolResultSeen } from '../../scripts/chaos/model';
+import { readToolExecutions } from '../../scripts/chaos/tool-calls';
 
 const jobDoc = (overrides: Partial<JobDoc> = {}): JobDoc => ({
   status: 'completed',
@@ -22,6 +29,44 @@ const jobDoc = (overrides: Partial<JobDoc> = {}): JobDoc => ({
   decisions: {},
   ...overrides,
 });
+
+/** The job as the engine decodes it (for the stranded-job check): completed unless told otherwise. */
+const jobRecord = (id: string, overrides: Partial<JobRecord> = {}): JobRecord => ({
+  id,
+  owner: 'user-1',
+  pipeline: 'research',
+  input: {},
+  conversationId: null,
+  idempotencyKey: null,
+  status: 'completed',
+  outcome: 'complete',
+  phase: null,
+  epoch: 5,
+  lease: null,
+  step: 4,
+  dispatch: 0,
+  attempts: 0,
+  staleReclaims: 0,
+  nextRunAtMs: 1_000,
+  progress: {},
+  cost: {},
+  lastError: null,
+  waiting: null,
+  quarantine: null,
+  decisions: {},
+  cancellation: null,
+  fanout: null,
+  claimTally: null,
+  eventSeq: 12,
+  createdAtMs: 0,
+  updatedAtMs: 1_000,
+  finishedAtMs: 1_000,
+  ...overrides,
+});
+
+/** A unit event ID as store/job-store.ts writeUnitEvents builds it. */
+const unitEventId = (atMs: number, phase: string, unit: string, epoch: number, index = 0): string =>
+  `u-${String(atMs).padStart(14, '0')}-${phase}~${unit}-${String(epoch).padStart(4, '0')}-0123456789ab-${index}`;
 
 const event = (seq: number, kind: string, epoch: number, commitUs: number, unit: string | null = null): EventDoc => ({
   id: `j${String(seq).padStart(8, '0')}`,
@@ -44,7 +89,7 @@ function researchJob(id = 'job-r', key = 'key-0'): CollectedJob {
       event(5, 'checkpointed', 2, 550),
       event(6, 'claimed', 3, 600),
       event(7, 'fanned-out', 3, 610),
-      { id: 'u-e1-0001-00000000000650-0', kind: 'yielded', epoch: 3, unit: 'e1', commitUs: 650 },
+      { id: unitEventId(650, 'expert-content', 'e1', 1), kind: 'yielded', epoch: 3, unit: 'e1', commitUs: 650 },
       event(8, 'joined', 3, 800, 'e1'),
       event(9, 'claimed', 4, 850),
       event(10, 'checkpointed', 4, 950),
@@ -62,13 +107,17 @@ function researchJob(id = 'job-r', key = 'key-0'): CollectedJob {
       { phase: 'final-document', epoch: 4, commitUs: 950 },
     ],
     transcripts: [
-      { id: 'outline~-~outline', phase: 'outline', unit: null, sectionId: 'outline', epoch: 1, commitUs: 300, generation: 0, modelCalls: 3, wastedModelCalls: 0 },
-      { id: 'perspectives~-~perspectives', phase: 'perspectives', unit: null, sectionId: 'perspectives', epoch: 2, commitUs: 520, generation: 0, modelCalls: 2, wastedModelCalls: 0 },
-      { id: 'expert-content~e1~h1', phase: 'expert-content', unit: 'e1', sectionId: 'h1', epoch: 1, commitUs: 690, generation: 0, modelCalls: 3, wastedModelCalls: 1 },
-      { id: 'final-document~-~h1', phase: 'final-document', unit: null, sectionId: 'h1', epoch: 4, commitUs: 880, generation: 0, modelCalls: 2, wastedModelCalls: 0 },
+      { id: 'outline~-~outline', phase: 'outline', unit: null, sectionId: 'outline', epoch: 1, commitUs: 300, generation: 0, modelCalls: 3, wastedModelCalls: 0, toolResultIds: [`${id}_call_0`, `${id}_call_1`] },
+      { id: 'perspectives~-~perspectives', phase: 'perspectives', unit: null, sectionId: 'perspectives', epoch: 2, commitUs: 520, generation: 0, modelCalls: 2, wastedModelCalls: 0, toolResultIds: [] },
+      { id: 'expert-content~e1~h1', phase: 'expert-content', unit: 'e1', sectionId: 'h1', epoch: 1, commitUs: 690, generation: 0, modelCalls: 3, wastedModelCalls: 1, toolResultIds: [`${id}_call_2`] },
+      { id: 'final-document~-~h1', phase: 'final-document', unit: null, sectionId: 'h1', epoch: 4, commitUs: 880, generation: 0, modelCalls: 2, wastedModelCalls: 0, toolResultIds: [] },
     ],
     effects: [],
     results: [{ path: `jobs/${id}/results/final`, outcome: 'complete', missing: [], commitUs: 1000 }],
+    record: jobRecord(id),
+    recordProblem: null,
+    units: [{ unit: 'e1', phase: 'expert-content', fanoutEpoch: 3, status: 'done', lease: null, nextRunAtMs: 650 }],
+    unitProblems: [],
   };
 }
 
@@ -104,6 +153,10 @@ function notifyJob(id = 'job-n', key = 'key-1'): CollectedJob {
       effect('fx_d', 'c/c002', { kind: 'record' }),
     ],
     results: [{ path: `jobs/${id}/results/final`, outcome: 'complete', missing: [], commitUs: 600 }],
+    record: jobRecord(id, { pipeline: 'notify', epoch: 2 }),
+    recordProblem: null,
+    units: [],
+    unitProblems: [],
   };
 }
 
@@ -124,8 +177,18 @@ const cleanReceiver = (): ReceiverView => ({
 
 const submission = (index: number, taskIds: string[], key = `key-${index}`): Submission => ({ index, pipeline: 'research', idempotencyKey: key, taskIds, failure: null });
 
-function clean(): { jobs: CollectedJob[]; submissions: Submission[]; receiver: ReceiverView } {
-  return { jobs: [researchJob(), notifyJob()], submissions: [submission(0, ['job-r']), submission(1, ['job-n'])], receiver: cleanReceiver() };
+/** Every tool call of the research job ran once, before its transcript recorded it (commits at 300 and 690 µs). */
+const execution = (callId: string, startedAtMs: number, delivered = true): ToolExecution => ({ callId, tool: 'search', startedAtMs, delivered, pid: 4242 });
+const cleanExecutions = (): ToolExecution[] => [execution('job-r_call_0', 0), execution('job-r_call_1', 0), execution('job-r_call_2', 0)];
+
+function clean(): Observed & { jobs: CollectedJob[] } {
+  return {
+    jobs: [researchJob(), notifyJob()],
+    submissions: [submission(0, ['job-r']), submission(1, ['job-n'])],
+    receiver: cleanReceiver(),
+    toolResultsSeen: [],
+    toolExecutions: cleanExecutions(),
+  };
 }
 
 /** The invariants that flagged something, with their counts. */
@@ -145,7 +208,7 @@ describe('chaos invariant checker', () => {
   test('a clean run breaks nothing, and its statistics add up', () => {
     const report = checkInvariants(clean());
     expect(report.invariants.filter((invariant) => invariant.violations.length > 0)).toEqual([]);
-    expect(report.invariants).toHaveLength(10);
+    expect(report.invariants).toHaveLength(13);
     expect(report.stats.byState.get('completed (complete)')).toBe(2);
     expect(report.stats.sectionsTotal).toBe(4);
     expect(report.stats.sectionsRecomputed).toBe(1);
@@ -257,11 +320,14 @@ describe('chaos invariant checker', () => {
 
   test('stale writes: a unit write older than a later write of the same unit', () => {
     // Unit e1's section of epoch 1 landed at 700, after the unit's own event of epoch 2 (at 650).
-    const later = { id: 'u-e1-0002-00000000000650-0', kind: 'yielded', epoch: 3, unit: 'e1', commitUs: 650 };
+    const later = { id: unitEventId(650, 'expert-content', 'e1', 2), kind: 'yielded', epoch: 3, unit: 'e1', commitUs: 650 };
     expect(broken(withJob('job-r', (job) => ({ ...job, events: job.events.map((item) => (item.id.startsWith('u-') ? later : item)) })))).toEqual({ staleWrites: 2 });
     // Another unit's epochs are its own: no evidence against e1.
-    const other = { id: 'u-e2-0007-00000000000650-0', kind: 'yielded', epoch: 3, unit: 'e2', commitUs: 650 };
+    const other = { id: unitEventId(650, 'expert-content', 'e2', 7), kind: 'yielded', epoch: 3, unit: 'e2', commitUs: 650 };
     expect(broken(withJob('job-r', (job) => ({ ...job, events: [...job.events, other] })))).toEqual({});
+    // Units are keyed by phase: a unit of the same name in another phase has its own epochs.
+    const samePhaseLater = { id: unitEventId(650, 'final-document', 'e1', 7), kind: 'yielded', epoch: 3, unit: 'e1', commitUs: 650 };
+    expect(broken(withJob('job-r', (job) => ({ ...job, events: [...job.events, samePhaseLater] })))).toEqual({});
   });
 
   test('stale writes: anything owned, or an answer, committed after the job ended', () => {
@@ -282,7 +348,7 @@ describe('chaos invariant checker', () => {
   test('the reconciliation after a stop writes without a claim and is not a stale write', () => {
     const stopped = withJob('job-n', (job) => ({
       ...job,
-      job: { ...job.job, status: 'cancelled', outcome: null, cancellation: { reason: 'owner' } },
+      job: { ...job.job, status: 'cancelled', outcome: null, cancellation: { reason: 'owner', effectsSettled: true } },
       results: [],
       events: [...job.events.slice(0, -1), event(5, 'cancelled', 2, 500)],
       checkpoints: job.checkpoints.slice(0, 1),
@@ -319,5 +385,131 @@ describe('chaos invariant checker', () => {
     expect(
       broken(withJob('job-r', (job) => ({ ...job, transcripts: job.transcripts.map((item) => (item.id === 'outline~-~outline' ? { ...item, commitUs: 450 } : item)) }))),
     ).toEqual({ redoneAfterCheckpoint: 1 });
+  });
+
+  test('chaos: unit event IDs in the engine\'s format name the unit document and its epoch', () => {
+    const match = UNIT_EVENT_ID.exec(unitEventId(1_764_500_000_123, 'expert-content', 'risk-analyst-2', 12, 3));
+    expect(match?.slice(1, 4)).toEqual(['expert-content', 'risk-analyst-2', '0012']);
+    // Job events and the retired format (unit first) are not unit writes.
+    expect(UNIT_EVENT_ID.test('j00000012')).toBe(false);
+    expect(UNIT_EVENT_ID.test('u-e1-0001-00000000000650-0')).toBe(false);
+    const events = ownedWrites(researchJob()).filter((write) => write.collection === 'events');
+    expect(events).toEqual([{ collection: 'events', id: unitEventId(650, 'expert-content', 'e1', 1), unit: 'expert-content~e1', epoch: 1, commitUs: 650 }]);
+  });
+
+  const strandedOf = (observed: Observed): InvariantResult | undefined => checkInvariants(observed).invariants.find((invariant) => invariant.name === 'stranded');
+  const withRecord = (record: Partial<JobRecord>, units?: UnitView[]): Observed =>
+    withJob('job-r', (job) => ({ ...job, record: jobRecord('job-r', record), ...(units === undefined ? {} : { units }) }));
+
+  test('chaos: stranded jobs: not terminal, and nothing (lease, live unit, due time) will move them', () => {
+    const fanout = { phase: 'expert-content', epoch: 3, units: 1, done: 0 };
+    const unit = (overrides: Partial<UnitView>): UnitView => ({ unit: 'e1', phase: 'expert-content', fanoutEpoch: 3, status: 'queued', lease: null, nextRunAtMs: 700, ...overrides });
+    const lease = { epoch: 5, worker: 'w-1', expiresAtMs: 2_000 };
+    // Violating: running with neither lease nor fan-out; a fan-out whose units are done or from an older fan-out; no due time.
+    expect(strandedOf(withRecord({ status: 'running' }))?.violations).toEqual([{ jobId: 'job-r', detail: 'running: running with neither a lease nor a fan-out' }]);
+    expect(strandedOf(withRecord({ status: 'running', fanout }, [unit({ status: 'done' })]))?.violations).toHaveLength(1);
+    expect(strandedOf(withRecord({ status: 'running', fanout }, [unit({ fanoutEpoch: 2 })]))?.violations).toHaveLength(1);
+    expect(strandedOf(withRecord({ status: 'queued', nextRunAtMs: Number.POSITIVE_INFINITY }))?.violations).toHaveLength(1);
+    const providerWait = { reason: 'provider' as const, questionId: 'provider', question: 'Provider down', options: [], untilMs: null };
+    expect(strandedOf(withRecord({ status: 'waiting', waiting: providerWait }))?.violations).toHaveLength(1);
+    // A document the engine cannot decode, or a live job's unit it cannot decode.
+    expect(strandedOf(withJob('job-r', (job) => ({ ...job, record: null, recordProblem: 'Job job-r has a malformed document' })))?.violations).toHaveLength(1);
+    const unreadableUnit = withJob('job-r', (job) => ({ ...job, record: jobRecord('job-r', { status: 'running', lease }), unitProblems: ['expert-content~e2: malformed'] }));
+    expect(strandedOf(unreadableUnit)?.violations).toHaveLength(1);
+    // Clean: leased; a fan-out with a queued or a leased unit; queued with a due time; waiting for a person; terminal.
+    expect(strandedOf(withRecord({ status: 'running', lease }))?.violations).toEqual([]);
+    expect(strandedOf(withRecord({ status: 'running', fanout }, [unit({ status: 'done', unit: 'e0' }), unit({})]))?.violations).toEqual([]);
+    expect(strandedOf(withRecord({ status: 'running', fanout }, [unit({ status: 'running', lease })]))?.violations).toEqual([]);
+    expect(strandedOf(withRecord({ status: 'queued', nextRunAtMs: 5_000 }))?.violations).toEqual([]);
+    const decision = { reason: 'decision' as const, questionId: 'q1', question: 'Which?', options: ['a', 'b'], untilMs: null };
+    expect(strandedOf(withRecord({ status: 'waiting', waiting: decision }))?.violations).toEqual([]);
+    expect(strandedOf(withJob('job-r', (job) => ({ ...job, unitProblems: ['expert-content~e2: malformed'] })))?.violations).toEqual([]);
+    expect(broken(clean())).toEqual({});
+  });
+
+  /** The notify job, cancelled mid-send, with its ledger as the settling sweep left it. */
+  const cancelledNotify = (state: string, effectsSettled: boolean | null): Observed =>
+    withJob('job-n', (job) => ({
+      ...job,
+      job: { ...job.job, status: 'cancelled', outcome: null, cancellation: { reason: 'owner', effectsSettled } },
+      record: jobRecord('job-n', { pipeline: 'notify', status: 'cancelled', outcome: null }),
+      results: [],
+      events: [...job.events.slice(0, -1), event(5, 'cancelled', 2, 500)],
+      checkpoints: job.checkpoints.slice(0, 1),
+      effects: job.effects.map((item) => (item.key === 'fx_d' ? { ...item, state, commitUs: 450, lastOutcome: 'the receiver did not answer in time' } : item)),
+    }));
+
+  test('chaos: unsettled effects on a stopped job after the grace period', () => {
+    // Violating: an entry left unknown or applying; a cancellation record that still says unsettled.
+    expect(broken(cancelledNotify('unknown', false))).toEqual({ unsettledAfterStop: 1 });
+    expect(broken(cancelledNotify('applying', null))).toEqual({ unsettledAfterStop: 1 });
+    const [violation] = checkInvariants(cancelledNotify('unknown', false)).invariants.find((item) => item.name === 'unsettledAfterStop')?.violations ?? [];
+    expect(violation?.detail).toMatch(/cancelled job: record c\/c002 \(fx_d\) still unknown/);
+    expect(broken(cancelledNotify('applied', false))).toEqual({ unsettledAfterStop: 1 });
+    // Clean: every entry settled, as the sweep leaves it (applied, found applied, or not applied).
+    expect(broken(cancelledNotify('applied', true))).toEqual({});
+    // The ledger says failed while the receiver applied it: a misreport, not an unsettled entry.
+    expect(broken(cancelledNotify('failed', true))).toEqual({ effectsMisreported: 1 });
+    // A job still waiting on its unknown effects is not stopped: a person will answer.
+    const decision = { reason: 'decision', questionId: 'unknown-effects-1', question: 'Could not check…', options: ['retry the unknown ones'], untilMs: null };
+    expect(
+      broken(
+        withJob('job-n', (job) => ({
+          ...job,
+          job: { ...job.job, status: 'waiting', waiting: decision },
+          results: [],
+          events: job.events.slice(0, -1),
+          checkpoints: job.checkpoints.slice(0, 1),
+          effects: job.effects.map((item) => (item.key === 'fx_d' ? { ...item, state: 'unknown', commitUs: 550 } : item)),
+        })),
+      ),
+    ).toEqual({});
+  });
+
+  test('chaos: no tool call ID executed again after its result was recorded', () => {
+    const base = clean();
+    const repeated = (observed: Observed): string[] =>
+      (checkInvariants(observed).invariants.find((item) => item.name === 'toolCallRepeated')?.violations ?? []).map((item) => item.detail);
+    // Violating: a recorded call ran again later (1 ms = 1000 µs, after the commit at 300 µs).
+    expect(broken({ ...base, toolExecutions: [...cleanExecutions(), execution('job-r_call_1', 1)] })).toEqual({ toolCallRepeated: 1 });
+    expect(repeated({ ...base, toolExecutions: [...cleanExecutions(), execution('job-r_call_1', 1, false)] })).toEqual([
+      'search call job-r_call_1 ran 1 more time(s) after transcript outline~-~outline recorded its result at 300 µs (first at 1000 µs in process 4242; 2 executions in all)',
+    ]);
+    // A result recorded and later dropped from the thread (only the listener saw it), then produced again.
+    const seen: ToolResultSeen = { jobId: 'job-r', transcript: 'perspectives~-~perspectives', callId: 'job-r_call_9', commitUs: 510 };
+    expect(broken({ ...base, toolResultsSeen: [seen], toolExecutions: [...cleanExecutions(), execution('job-r_call_9', 0), execution('job-r_call_9', 2)] })).toEqual({
+      toolCallRepeated: 1,
+    });
+    // One call ID recorded by two jobs: its executions cannot be told apart.
+    expect(broken({ ...base, toolResultsSeen: [{ ...seen, jobId: 'job-n', callId: 'job-r_call_0' }] })).toEqual({ toolCallRepeated: 1 });
+    // Clean: runs before the record (an interrupted result, a worker lost before its save) are at-least-once work.
+    const rerunBeforeRecord = { ...base, toolExecutions: [execution('job-r_call_0', 0, false), ...cleanExecutions(), execution('job-r_call_9', 5)] };
+    expect(broken(rerunBeforeRecord)).toEqual({});
+    expect(checkInvariants(rerunBeforeRecord).stats).toMatchObject({ toolExecutions: 5, toolExecutionsDelivered: 4, toolCallsRunMoreThanOnce: 1, toolResultsRecorded: 3 });
+    expect(broken({ ...base, toolResultsSeen: [seen], toolExecutions: [...cleanExecutions(), execution('job-r_call_9', 0)] })).toEqual({});
+  });
+
+  test('chaos: the offline toolbox logs every execution, from any process, when its settings name a file', async () => {
+    const directory = await mkdtemp(join(tmpdir(), 'chaos-tool-log-'));
+    try {
+      const log = join(directory, 'executions.jsonl');
+      const toolbox = createCorpusToolbox({ settings: { toolExecutionLog: log, partialToolResultsRate: 1 } });
+      const signal = new AbortController().signal;
+      await toolbox.execute({ id: 'call_0123456789_0', name: 'search', arguments: JSON.stringify({ query: 'lease' }) }, signal);
+      // The second call of a group, interrupted (rate 1): it ran, its result was never delivered.
+      await expect(toolbox.execute({ id: 'call_0123456789_1', name: 'read', arguments: JSON.stringify({ id: 'x' }) }, signal)).rejects.toThrow(/interrupted/);
+      const { executions, unreadable } = await readToolExecutions(log);
+      expect(unreadable).toBe(0);
+      expect(executions.map(({ callId, tool, delivered, pid }) => ({ callId, tool, delivered, pid }))).toEqual([
+        { callId: 'call_0123456789_0', tool: 'search', delivered: true, pid: process.pid },
+        { callId: 'call_0123456789_1', tool: 'read', delivered: false, pid: process.pid },
+      ]);
+      // Off by default: nothing is written.
+      await createCorpusToolbox({ settings: {} }).execute({ id: 'call_0123456789_0', name: 'search', arguments: '{"query":"x"}' }, signal);
+      expect((await readToolExecutions(log)).executions).toHaveLength(2);
+      expect((await readToolExecutions(join(directory, 'absent.jsonl'))).executions).toEqual([]);
+    } finally {
+      await rm(directory, { recursive: true, force: true });
+    }
   });
 });
