@@ -115,7 +115,7 @@ async function collectJob(db: Firestore, snapshot: DocumentSnapshot, messages: r
     id: ref.id,
     job: jobDocFrom(snapshot.data() ?? {}),
     events: docs(events).map(
-      (doc): EventDoc => ({ id: doc.id, kind: text(doc.get('kind')) ?? '', epoch: num(doc.get('epoch'), -1), unit: text(doc.get('unit')), commitUs: commit(doc) }),
+      (doc): EventDoc => ({ id: doc.id, kind: text(doc.get('kind')) ?? '', epoch: num(doc.get('epoch'), -1), unit: text(doc.get('unit')), commitUs: commit(doc), status: text(doc.get('status')) }),
     ),
     sections: docs(sections).map(
       (doc): SectionDoc => ({

@@ -10,6 +10,8 @@
  *     recorded before that document's commit (the write checked it).
  */
 import { strandedReason } from '../../functions/src/core/invariants';
+import { JOB_STATUSES, type JobStatus } from '../../functions/src/core/job';
+import { firstDisallowedMove } from '../../functions/src/core/transitions';
 import { UNRESOLVED_EFFECT_STATES } from '../../functions/src/effects/ledger';
 import type { CollectedJob, EffectDoc, Observed, OwnedWrite, Submission, ToolExecution } from './model';
 
@@ -47,7 +49,8 @@ export type InvariantName =
   | 'redoneAfterCheckpoint'
   | 'stranded'
   | 'unsettledAfterStop'
-  | 'toolCallRepeated';
+  | 'toolCallRepeated'
+  | 'offTheTable';
 
 export interface InvariantResult {
   readonly name: InvariantName;
@@ -168,6 +171,12 @@ export const DEFINITIONS: Readonly<Record<InvariantName, { readonly label: strin
       'a job that ended cancelled, failed or quarantined with an effect ledger entry still `applying` or `unknown`, or whose cancellation ' +
       'record still says its effects are unsettled, read after the settle grace period (effects/after-stop.ts) has passed for every job ' +
       'and a sweep has settled stopped jobs\' effects (engine/settle-stopped.ts)',
+  },
+  offTheTable: {
+    label: 'job timelines that leave the lifecycle table',
+    definition:
+      "a job whose events, in commit order, record a change of status the transition table (core/transitions.ts) does not allow, " +
+      'e.g. completed → running or queued → completed',
   },
   toolCallRepeated: {
     label: 'tool calls run again after their result was recorded',
@@ -430,6 +439,22 @@ function checkRedone(jobs: readonly CollectedJob[]): Violation[] {
   return violations;
 }
 
+// ---- Timelines against the lifecycle table ----------------------------------------------------
+
+/** Job-level events (a unit's own events carry the job's status unchanged) in commit order, checked move by move. */
+export function checkTimelines(jobs: readonly CollectedJob[]): Violation[] {
+  const violations: Violation[] = [];
+  for (const collected of jobs) {
+    const statuses = [...collected.events]
+      .sort((a, b) => a.commitUs - b.commitUs || a.id.localeCompare(b.id))
+      .map((event) => event.status ?? null)
+      .filter((status): status is JobStatus => status !== null && (JOB_STATUSES as readonly string[]).includes(status));
+    const move = firstDisallowedMove(statuses);
+    if (move !== null) violations.push({ jobId: collected.id, detail: `its timeline goes ${move.from} → ${move.to} (event ${move.index + 1}), which the lifecycle table does not allow` });
+  }
+  return violations;
+}
+
 // ---- Stranded jobs -----------------------------------------------------------------------------
 
 function checkStranded(jobs: readonly CollectedJob[]): Violation[] {
@@ -639,6 +664,7 @@ export function checkInvariants(observed: Observed): CheckReport {
       result('stranded', checkStranded(observed.jobs)),
       result('unsettledAfterStop', checkUnsettledAfterStop(observed.jobs)),
       result('toolCallRepeated', checkToolCalls(observed)),
+      result('offTheTable', checkTimelines(observed.jobs)),
     ],
     stats: statistics(observed),
   };

@@ -19,6 +19,8 @@ export interface EventDoc {
   readonly epoch: number;
   readonly unit: string | null;
   readonly commitUs: number;
+  /** The job's status as of the commit that wrote the event (absent or null when the document has none). */
+  readonly status?: string | null;
 }
 
 /** A document a claim holder wrote, carrying the writer's fencing epoch. */

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import type { UnitView } from '../../functions/src/core/invariants';
 import type { JobRecord } from '../../functions/src/core/job';
 import { createCorpusToolbox } from '../../functions/src/providers/offline/toolbox';
-import { checkInvariants, ownedWrites, UNIT_EVENT_ID, type InvariantName, type InvariantResult } from '../../scripts/chaos/invariants';
+import { checkInvariants, checkTimelines, ownedWrites, UNIT_EVENT_ID, type InvariantName, type InvariantResult } from '../../scripts/chaos/invariants';
 import type { CollectedJob, EffectDoc, EventDoc, JobDoc, Observed, ReceiverView, Submission, ToolExecution, ToolResultSeen } from '../../scripts/chaos/model';
 import { readToolExecutions } from '../../scripts/chaos/tool-calls';
 
@@ -208,7 +208,7 @@ describe('chaos invariant checker', () => {
   test('a clean run breaks nothing, and its statistics add up', () => {
     const report = checkInvariants(clean());
     expect(report.invariants.filter((invariant) => invariant.violations.length > 0)).toEqual([]);
-    expect(report.invariants).toHaveLength(13);
+    expect(report.invariants).toHaveLength(14);
     expect(report.stats.byState.get('completed (complete)')).toBe(2);
     expect(report.stats.sectionsTotal).toBe(4);
     expect(report.stats.sectionsRecomputed).toBe(1);
@@ -511,5 +511,17 @@ describe('chaos invariant checker', () => {
     } finally {
       await rm(directory, { recursive: true, force: true });
     }
+  });
+});
+
+describe('chaos: job timelines against the lifecycle table', () => {
+  const event = (id: string, status: string, commitUs: number) => ({ id, kind: 'k', epoch: 1, unit: null, commitUs, status });
+  test('chaos: a timeline of allowed moves passes; completed → running is a violation naming the move', () => {
+    const clean = { id: 'j1', events: [event('j1', 'queued', 1), event('j2', 'running', 2), event('j3', 'queued', 3), event('j4', 'running', 4), event('j5', 'completed', 5)] };
+    const broken = { id: 'j2', events: [event('j1', 'queued', 1), event('j2', 'running', 2), event('j3', 'completed', 3), event('j4', 'running', 4)] };
+    expect(checkTimelines([clean] as unknown as CollectedJob[])).toEqual([]);
+    const violations = checkTimelines([broken] as unknown as CollectedJob[]);
+    expect(violations).toHaveLength(1);
+    expect(violations[0]?.detail).toMatch(/completed → running/);
   });
 });
