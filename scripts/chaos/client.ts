@@ -1,7 +1,7 @@
 /**
  * The soak's users, as a chat frontend would be: an anonymous account on the Auth emulator (its
  * REST signUp), submissions over HTTP with an Idempotency-Key that stays the same across retries,
- * and answers to a waiting job's question.
+ * answers to a waiting job's question, and cancellations.
  */
 import type { WebConfig } from '../lib/local-stack';
 
@@ -73,6 +73,18 @@ export async function decide(config: WebConfig, user: User, jobId: string, quest
     method: 'POST',
     headers: { authorization: `Bearer ${user.idToken}`, 'content-type': 'application/json' },
     body: JSON.stringify({ jobId, questionId, answer }),
+    signal: AbortSignal.timeout(30_000),
+  });
+  await response.text();
+  return response.status;
+}
+
+/** Cancels a job as its owner; resolves with the HTTP status (200 cancelled, 409 already finished). */
+export async function cancel(config: WebConfig, user: User, jobId: string, reason: string): Promise<number> {
+  const response = await fetch(`${config.functionsBaseUrl}/cancelJob`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${user.idToken}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ jobId, reason }),
     signal: AbortSignal.timeout(30_000),
   });
   await response.text();

@@ -20,6 +20,11 @@ export interface JobPlan {
   readonly user: number;
   /** The client sends the same request (same Idempotency-Key) a second time, as after a timeout. */
   readonly resubmit: boolean;
+  /**
+   * The owner cancels it while it sends (a notify job in its send phase), so that it may stop with
+   * effects in flight: what the check of stopped jobs' effects needs to see.
+   */
+  readonly cancelMidSend: boolean;
 }
 
 export type ReceiverOutageMode = 'unavailable' | 'refused' | 'apply-then-hang' | 'fail-before-apply' | 'drop-connection' | 'hang-and-lookups-fail';
@@ -32,7 +37,7 @@ export type FaultSpec =
   /** `stall`: the emulator's JVM stopped (SIGSTOP) then continued; `cut`: every connection to it reset, new ones refused. */
   | { readonly kind: 'checkpoint-write-failure'; readonly mode: 'stall' | 'cut'; readonly durationMs: number };
 
-export type FaultKind = FaultSpec['kind'] | 'provider-wave' | 'submit-retry';
+export type FaultKind = FaultSpec['kind'] | 'provider-wave' | 'submit-retry' | 'owner-cancel';
 
 export const FAULT_KINDS: readonly FaultKind[] = [
   'worker-kill',
@@ -42,7 +47,11 @@ export const FAULT_KINDS: readonly FaultKind[] = [
   'checkpoint-write-failure',
   'duplicate-delivery',
   'submit-retry',
+  'owner-cancel',
 ];
+
+/** Share of notify jobs their owner cancels mid-send. */
+const CANCEL_SHARE = 0.35;
 
 export interface ScheduledFault {
   /** Milliseconds after the fault clock starts (when the first job is seen running). */
@@ -133,7 +142,10 @@ const ownQuestion = (question: string, index: number): string => `${question} (s
 
 export function planJobs(seed: string, count: number): JobPlan[] {
   const rng = new Rng(`${seed}/jobs`);
+  // A stream of its own, so that the cancellations leave every other draw (and so older seeds' job mixes) as they were.
+  const cancels = new Rng(`${seed}/cancels`);
   return Array.from({ length: count }, (_, index): JobPlan => {
+    const cancel = cancels.chance(CANCEL_SHARE);
     const pipeline = rng.weighted<Pipeline>([
       ['research', 0.62],
       ['notify', 0.3],
@@ -145,7 +157,7 @@ export function planJobs(seed: string, count: number): JobPlan[] {
         : pipeline === 'notify'
           ? { campaign: `Chaos ${seed} job ${index}`, recipients: rng.int(2, 5) }
           : { text: CANARY_TEXT };
-    return { index, pipeline, input, idempotencyKey: `chaos-${seed}-${index}`, user: rng.int(0, 2), resubmit: rng.chance(0.08) };
+    return { index, pipeline, input, idempotencyKey: `chaos-${seed}-${index}`, user: rng.int(0, 2), resubmit: rng.chance(0.08), cancelMidSend: pipeline === 'notify' && cancel };
   });
 }
 

@@ -126,7 +126,8 @@ export function formatReport(input: ReportInput): string {
         'checkpoint-write-failure stalls Firestore (SIGSTOP) or cuts every connection to it; receiver-outage makes the receiver answer ' +
         '503, refuse connections, hang after applying, fail before applying, drop connections, or fail lookups; duplicate-delivery ' +
         'enqueues an extra copy of a step task; provider-wave is a 429/503 window in the offline provider; submit-retry re-sends a ' +
-        'submission with the same Idempotency-Key. "no target": nothing was running that the fault could hit.',
+        'submission with the same Idempotency-Key; owner-cancel cancels a notify job, as its owner over HTTP, while one of its effects is ' +
+        'in flight (the receiver hangs the next apply once the job is seen in its send phase). "no target": nothing was running that the fault could hit (for owner-cancel: the job ended first).',
       76,
       '  ',
       '    ',

@@ -20,7 +20,7 @@ import { startFirestoreEmulator } from '../lib/firestore-emulator';
 import { startLocalStack, stopOnSignals, type LocalStack } from '../lib/local-stack';
 import { startFirestoreProxy } from './firestore-proxy';
 import { Receiver } from '../receiver';
-import { decide, signUp, submit, type User } from './client';
+import { cancel, decide, signUp, submit, type User } from './client';
 import { collectJobs } from './collect';
 import { Injector } from './faults';
 import { startChaosSweeper, type ChaosSweeper } from './sweeper';
@@ -50,11 +50,18 @@ interface Tracked {
   status: string | null;
   waiting: { readonly reason: string; readonly questionId: string; readonly options: readonly string[] } | null;
   readonly answered: Set<string>;
+  /**
+   * A planned owner cancellation: waiting for the send phase, armed (the receiver will hang its next
+   * apply: the cancel goes out while an effect is in flight), sent, or missed (the job finished first).
+   */
+  cancel: 'planned' | 'armed' | 'sent' | 'missed' | null;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 const LEASE_MS = Number(CHAOS_ENGINE_ENV.PHASELINE_LEASE_SECONDS) * 1000;
 const POLL_MS = 1_000;
+/** A notify job's send phase lasts about a second: the jobs to cancel are watched more closely. */
+const CANCEL_POLL_MS = 200;
 const SWEEP_EVERY_MS = 2_000;
 const SWEEP_MAX_IN_FLIGHT = 1;
 /** How long the emulator keeps a lock of a transaction nobody will finish (measured: about a minute), with a margin. */
@@ -219,7 +226,16 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
       faultTally.set(kind, injected ? { ...tally, injected: tally.injected + 1 } : { ...tally, skipped: tally.skipped + 1 });
     };
 
-    const tracked: Tracked[] = plan.jobs.map((job) => ({ plan: job, taskIds: [], failure: null, submitting: false, status: null, waiting: null, answered: new Set() }));
+    const tracked: Tracked[] = plan.jobs.map((job) => ({
+      plan: job,
+      taskIds: [],
+      failure: null,
+      submitting: false,
+      status: null,
+      waiting: null,
+      answered: new Set(),
+      cancel: job.cancelMidSend ? 'planned' : null,
+    }));
     const deadline = launchMs + plan.timeLimitMs;
     const overTime = (): boolean => Date.now() > deadline || flags.died !== null;
 
@@ -302,6 +318,58 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
       }
     })();
 
+    // ---- Owner cancellations: a planned one is sent when its notify job is seen sending ----
+    const cancellations: Promise<void>[] = [];
+    const cancelOne = async (job: Tracked, taskId: string): Promise<void> => {
+      const user = users[job.plan.user % users.length] as User;
+      // Counted at the end by the job's final state: a cancel whose answer timed out may have landed all the same.
+      try {
+        const status = await cancel(stack.config, user, taskId, 'chaos soak: the owner cancels while the job sends');
+        if (verbose || status !== 200) log(`fault owner-cancel: job ${job.plan.index} (${taskId}) cancelled with an effect in flight: HTTP ${status}`);
+      } catch (error) {
+        log(`fault owner-cancel: job ${job.plan.index} (${taskId}), no answer: ${error instanceof Error ? error.message : String(error)}`);
+      }
+    };
+    const canceller = (async () => {
+      while (flags.watching) {
+        const planned = tracked.filter((job) => (job.cancel === 'planned' || job.cancel === 'armed') && job.taskIds.length > 0);
+        const snapshots = planned.length === 0 ? [] : await db.getAll(...planned.map((job) => db.doc(`jobs/${job.taskIds[0] ?? ''}`))).catch(() => []);
+        const inSend: { job: Tracked; taskId: string }[] = [];
+        snapshots.forEach((snapshot, index) => {
+          const job = planned[index];
+          const status: unknown = snapshot.get('status');
+          if (!job || typeof status !== 'string') return;
+          if (TERMINAL.has(status)) {
+            job.cancel = 'missed';
+            if (verbose) log(`fault owner-cancel (no target): job ${job.plan.index} (${snapshot.id}) was ${status} before it was seen sending`);
+          } else if (snapshot.get('phase') === 'send' && (status === 'running' || status === 'waiting')) {
+            inSend.push({ job, taskId: snapshot.id });
+          }
+        });
+        for (const { job, taskId } of inSend) {
+          if (job.cancel === 'planned') {
+            // The next apply (most likely this job's) is applied and never answered: for a couple of seconds it is in flight.
+            receiver.inject({ op: 'apply', mode: 'apply-then-hang', times: 1 });
+            job.cancel = 'armed';
+            continue;
+          }
+          const inFlight = await db
+            .collection(`jobs/${taskId}/effects`)
+            .where('state', 'in', ['applying', 'unknown'])
+            .limit(1)
+            .get()
+            .then(
+              (effects) => !effects.empty,
+              () => false,
+            );
+          if (!inFlight || job.cancel !== 'armed') continue;
+          job.cancel = 'sent';
+          cancellations.push(cancelOne(job, taskId));
+        }
+        await sleep(CANCEL_POLL_MS);
+      }
+    })();
+
     // ---- Faults: the clock starts when the first job runs (function workers start cold) ----
     void submissions.then(() => {
       flags.submitted = true;
@@ -377,6 +445,8 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
       await sleep(POLL_MS);
     }
     mark('every job settled');
+    await Promise.all(cancellations);
+    for (const job of tracked) if (job.cancel !== null) count('owner-cancel', job.cancel === 'sent' && job.status === 'cancelled');
 
     // Late writes of fenced-out workers still in flight land (or are refused) before the documents are read:
     // a lease and a little, or until a lock left by the last disruptive fault has expired, whichever is later.
@@ -405,7 +475,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     mark('stopped jobs\' effects settled');
 
     flags.watching = false;
-    await watcher;
+    await Promise.all([watcher, canceller]);
     const jobs = await collectJobs(db);
     activeToolWatch.stop();
     const toolResultsSeen = activeToolWatch.seen();
