@@ -30,6 +30,7 @@ import type { EffectEntry } from '../effects/ledger';
 import type { EffectAdapter } from '../effects/port';
 import type { JobStore } from '../store/job-store';
 import { sweepQuery, type PageCursor, type SweepQueryName } from './indexed-queries';
+import { forEachLimited } from './concurrency';
 
 /** How a pipeline's effects are checked after its job stopped. */
 export interface StoppedEffectsSettler {
@@ -202,16 +203,4 @@ function dueCheck(job: JobRecord, nowMs: number, seenMs: number): string | null 
   if (atMs === null) return 'its effects were settled since the query';
   if (atMs !== seenMs || atMs > nowMs) return 'its check was moved since the query';
   return null;
-}
-
-async function forEachLimited<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  const lane = async (): Promise<void> => {
-    while (next < items.length) {
-      const item = items[next] as T;
-      next += 1;
-      await work(item);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
 }

@@ -27,6 +27,7 @@ import type { EventDraft, JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
 import { SWEEP_QUERIES, sweepQuery, type PageCursor, type SweepQueryName } from './indexed-queries';
 import { settleStoppedEffects, type SettleStoppedReport, type StoppedEffectsDeps } from './settle-stopped';
+import { forEachLimited } from './concurrency';
 
 /** Pages each query may read per run; with the default batch of 200, 1,000 documents per query. */
 export const SWEEP_MAX_PAGES = 5;
@@ -349,18 +350,4 @@ async function resumeWait(run: Sweep, doc: QueryDocumentSnapshot): Promise<Outco
     },
     ({ job }) => Promise.resolve(committed(resumeWaitJob(job, nowMs), 'resumed')),
   );
-}
-
-// ---- Helpers -----------------------------------------------------------------------------------
-
-async function forEachLimited<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  const lane = async (): Promise<void> => {
-    while (next < items.length) {
-      const item = items[next] as T;
-      next += 1;
-      await work(item);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
 }

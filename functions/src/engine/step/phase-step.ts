@@ -8,9 +8,8 @@ import { handOffJob, waitJob } from '../../core/transitions';
 import { type PhaseDefinition } from '../../core/pipeline';
 import type { EventDraft, JobClaim } from '../../store/job-store';
 import { checkpointDocumentFor, loadSections } from '../checkpoints';
-import { createStepContext } from '../context';
 import { durableWrites } from './durable-writes';
-import { NoProgressError, Running, StepOutcome, dispatchQuietly, freshLease, lost, progressGated, startFlusher, stepLimits, untilAborted } from './running';
+import { NoProgressError, Running, StepOutcome, dispatchQuietly, freshLease, lost, progressGated, startFlusher, untilAborted, workingContext } from './running';
 import { giveBack, settleError } from './settle';
 
 export async function runPhase(
@@ -31,24 +30,13 @@ export async function runPhase(
       return Promise.resolve({ next: { ...applied.next, lease: freshLease(running, claim.epoch) }, events: applied.notes, value: undefined });
     }),
   ));
-  const context = createStepContext({
+  const context = workingContext(running, {
     jobId: claim.jobId,
-    input: running.input,
-    decisions: running.decisions,
     unit: null,
-    signal: running.controller.signal,
-    clock: store.clock,
-    random: running.deps.random,
     phase,
     states,
     sections: loaded.sections,
     flusher,
-    deadlineMs: store.clock.now() + store.options.stepBudgetSeconds * 1000,
-    budgetMs: store.options.stepBudgetSeconds * 1000,
-    limits: stepLimits(store.options),
-    onProgress: () => {
-      running.progressAtMs = store.clock.now();
-    },
     durable: durableWrites(running, { kind: 'job', claim }, phase.name, null),
   });
 

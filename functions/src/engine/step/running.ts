@@ -6,13 +6,13 @@ import { describeError, PhaselineError } from '../../core/errors';
 import { addCounts, CoalescingFlusher, type FlushPayload, type Timers } from '../../core/flusher';
 import { type JobRecord, type Lease, type StepTask } from '../../core/job';
 import { type Dispatch } from '../../core/transitions';
-import { type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, type StepLimits } from '../../core/pipeline';
+import { type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, type StepContext, type StepLimits } from '../../core/pipeline';
 import type { EngineOptions } from '../../core/options';
 import { type UnitRecord } from '../../store/codec';
 import type { JobClaim, JobStore, UnitClaim } from '../../store/job-store';
 import { REJECTED_TASKS } from '../../store/paths';
 import type { TaskQueuePort } from '../../store/task-queue';
-import { createStepContext, noDurableWrites } from '../context';
+import { createStepContext, noDurableWrites, type ContextParts } from '../context';
 
 export interface RunnerDeps {
   readonly store: JobStore;
@@ -143,24 +143,44 @@ export async function enqueueQuietly(deps: RunnerDeps, task: StepTask, id: strin
   }
 }
 
-/** A context for code that runs inside the engine's own commits (units listing, join, publish): no durable writes of its own. */
-export function bareContext(running: Running, jobId: string, phase: PhaseDefinition<unknown, unknown>, states: ReadonlyMap<string, unknown>, who: string) {
+/** What every context of one claim shares: the job, the claim's signal, clock, randomness and limits. */
+function claimParts(running: Running, jobId: string) {
   const { store } = running.deps;
+  return { jobId, input: running.input, decisions: running.decisions, signal: running.controller.signal, clock: store.clock, random: running.deps.random, limits: stepLimits(store.options) };
+}
+
+/**
+ * The context a working phase or unit runs with: the step's time budget from now, and a progress
+ * hook that keeps the lease alive (see progressGated).
+ */
+export function workingContext(
+  running: Running,
+  parts: Pick<ContextParts<unknown>, 'jobId' | 'unit' | 'phase' | 'states' | 'sections' | 'flusher' | 'durable'>,
+): StepContext<unknown> {
+  const { store } = running.deps;
+  const budgetMs = store.options.stepBudgetSeconds * 1000;
   return createStepContext({
-    jobId,
-    input: running.input,
-    decisions: running.decisions,
+    ...claimParts(running, parts.jobId),
+    ...parts,
+    deadlineMs: store.clock.now() + budgetMs,
+    budgetMs,
+    onProgress: () => {
+      running.progressAtMs = store.clock.now();
+    },
+  });
+}
+
+/** A context for code that runs inside the engine's own commits (units listing, join, publish): no durable writes of its own. */
+export function bareContext(running: Running, jobId: string, phase: PhaseDefinition<unknown, unknown>, states: ReadonlyMap<string, unknown>, who: string): StepContext<unknown> {
+  return createStepContext({
+    ...claimParts(running, jobId),
     unit: null,
-    signal: running.controller.signal,
-    clock: store.clock,
-    random: running.deps.random,
     phase,
     states,
     sections: [],
     flusher: null,
     deadlineMs: Number.POSITIVE_INFINITY,
     budgetMs: 0,
-    limits: stepLimits(store.options),
     durable: noDurableWrites(who),
   });
 }

@@ -8,10 +8,9 @@ import { claimUnit, takeOverUnit, TransitionRefused, yieldUnit, type Transition 
 import { decodeJob, decodeUnit, type UnitRecord } from '../../store/codec';
 import type { UnitClaim } from '../../store/job-store';
 import { loadCheckpoints, loadSections } from '../checkpoints';
-import { createStepContext } from '../context';
 import { durableWrites } from './durable-writes';
 import { JoinFailedError, finishUnit } from './fan-out';
-import { NoProgressError, RunnerDeps, Running, StepOutcome, chargeUnit, defaultWorkerName, dispatchQuietly, freshLease, lost, newRunning, progressGated, startFlusher, stepLimits, untilAborted } from './running';
+import { NoProgressError, RunnerDeps, Running, StepOutcome, chargeUnit, defaultWorkerName, dispatchQuietly, freshLease, lost, newRunning, progressGated, startFlusher, untilAborted, workingContext } from './running';
 import { failJobFromUnit, giveBack, settleUnitError } from './settle';
 
 export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string, phaseName: string): Promise<StepOutcome> {
@@ -68,24 +67,13 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
       return Promise.resolve({ nextUnit: { ...applied.next, lease: freshLease(running, claim.epoch) }, events: applied.notes, value: undefined });
     }),
   ));
-  const context = createStepContext({
+  const context = workingContext(running, {
     jobId: job.id,
-    input: running.input,
-    decisions: job.decisions,
     unit: unit.unit,
-    signal: running.controller.signal,
-    clock: store.clock,
-    random: deps.random,
     phase,
     states: loaded.states,
     sections: sections.sections,
     flusher,
-    deadlineMs: store.clock.now() + store.options.stepBudgetSeconds * 1000,
-    budgetMs: store.options.stepBudgetSeconds * 1000,
-    limits: stepLimits(store.options),
-    onProgress: () => {
-      running.progressAtMs = store.clock.now();
-    },
     durable: durableWrites(running, { kind: 'unit', claim }, phase.name, unit.unit),
   });
 
