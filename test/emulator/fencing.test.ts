@@ -17,6 +17,7 @@ import type { EffectIntent } from '../../functions/src/effects/ledger';
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit, type UnitRecord } from '../../functions/src/store/codec';
+import type { ClaimSession } from '../../functions/src/store/claim-session';
 import type { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
 import { databaseImage } from '../support/database-image';
@@ -145,6 +146,14 @@ class WorkerStore {
     };
     store.asOwner = (claim, body) => track(() => base.asOwner(claim, body));
     store.asUnitOwner = (claim, body) => track(() => base.asUnitOwner(claim, body));
+    // Sections and transcripts go through the claim's conditioned commits: those are owner writes too.
+    const tracked = (session: ClaimSession): ClaimSession => {
+      const commit = session.commit.bind(session);
+      session.commit = (label, build) => track(() => commit(label, build));
+      return session;
+    };
+    store.jobSession = (claim) => tracked(base.jobSession(claim));
+    store.unitSession = (claim) => tracked(base.unitSession(claim));
     this.store = store;
   }
 
@@ -326,6 +335,27 @@ function ownerWrites<TInput, TOutcome>(done: TOutcome): StaleWrite<StepContext<T
       },
     },
     {
+      // The holder's conditioned commits go without a read once the first has learnt the slot's update time: the precondition alone refuses this one.
+      kind: 'section after an earlier one',
+      prepare: async (context) => {
+        await context.recordSection('early', { value: 13 });
+      },
+      act: async (context) => {
+        await context.recordSection('late', { value: 14 });
+        return done;
+      },
+    },
+    {
+      kind: 'transcript after an earlier save',
+      prepare: async (context) => {
+        await context.saveTranscript('late', { messages: [{ role: 'user', content: 'fresh' }] });
+      },
+      act: async (context) => {
+        await context.saveTranscript('late', { messages: [{ role: 'user', content: 'stale' }] });
+        return done;
+      },
+    },
+    {
       kind: 'effect ledger: plan',
       act: async (context) => {
         await context.effects.plan([payment]);
@@ -396,6 +426,31 @@ describe('job level: the old owner writes while the new owner is running mid-ste
     expect(await readJob(jobId)).toMatchObject({ status: 'completed', epoch: 4 });
     expect((await db().collection(`${JOBS}/${jobId}/results`).get()).size).toBe(1);
     expect(behaviour.publishes).toBe(2); // computed by both, published by the owner only
+  });
+
+  test('bug 14: job, a reclaimed owner writes before anyone claims the job again: refused, nothing lands', async () => {
+    const oldOwner: OldOwner = { timers: new ManualTimers(), writes: new WorkerStore(harness.store) };
+    const holdA = hold();
+    behaviour.first = async (context) => {
+      await context.saveTranscript('early', { messages: [{ role: 'user', content: 'fresh' }] });
+      return holdThen(holdA, async () => {
+        await context.saveTranscript('early', { messages: [{ role: 'user', content: 'stale' }] });
+        return finished;
+      });
+    };
+    const jobId = await harness.submit('two-phase', { sections: 1 });
+    const a = runStep(harness.deps('worker-a', { store: oldOwner.writes.store, timers: oldOwner.timers }), onlyTask().task);
+    await holdA.entered;
+    await expireAndReclaim('reclaimed');
+    expect(await readJob(jobId)).toMatchObject({ status: 'queued', lease: null });
+
+    const before = await databaseImage(db());
+    const from = oldOwner.writes.count;
+    holdA.release();
+    expect((await a).kind).toBe('ownership-lost');
+    const outcomes = await oldOwner.writes.settled(from);
+    expect(outcomes[0]).toBeInstanceOf(OwnershipLostError);
+    expect(await databaseImage(db())).toEqual(before);
   });
 
   test('bug 14: job, claim: tasks delivered again while the new owner runs mid-step cannot claim the job', async () => {

@@ -1,4 +1,3 @@
-import { Timestamp } from 'firebase-admin/firestore';
 import { RetryableError, TerminalError } from '../../functions/src/core/errors';
 import { stepTaskId } from '../../functions/src/core/job';
 import { releaseQuarantined } from '../../functions/src/engine/operator';
@@ -25,13 +24,15 @@ const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
 const events = async (jobId: string) => (await db().collection(`${JOBS}/${jobId}/events`).orderBy('atMs').get()).docs.map((doc) => doc.get('kind') as string);
 
-/** What the sweeper does to a job whose lease expired: requeue it for a new step. Written directly. */
+/**
+ * What the sweeper does to a job whose lease expired: requeue it for a new step. Committed through
+ * the store like every engine write, so the claim's slot is revoked with it.
+ */
 async function expireAndRequeue(jobId: string): Promise<number> {
-  const ref = db().doc(`${JOBS}/${jobId}`);
-  const job = await readJob(jobId);
-  const step = job.step + 1;
-  await ref.update({ status: 'queued', lease: null, step, staleReclaims: job.staleReclaims + 1, nextRunAt: Timestamp.fromMillis(harness.clock.now()) });
-  return step;
+  return harness.store.transact(jobId, () => null, ({ job }) => {
+    const step = job.step + 1;
+    return Promise.resolve({ next: { ...job, status: 'queued' as const, lease: null, step, staleReclaims: job.staleReclaims + 1, nextRunAtMs: harness.clock.now() }, value: step });
+  });
 }
 
 async function waitUntil(probe: () => Promise<boolean>): Promise<void> {
@@ -113,10 +114,12 @@ test('fault 6: the same task delivered twice, concurrently and again later: one 
 describe('fault 2: after a reclaim (the lease expired mid-step), every write of the old owner is refused and the new owner stands', () => {
   async function holdFirstOwner(jobId: string, afterGate: (context: Parameters<typeof behaviour.first>[0]) => Promise<unknown>) {
     const hold = gate();
+    const entered = gate();
     let calls = 0;
     behaviour.first = async (context) => {
       calls += 1;
       if (calls === 1) {
+        entered.open();
         await hold.promise;
         await afterGate(context);
       }
@@ -124,7 +127,9 @@ describe('fault 2: after a reclaim (the lease expired mid-step), every write of 
     };
     const [task] = harness.queue.drain();
     const oldWorker = runStep(harness.deps('old'), task!.task);
-    await waitUntil(async () => (await readJob(jobId)).status === 'running');
+    // Inside its phase, not just claimed: otherwise the new owner could be the first to reach the gate.
+    await entered.promise;
+    expect((await readJob(jobId)).status).toBe('running');
     const step = await expireAndRequeue(jobId);
     await harness.queue.enqueue({ jobId, step }, { id: stepTaskId(jobId, step, 0) });
     const newOutcomes = await harness.drain();
@@ -291,14 +296,15 @@ test('fault 3: a checkpoint write that fails after retries stops the step and re
   const jobId = await harness.submit('two-phase', { sections: 3 });
   await harness.drain(1); // phase one
   let failing = false;
-  const flakyStore = Object.create(harness.store) as typeof harness.store;
-  flakyStore.asOwner = (claim, body) => {
-    if (failing) {
-      failing = false;
-      return harness.store.retryingWrite('section', () => Promise.reject(Object.assign(new Error('unavailable'), { code: 14 })));
-    }
-    return harness.store.asOwner(claim, body);
+  // Sections go through the claim's conditioned batch commits: while `failing`, every one of those is unavailable.
+  const flakyDb = Object.create(harness.store.db) as typeof harness.store.db;
+  flakyDb.batch = () => {
+    const batch = harness.store.db.batch();
+    if (failing) batch.commit = () => Promise.reject(Object.assign(new Error('unavailable'), { code: 14 }));
+    return batch;
   };
+  const flakyStore = Object.create(harness.store) as typeof harness.store;
+  Object.defineProperty(flakyStore, 'db', { value: flakyDb });
   behaviour.second = async (context) => {
     await context.recordSection('s0', { value: 0 });
     failing = true;

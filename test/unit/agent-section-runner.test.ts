@@ -255,9 +255,10 @@ describe('runSection: first attempt', () => {
       [SYSTEM, PROMPT, ask('c1'), result('c1'), ask('c2', 'c3'), result('c2'), result('c3')],
     ]);
     expect(Object.fromEntries(h.toolbox.executions)).toEqual({ c1: 1, c2: 1, c3: 1 });
-    // Fresh thread saved before the first call; then each answer and each result.
-    expect(h.transcripts.saves.map((save) => save.messages.length)).toEqual([2, 3, 4, 5, 6, 7, 8]);
-    expect(h.transcripts.saves[0]).toEqual({ generation: 0, messages: [SYSTEM, PROMPT], attempts: { warm: 0, cold: 0 }, tally: EMPTY_TALLY });
+    // The first thread is not saved on its own (it is made again the same way); each answer and each result is.
+    expect(h.transcripts.saves.map((save) => save.messages.length)).toEqual([3, 4, 5, 6, 7, 8]);
+    expect(h.transcripts.saves[0]?.messages.slice(0, 2)).toEqual([SYSTEM, PROMPT]);
+    expect(h.transcripts.saves[0]?.generation).toBe(0);
     expect(h.transcripts.last.messages.at(-1)).toEqual(say('Recycling recovers 95% of cobalt.'));
     expect(h.usage.map((entry) => entry.kind)).toEqual(['model_call', 'tool_call', 'model_call', 'tool_call', 'tool_call', 'model_call']);
     expect(sumOfUsage(h.usage)).toEqual(outcome.tally);
@@ -593,8 +594,8 @@ describe('runSection: transient provider errors', () => {
     await expect(runSection(spec, h.deps)).rejects.toBe(last);
     expect(h.provider.calls).toBe(4);
     expect(h.timers.delays).toHaveLength(3);
-    expect(h.transcripts.last.attempts).toEqual({ warm: 0, cold: 0 });
-    expect(h.transcripts.last.generation).toBe(0);
+    // Nothing to keep: no answer came, and the first thread is made again the same way.
+    expect(h.transcripts.saves).toEqual([]);
   });
 
   test('a retry-after longer than the in-call ceiling is handed to the engine at once', async () => {
@@ -671,7 +672,7 @@ describe("bug 11: every model call and wait fits in the step's remaining time", 
 
     expect(clock.now()).toBe(STEP_MS);
     expect(h.provider.timeouts).toEqual([120_000, 120_000, 60_000]);
-    expect(h.transcripts.last.attempts).toEqual({ warm: 0, cold: 0 });
+    expect(h.transcripts.saves).toEqual([]);
   });
 
   test('bug 11: no model call starts with less than minCallTimeMs left: the section is out of time at once', async () => {
@@ -684,7 +685,7 @@ describe("bug 11: every model call and wait fits in the step's remaining time", 
 
     expect(outcome).toMatchObject({ kind: 'out-of-time', reason: '5000 ms left in the step, less than the 10000 ms a model call needs' });
     expect(h.provider.calls).toBe(0);
-    expect(h.transcripts.last.messages).toEqual([SYSTEM, PROMPT]);
+    expect(h.transcripts.saves).toEqual([]);
   });
 
   test('bug 11: a retry-after that does not fit in the time left is not slept: the 429 goes to the engine at once', async () => {
@@ -710,18 +711,19 @@ describe('runSection: stops', () => {
   test('a failed save is thrown as it is and nothing runs after it', async () => {
     const failure = new Error('ownership lost');
     const h = harness([toolTurn('c1', 'c2'), answer('never')]);
-    h.transcripts.failSave = { at: 3, error: failure }; // 1: fresh thread, 2: the answer, 3: c1's result
+    h.transcripts.failSave = { at: 2, error: failure }; // 1: the answer, 2: c1's result
     await expect(runSection(spec, h.deps)).rejects.toBe(failure);
     expect(Object.fromEntries(h.toolbox.executions)).toEqual({ c1: 1 });
     expect(h.provider.calls).toBe(1);
   });
 
-  test('a failed first save means no model call at all', async () => {
+  test('a failed first save (the first answer) means no tool runs', async () => {
     const failure = new Error('disk full');
-    const h = harness([answer('never')]);
+    const h = harness([toolTurn('c1'), answer('never')]);
     h.transcripts.failSave = { at: 1, error: failure };
     await expect(runSection(spec, h.deps)).rejects.toBe(failure);
-    expect(h.provider.calls).toBe(0);
+    expect(h.provider.calls).toBe(1);
+    expect(h.toolbox.executions.size).toBe(0);
   });
 
   test('abort during a tool call throws the signal reason and stops at once', async () => {

@@ -7,6 +7,11 @@ export interface CircuitState {
   readonly open: boolean;
   /** When an open circuit lets probes through; null when closed. */
   readonly untilMs: number | null;
+  /**
+   * Whether a success has anything to close (the circuit is open or counting outages). Absent means
+   * unknown: a success is then reported.
+   */
+  readonly needsClose?: boolean;
 }
 
 export interface ProviderCircuit {
@@ -39,7 +44,7 @@ export const CLOSED_CIRCUIT: CircuitRecord = { state: 'closed', failuresMs: [], 
 
 export function circuitState(record: CircuitRecord, nowMs: number): CircuitState {
   const open = record.state === 'open' && record.untilMs !== null && nowMs < record.untilMs;
-  return { open, untilMs: open ? record.untilMs : null };
+  return { open, untilMs: open ? record.untilMs : null, needsClose: needsCloseOnSuccess(record) };
 }
 
 /** The record after one more outage: opened when the window holds enough of them, or when a probe failed. */

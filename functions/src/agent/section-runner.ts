@@ -259,8 +259,8 @@ class SectionRun {
     this.signal.throwIfAborted();
     const stored = await this.deps.transcripts.load(this.spec.sectionId);
     if (stored === null) {
+      // Not saved yet: a first thread is the prompt alone, made again the same way if this worker dies before the first answer.
       this.messages = this.freshThread();
-      await this.save();
     } else {
       const done = await this.resume(stored);
       if (done !== null) return done;

@@ -246,7 +246,7 @@ async function inUnitTransaction(run: Sweep, doc: QueryDocumentSnapshot, body: (
   const jobRef = unitRef.parent.parent;
   if (!jobRef) throw new Error(`Unit ${unitRef.path} is not under a job`);
   return store.retryingWrite(`sweep of unit ${unitRef.path}`, () =>
-    store.db.runTransaction(async (tx): Promise<Outcome> => {
+    store.runTransaction(async (tx): Promise<Outcome> => {
       const [jobSnapshot, unitSnapshot] = await tx.getAll(jobRef, unitRef);
       run.read(2);
       if (!jobSnapshot || !unitSnapshot?.exists) return { counter: 'skipped', reason: 'the unit is gone' };

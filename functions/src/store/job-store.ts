@@ -8,10 +8,14 @@ import type { DocumentReference, DocumentSnapshot, Firestore, Transaction } from
 import pRetry, { AbortError } from 'p-retry';
 import type { Clock } from '../core/clock';
 import { CheckpointWriteError, OwnershipLostError, PhaselineError } from '../core/errors';
-import type { JobRecord } from '../core/job';
+import type { FanOutState, JobRecord } from '../core/job';
 import type { EngineOptions } from '../core/options';
 import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from './codec';
-import { checkpointPath, conversationPath, eventPath, jobPath, JOBS, unitPath } from './paths';
+import { ClaimSession } from './claim-session';
+import { isTransientFirestoreError } from './firestore-errors';
+import { checkpointPath, claimPath, conversationPath, eventPath, JOB_CLAIM_SLOT, jobPath, JOBS, unitClaimSlot, unitPath, unitsPath } from './paths';
+
+export { isAlreadyExists, isTransientFirestoreError } from './firestore-errors';
 
 export interface JobClaim {
   readonly jobId: string;
@@ -45,18 +49,6 @@ export type CreateJobResult =
   /** The same owner reused an Idempotency-Key for a different request. */
   | { readonly conflict: true; readonly job: JobRecord };
 
-/** gRPC codes worth retrying a write for: aborted, deadline exceeded, resource exhausted, unavailable. */
-const TRANSIENT_GRPC_CODES = new Set([4, 8, 10, 14]);
-
-export function isTransientFirestoreError(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'number' && TRANSIENT_GRPC_CODES.has(code);
-}
-
-export function isAlreadyExists(error: unknown): boolean {
-  return (error as { code?: unknown } | null)?.code === 6;
-}
-
 /** The job ID an idempotency key maps to: the same owner and key always name the same job. */
 export function jobIdForIdempotencyKey(owner: string, key: string): string {
   return `k${createHash('sha256').update(`${owner}\n${key}`).digest('hex').slice(0, 27)}`;
@@ -81,6 +73,23 @@ export function holdsUnitClaim(job: JobRecord, unit: UnitRecord, claim: UnitClai
   );
 }
 
+/** The epoch of the claim a job record says is held, or null (no worker holds the job). */
+export function heldJobEpoch(job: Pick<JobRecord, 'status' | 'lease'>): number | null {
+  return job.status === 'running' && job.lease !== null ? job.lease.epoch : null;
+}
+
+export function heldUnitEpoch(unit: Pick<UnitRecord, 'status' | 'lease'>): number | null {
+  return unit.status === 'running' && unit.lease !== null ? unit.lease.epoch : null;
+}
+
+/** What a claim slot document holds: the epoch it was last given to, and whether that claim still stands. */
+export interface ClaimSlotRecord {
+  readonly epoch: number;
+  readonly state: 'held' | 'revoked';
+  readonly worker: string | null;
+  readonly atMs: number;
+}
+
 export interface JobTransaction {
   readonly tx: Transaction;
   readonly job: JobRecord;
@@ -88,6 +97,9 @@ export interface JobTransaction {
 }
 
 export class JobStore {
+  /** Fan-outs a transaction's commit ends, per transaction attempt: their running units lose their claims after it commits. */
+  private readonly endedFanOuts = new WeakMap<Transaction, { jobId: string; fanout: FanOutState }[]>();
+
   constructor(
     readonly db: Firestore,
     readonly clock: Clock,
@@ -186,7 +198,7 @@ export class JobStore {
   ): Promise<T> {
     const ref = this.jobRef(jobId);
     return this.retryingWrite(`job ${jobId}`, () =>
-      this.db.runTransaction(async (tx) => {
+      this.runTransaction(async (tx) => {
         const snapshot = await tx.get(ref);
         if (!snapshot.exists) throw new OwnershipLostError(`Job ${jobId} does not exist`);
         const job = decodeJob(jobId, snapshot.data());
@@ -224,7 +236,7 @@ export class JobStore {
     const jobRef = this.jobRef(claim.jobId);
     const unitRef = this.unitRef(claim.jobId, claim.phase, claim.unit);
     return this.retryingWrite(`unit ${claim.jobId}/${claim.unit}`, () =>
-      this.db.runTransaction(async (tx) => {
+      this.runTransaction(async (tx) => {
         const [snapshot, unitSnapshot] = await tx.getAll(jobRef, unitRef);
         if (!snapshot?.exists || !unitSnapshot?.exists) throw new OwnershipLostError(`Unit ${claim.jobId}/${claim.unit} does not exist`);
         const job = decodeJob(claim.jobId, snapshot.data());
@@ -241,9 +253,78 @@ export class JobStore {
     );
   }
 
+  claimSlotRef(jobId: string, slot: string): DocumentReference {
+    return this.db.doc(claimPath(jobId, slot));
+  }
+
+  /** The owner-write path of a job claim: see ClaimSession. */
+  jobSession(claim: JobClaim): ClaimSession {
+    return new ClaimSession(this, this.claimSlotRef(claim.jobId, JOB_CLAIM_SLOT), claim.epoch, `job ${claim.jobId}`);
+  }
+
+  /** The owner-write path of a unit claim: see ClaimSession. */
+  unitSession(claim: UnitClaim): ClaimSession {
+    return new ClaimSession(this, this.claimSlotRef(claim.jobId, unitClaimSlot(claim.phase, claim.unit)), claim.epoch, `unit ${claim.jobId}/${claim.phase}~${claim.unit}`);
+  }
+
+  /**
+   * A Firestore transaction whose job commits may end a fan-out: once it has committed, the units
+   * still running under that fan-out lose their claims (their slots are revoked), so their next
+   * owner write fails instead of landing in a job that moved on. Every engine transaction that can
+   * commit a job record goes through here.
+   */
+  async runTransaction<T>(body: (tx: Transaction) => Promise<T>): Promise<T> {
+    let ended: { jobId: string; fanout: FanOutState }[] = [];
+    const value = await this.db.runTransaction((tx) => {
+      ended = [];
+      this.endedFanOuts.set(tx, ended);
+      return body(tx);
+    });
+    for (const { jobId, fanout } of ended) await this.revokeUnitsOf(jobId, fanout);
+    return value;
+  }
+
+  /**
+   * Revokes the claims of a fan-out's units still marked running. Each revocation rereads its unit
+   * in a transaction: a unit a later fan-out has already rewritten (and maybe given to a new
+   * worker) is left alone. If this process dies first, the unit's next heartbeat, which reads the
+   * job, stops it instead.
+   */
+  private async revokeUnitsOf(jobId: string, fanout: FanOutState): Promise<void> {
+    const units = await this.db.collection(unitsPath(jobId)).where('fanoutEpoch', '==', fanout.epoch).get();
+    for (const doc of units.docs) {
+      if (heldUnitEpoch(decodeUnit(doc.ref.path, doc.data())) === null) continue;
+      await this.db.runTransaction(async (tx) => {
+        const snapshot = await tx.get(doc.ref);
+        if (!snapshot.exists) return;
+        const unit = decodeUnit(doc.ref.path, snapshot.data());
+        const held = heldUnitEpoch(unit);
+        if (unit.fanoutEpoch !== fanout.epoch || held === null) return;
+        const revoked: ClaimSlotRecord = { epoch: held, state: 'revoked', worker: null, atMs: this.clock.now() };
+        tx.set(this.claimSlotRef(jobId, unitClaimSlot(unit.phase, unit.unit)), revoked);
+      });
+    }
+  }
+
+  /**
+   * Keeps a claim slot in step with the record that decides it, in the same commit: a new holder
+   * (claim, takeover) writes its epoch, a holder leaving (hand-off, reclaim, cancel, failure) writes
+   * the slot revoked. Either write changes the slot's update time, so every write a previous holder
+   * still makes under its precondition fails (see ClaimSession). No read: the records say it all.
+   */
+  private syncClaimSlot(tx: Transaction, ref: DocumentReference, before: number | null, after: number | null, worker: string | null): void {
+    if (before === after) return;
+    const nowMs = this.clock.now();
+    const record: ClaimSlotRecord =
+      after !== null ? { epoch: after, state: 'held', worker, atMs: nowMs } : { epoch: before ?? 0, state: 'revoked', worker: null, atMs: nowMs };
+    tx.set(ref, record);
+  }
+
   /** Writes the next job record, conditioned on the update time read, with its timeline events. */
   commitJob(tx: Transaction, snapshot: DocumentSnapshot, current: JobRecord, next: JobRecord, events: readonly EventDraft[]): void {
     const nowMs = this.clock.now();
+    this.syncClaimSlot(tx, this.claimSlotRef(current.id, JOB_CLAIM_SLOT), heldJobEpoch(current), heldJobEpoch(next), next.lease?.worker ?? null);
+    if (current.fanout !== null && next.fanout?.epoch !== current.fanout.epoch) this.endedFanOuts.get(tx)?.push({ jobId: current.id, fanout: current.fanout });
     let seq = current.eventSeq;
     for (const event of events) {
       seq += 1;
@@ -254,8 +335,9 @@ export class JobStore {
     tx.update(snapshot.ref, encodeJob(record), { lastUpdateTime: snapshot.updateTime });
   }
 
-  commitUnit(tx: Transaction, snapshot: DocumentSnapshot, next: UnitRecord): void {
+  commitUnit(tx: Transaction, snapshot: DocumentSnapshot, next: UnitRecord, current: UnitRecord = decodeUnit(snapshot.ref.path, snapshot.data())): void {
     if (!snapshot.updateTime) throw new Error(`Unit ${snapshot.ref.path}: snapshot without an update time`);
+    this.syncClaimSlot(tx, this.claimSlotRef(next.jobId, unitClaimSlot(next.phase, next.unit)), heldUnitEpoch(current), heldUnitEpoch(next), next.lease?.worker ?? null);
     tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }), { lastUpdateTime: snapshot.updateTime });
   }
 
@@ -272,6 +354,20 @@ export class JobStore {
       const id = `u-${String(nowMs).padStart(14, '0')}-${unit.phase}~${unit.unit}-${String(unit.epoch).padStart(4, '0')}-${commit}-${index}`;
       tx.create(this.db.doc(eventPath(job.id, id)), eventDocument(job, { ...event, unit: unit.unit }, nowMs));
     });
+  }
+
+  /**
+   * Writes the unit records a fan-out starts with (blind: the fan-out's own commit is conditioned on
+   * the job). Each unit's claim slot is written revoked with it, so that a worker still holding a
+   * unit of an earlier fan-out of this phase loses it here, not at its next heartbeat.
+   */
+  putNewUnits(tx: Transaction, units: readonly UnitRecord[]): void {
+    const nowMs = this.clock.now();
+    for (const unit of units) {
+      tx.set(this.unitRef(unit.jobId, unit.phase, unit.unit), encodeUnit({ ...unit, updatedAtMs: nowMs }));
+      const revoked: ClaimSlotRecord = { epoch: unit.epoch, state: 'revoked', worker: null, atMs: nowMs };
+      tx.set(this.claimSlotRef(unit.jobId, unitClaimSlot(unit.phase, unit.unit)), revoked);
+    }
   }
 
   checkpointRef(jobId: string, phase: string): DocumentReference {

@@ -7,6 +7,14 @@ export const unitPath = (jobId: string, phase: string, unit: string): string => 
 export const checkpointPath = (jobId: string, phase: string): string => `${JOBS}/${jobId}/checkpoints/${phase}`;
 export const sectionPath = (jobId: string, sectionKey: string): string => `${JOBS}/${jobId}/sections/${sectionKey}`;
 export const transcriptPath = (jobId: string, sectionKeyValue: string): string => `${JOBS}/${jobId}/transcripts/${sectionKeyValue}`;
+/**
+ * Who holds a job's or unit's claim right now: one small document per holder slot ("job", or the
+ * unit's `{phase}~{unit}`), written only when the claim changes hands. The holder's own writes are
+ * conditioned on its update time, so the hot job document is not rewritten on every save.
+ */
+export const JOB_CLAIM_SLOT = 'job';
+export const unitClaimSlot = (phase: string, unit: string): string => `${phase}~${unit}`;
+export const claimPath = (jobId: string, slot: string): string => `${JOBS}/${jobId}/claims/${slot}`;
 export const circuitPath = (name: string): string => `circuits/${name}`;
 /** The effect ledger: one entry per external effect, keyed by its idempotency key. */
 export const effectsPath = (jobId: string): string => `${JOBS}/${jobId}/effects`;

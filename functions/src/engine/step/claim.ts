@@ -54,7 +54,7 @@ export async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<Step
   if (!input.success) {
     return settleError(deps, claim, new TerminalError(`Stored input fails the ${pipeline.name} schema: ${z.prettifyError(input.error)}`), EMPTY_FLUSH);
   }
-  const running = newRunning(deps, worker, pipeline, input.data, job.decisions);
+  const running = newRunning(deps, worker, pipeline, input.data, job);
 
   const loaded = await loadCheckpoints(store.db, job.id, pipeline);
   const refusedNotes: EventDraft[] = loaded.refused.map((refusal) => ({

@@ -2,7 +2,7 @@
 import { OwnershipLostError } from '../../core/errors';
 import { type SectionRecord } from '../../core/pipeline';
 import { firestoreEffectLedger } from '../../effects/firestore-ledger';
-import type { EventDraft } from '../../store/job-store';
+import { isAlreadyExists, type EventDraft } from '../../store/job-store';
 import { sectionKey, sectionPath, transcriptPath } from '../../store/paths';
 import { type DurableWrites } from '../context';
 import type { Running, SectionOwner } from './running';
@@ -12,47 +12,71 @@ export const PROGRESS_RESETS_POISON: EventDraft = {
   message: 'A section was recorded after a lost worker: the job is making progress, so its lost-worker count starts again',
 };
 
-/** Section and transcript writes, each made only while the writer still holds its claim. */
+/**
+ * Section and transcript writes, each made only while the writer still holds its claim: one commit
+ * conditioned on the claim slot (ClaimSession), no read while the claim holds. The first section
+ * recorded after a lost worker goes through an owner-checked transaction instead, because it also
+ * resets the poison count on the job or unit record (see the README's quarantine rule).
+ */
 export function durableWrites(running: Running, owner: SectionOwner, phase: string, unit: string | null): DurableWrites {
   const { store } = running.deps;
   const transcriptRef = (sectionId: string) => store.db.doc(transcriptPath(owner.claim.jobId, sectionKey(phase, unit, sectionId)));
-  const asOwner = async <T>(body: (context: { tx: FirebaseFirestore.Transaction }) => Promise<{ value: T }>): Promise<T> => {
+  const session = owner.kind === 'job' ? store.jobSession(owner.claim) : store.unitSession(owner.claim);
+  let poisonCountToReset = running.staleReclaimsAtClaim > 0;
+  const stopOnLoss = async <T>(write: Promise<T>): Promise<T> => {
     try {
-      return owner.kind === 'job' ? await store.asOwner(owner.claim, body) : await store.asUnitOwner(owner.claim, body);
+      return await write;
     } catch (error) {
       if (error instanceof OwnershipLostError) running.controller.abort(error);
       throw error;
     }
   };
-  /**
-   * First write wins: a section is never rewritten. A recorded section is progress, so the poison
-   * count (workers lost without progress) of its owner starts again: see the README's quarantine rule.
-   */
-  const writeSection = async (section: SectionRecord): Promise<boolean> => {
-    const ref = store.db.doc(sectionPath(owner.claim.jobId, sectionKey(section.phase, section.unit, section.id)));
+  const asOwner = <T>(body: (context: { tx: FirebaseFirestore.Transaction }) => Promise<{ value: T }>): Promise<T> =>
+    stopOnLoss(owner.kind === 'job' ? store.asOwner(owner.claim, body) : store.asUnitOwner(owner.claim, body));
+
+  /** Through the owner-checked transaction: creates the section and resets the poison count in one commit. */
+  const writeSectionResettingPoison = (ref: FirebaseFirestore.DocumentReference, document: Record<string, unknown>): Promise<boolean> => {
     const create = async (tx: FirebaseFirestore.Transaction): Promise<boolean> => {
       const existing = await tx.get(ref);
       if (existing.exists) return false;
-      tx.create(ref, { ...section, epoch: owner.claim.epoch });
+      tx.create(ref, document);
       return true;
     };
-    try {
-      if (owner.kind === 'job') {
-        return await store.asOwner(owner.claim, async ({ tx, job }) => {
-          const created = await create(tx);
-          if (!created || job.staleReclaims === 0) return { value: created };
-          return { next: { ...job, staleReclaims: 0 }, events: [PROGRESS_RESETS_POISON], value: created };
-        });
-      }
-      return await store.asUnitOwner(owner.claim, async ({ tx, unit: current }) => {
+    if (owner.kind === 'job') {
+      return store.asOwner(owner.claim, async ({ tx, job }) => {
         const created = await create(tx);
-        if (!created || current.staleReclaims === 0) return { value: created };
-        return { nextUnit: { ...current, staleReclaims: 0 }, events: [PROGRESS_RESETS_POISON], value: created };
+        if (!created || job.staleReclaims === 0) return { value: created };
+        return { next: { ...job, staleReclaims: 0 }, events: [PROGRESS_RESETS_POISON], value: created };
       });
-    } catch (error) {
-      if (error instanceof OwnershipLostError) running.controller.abort(error);
-      throw error;
     }
+    return store.asUnitOwner(owner.claim, async ({ tx, unit: current }) => {
+      const created = await create(tx);
+      if (!created || current.staleReclaims === 0) return { value: created };
+      return { nextUnit: { ...current, staleReclaims: 0 }, events: [PROGRESS_RESETS_POISON], value: created };
+    });
+  };
+
+  /** First write wins: a section is never rewritten (create-if-absent, in the owner's conditioned commit). */
+  const writeSection = (section: SectionRecord): Promise<boolean> => {
+    const ref = store.db.doc(sectionPath(owner.claim.jobId, sectionKey(section.phase, section.unit, section.id)));
+    const document = { ...section, epoch: owner.claim.epoch };
+    if (poisonCountToReset) {
+      return stopOnLoss(
+        writeSectionResettingPoison(ref, document).then((created) => {
+          if (created) poisonCountToReset = false;
+          return created;
+        }),
+      );
+    }
+    return stopOnLoss(
+      session.commit(`section ${section.id}`, (batch) => batch.create(ref, document)).then(
+        () => true,
+        (error: unknown) => {
+          if (isAlreadyExists(error)) return false;
+          throw error;
+        },
+      ),
+    );
   };
   return {
     writeSection,
@@ -60,11 +84,13 @@ export function durableWrites(running: Running, owner: SectionOwner, phase: stri
       const snapshot = await transcriptRef(sectionId).get();
       return snapshot.exists ? (snapshot.get('transcript') as unknown) : null;
     },
-    saveTranscript: (sectionId, transcript) =>
-      asOwner(({ tx }) => {
-        tx.set(transcriptRef(sectionId), { phase, unit, id: sectionId, transcript, epoch: owner.claim.epoch, savedAtMs: store.clock.now() });
-        return Promise.resolve({ value: undefined });
-      }),
+    saveTranscript: async (sectionId, transcript) => {
+      await stopOnLoss(
+        session.commit(`transcript ${sectionId}`, (batch) =>
+          batch.set(transcriptRef(sectionId), { phase, unit, id: sectionId, transcript, epoch: owner.claim.epoch, savedAtMs: store.clock.now() }),
+        ),
+      );
+    },
     effects: firestoreEffectLedger({
       db: store.db,
       jobId: owner.claim.jobId,
@@ -72,6 +98,7 @@ export function durableWrites(running: Running, owner: SectionOwner, phase: stri
       epoch: owner.claim.epoch,
       clock: store.clock,
       signal: running.controller.signal,
+      // Effects keep the transaction that reads the job (and unit): a cancelled job must start no new effect.
       owned: asOwner,
     }),
   };

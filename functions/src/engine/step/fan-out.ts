@@ -5,7 +5,7 @@ import { applyClaimTally, EMPTY_FLUSH, type FlushPayload } from '../../core/flus
 import { type JobRecord } from '../../core/job';
 import { joinJob, startFanOutJob, unitDispatch, type Dispatch } from '../../core/transitions';
 import { type PhaseDefinition, type StepContext } from '../../core/pipeline';
-import { decodeUnit, encodeUnit, type UnitRecord } from '../../store/codec';
+import { decodeUnit, type UnitRecord } from '../../store/codec';
 import type { EventDraft, JobClaim, UnitClaim } from '../../store/job-store';
 import { unitsPath } from '../../store/paths';
 import { checkpointDocumentFor, loadCheckpoints } from '../checkpoints';
@@ -110,7 +110,7 @@ export async function startFanOut(
         joinedNextPhase = phaseAfter(running, phase);
       }
       const transition = startFanOutJob(job, { fanout, joinedNextPhase }, nowMs);
-      for (const { ref, record } of records) tx.set(ref, encodeUnit({ ...record, updatedAtMs: store.clock.now() }));
+      store.putNewUnits(tx, records.map(({ record }) => record));
       return { next: transition.next, events: [...notes, ...transition.events], value: { toEnqueue, dispatch: transition.dispatch } };
     });
   } catch (error) {

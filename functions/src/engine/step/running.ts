@@ -50,6 +50,8 @@ export interface Running {
   readonly input: unknown;
   /** Answers people gave, as the job held them when this step claimed it. */
   readonly decisions: Readonly<Record<string, string>>;
+  /** The claimed record's lost-worker count: the first section recorded resets it (durable-writes). */
+  readonly staleReclaimsAtClaim: number;
   readonly controller: AbortController;
   /** When the step last showed progress; the heartbeat renews the lease only while this is recent. */
   progressAtMs: number;
@@ -62,8 +64,14 @@ export class NoProgressError extends PhaselineError {
   }
 }
 
-export function newRunning(deps: RunnerDeps, worker: string, pipeline: PipelineDefinition<unknown>, input: unknown, decisions: Readonly<Record<string, string>>): Running {
-  return { deps, worker, pipeline, input, decisions, controller: new AbortController(), progressAtMs: deps.store.clock.now() };
+export function newRunning(
+  deps: RunnerDeps,
+  worker: string,
+  pipeline: PipelineDefinition<unknown>,
+  input: unknown,
+  claimed: { readonly decisions: Readonly<Record<string, string>>; readonly staleReclaims: number },
+): Running {
+  return { deps, worker, pipeline, input, decisions: claimed.decisions, staleReclaimsAtClaim: claimed.staleReclaims, controller: new AbortController(), progressAtMs: deps.store.clock.now() };
 }
 
 /** Settles with the work, or rejects with the abort reason as soon as the claim is lost or the step stalls. */

@@ -21,7 +21,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   const unitRef = store.unitRef(task.jobId, phaseName, unitId);
   type UnitClaimResult = { job: JobRecord; unit: UnitRecord } | { reason: string; notYetDueMs?: number };
   const claimed = await store.retryingWrite(`unit claim ${task.jobId}/${phaseName}/${unitId}`, () =>
-    store.db.runTransaction(async (tx): Promise<UnitClaimResult> => {
+    store.runTransaction(async (tx): Promise<UnitClaimResult> => {
       const [jobSnapshot, unitSnapshot] = await tx.getAll(jobRef, unitRef);
       if (!jobSnapshot?.exists || !unitSnapshot?.exists) return { reason: 'no such job or unit' };
       const job = decodeJob(task.jobId, jobSnapshot.data());
@@ -54,7 +54,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   const pipeline = deps.pipelines.get(job.pipeline);
   const phase = pipeline?.phases.find((candidate) => candidate.name === unit.phase);
   const input = pipeline?.input.safeParse(job.input);
-  const running: Running | null = pipeline && input?.success ? newRunning(deps, worker, pipeline, input.data, job.decisions) : null;
+  const running: Running | null = pipeline && input?.success ? newRunning(deps, worker, pipeline, input.data, { decisions: job.decisions, staleReclaims: unit.staleReclaims }) : null;
   if (!running || !phase?.fanOut) {
     return failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit}: pipeline ${job.pipeline} has no fan-out phase ${unit.phase}, or the stored input no longer validates`));
   }

@@ -5,7 +5,7 @@
  * engine's cap (`maxServerDelayMs`) is treated as down: the job waits, resuming at the cap.
  */
 import { z } from 'zod';
-import type { ProviderCircuit } from '../../agent/circuit';
+import type { CircuitState, ProviderCircuit } from '../../agent/circuit';
 import { isProviderOutage, type ModelProvider } from '../../agent/provider';
 import { runSection, type SectionOutcome, type SectionPolicy, type SectionSpec, type StoredTranscript, type UsageEntry } from '../../agent/section-runner';
 import type { Toolbox } from '../../agent/tools';
@@ -74,13 +74,63 @@ function costIncrements(entry: UsageEntry): Record<string, number> {
   };
 }
 
+/**
+ * The shared circuit as one step sees it: read once per step (not around every section), an
+ * outage recorded as it happens, and a success written only when the circuit had something to
+ * close. A circuit another worker opens mid-step is seen by this step's own next outage.
+ */
+class StepCircuit {
+  private view: Promise<CircuitState> | null = null;
+
+  constructor(private readonly circuit: ProviderCircuit) {}
+
+  check(nowMs: number): Promise<CircuitState> {
+    this.view ??= this.circuit.check(nowMs).catch((error: unknown) => {
+      this.view = null;
+      throw error;
+    });
+    return this.view;
+  }
+
+  async succeeded(nowMs: number): Promise<void> {
+    const view = await this.check(nowMs);
+    if (view.needsClose === false) return;
+    await this.circuit.recordSuccess(nowMs);
+    this.view = Promise.resolve({ open: false, untilMs: null, needsClose: false });
+  }
+
+  async outage(nowMs: number, detail: string): Promise<CircuitState> {
+    const state = await this.circuit.recordOutage(nowMs, detail);
+    this.view = Promise.resolve({ ...state, needsClose: true });
+    return state;
+  }
+}
+
+/** One StepCircuit per step (a step is one claim, and each claim has its own abort signal) and circuit. */
+const stepCircuits = new WeakMap<AbortSignal, WeakMap<ProviderCircuit, StepCircuit>>();
+
+function circuitForStep(signal: AbortSignal, circuit: ProviderCircuit): StepCircuit {
+  let byCircuit = stepCircuits.get(signal);
+  if (!byCircuit) {
+    byCircuit = new WeakMap();
+    stepCircuits.set(signal, byCircuit);
+  }
+  let view = byCircuit.get(circuit);
+  if (!view) {
+    view = new StepCircuit(circuit);
+    byCircuit.set(circuit, view);
+  }
+  return view;
+}
+
 export async function runAgentSection<TInput>(
   context: StepContext<TInput>,
   deps: ResearchDeps,
   spec: SectionSpec,
 ): Promise<SectionOutcome | ProviderWait> {
   const nowMs = context.clock.now();
-  const circuit = await deps.circuit.check(nowMs);
+  const stepCircuit = circuitForStep(context.signal, deps.circuit);
+  const circuit = await stepCircuit.check(nowMs);
   if (circuit.open && circuit.untilMs !== null) {
     return { kind: 'provider-wait', untilMs: circuit.untilMs, question: `Provider ${deps.provider.name} unavailable; resuming automatically` };
   }
@@ -110,13 +160,13 @@ export async function runAgentSection<TInput>(
     if (outcome.kind === 'out-of-time') {
       context.note('section-yielded', `${spec.sectionId}: the step's time ran out mid-section (${outcome.reason}); its transcript is saved and the next step goes on`);
     } else {
-      await deps.circuit.recordSuccess(context.clock.now());
+      await stepCircuit.succeeded(context.clock.now());
     }
     return outcome;
   } catch (error) {
     if (!isProviderOutage(error) || context.signal.aborted) throw error;
     const nowMs = context.clock.now();
-    const state = await deps.circuit.recordOutage(nowMs, describeError(error));
+    const state = await stepCircuit.outage(nowMs, describeError(error));
     const asked = capServerDelay(error instanceof PhaselineError ? error.retryAfterMs : undefined, context.limits.maxServerDelayMs);
     if (asked.capped) {
       // Not honoured as a backoff (a day, a century): an outage with a stated resume time.
