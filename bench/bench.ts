@@ -16,15 +16,16 @@ import { closedCircuit, FAULT_SCHEDULE, PROVIDER_SEED, RESEARCH_INPUTS, research
 import { summarizeCapacity } from './report/capacity';
 import { notAhead } from './report/markdown';
 import type { BenchMeta, BenchResults } from './report/results';
+import { evaluateTargets } from './report/targets';
 import { summarizeComparison, summarizeContention, summarizeOverhead, summarizeSweeper, summarizeThroughput, summarizeWriteRate } from './report/summary';
-import { runComparison, type JobSample } from './scenarios/compare';
+import { runComparison, runOverhead, type JobSample } from './scenarios/compare';
 import { measureContention, type ContentionSample } from './scenarios/contention';
 import { measureSweeps, type SweeperSample } from './scenarios/sweeper-cost';
 import { measureThroughput, type ThroughputResult } from './scenarios/throughput';
 import type { ThroughputPlan } from './scenarios/throughput-client';
 import { measureWriteRate, type WriteRateSample } from './scenarios/write-rate';
 
-export const SCENARIOS = ['compare', 'sensitivity', 'write-rate', 'sweeper', 'contention', 'throughput'] as const;
+export const SCENARIOS = ['compare', 'sensitivity', 'slow-overhead', 'write-rate', 'sweeper', 'contention', 'throughput'] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 
 export interface BenchPlan {
@@ -35,6 +36,8 @@ export interface BenchPlan {
   readonly faults: readonly Fault[];
   /** The comparison again at a slower model, on fewer jobs. */
   readonly sensitivity: { readonly latencyMs: number; readonly inputs: number; readonly repeats: number } | null;
+  /** The overhead pair alone (Phaseline and in-process, fault-free) at a slow model, on fewer jobs. */
+  readonly slowOverhead: { readonly latencyMs: number; readonly inputs: number; readonly repeats: number } | null;
   /** Unmeasured jobs run first, so the emulator's JIT is warm. */
   readonly warmupJobs: number;
   readonly writeRate: { readonly paces: readonly { readonly intervalMs: number; readonly sections: number }[]; readonly repeats: number };
@@ -97,7 +100,7 @@ export async function runBench(plan: BenchPlan, log: Log = console.log): Promise
     engine: openProject(`${plan.projectPrefix}-engine`),
   };
   const scenarios = async () => {
-    if (wanted('compare') || wanted('sensitivity')) {
+    if (wanted('compare') || wanted('sensitivity') || (wanted('slow-overhead') && plan.slowOverhead)) {
       log(`${stamp()} warm-up`);
       await projects.warmup.reset();
       await warmUp(projects.warmup, plan, log);
@@ -125,6 +128,18 @@ export async function runBench(plan: BenchPlan, log: Log = console.log): Promise
             latencyMs: sensitivity.latencyMs,
             phaselineProject: projects.phaseline,
             baselineProject: projects.baselines,
+            log,
+          }),
+        );
+    const slowOverhead = plan.slowOverhead;
+    const slowOverheadSamples = !slowOverhead
+      ? null
+      : await step('slow-overhead', () =>
+          runOverhead({
+            repeats: slowOverhead.repeats,
+            inputs: plan.inputs.slice(0, slowOverhead.inputs),
+            latencyMs: slowOverhead.latencyMs,
+            phaselineProject: projects.phaseline,
             log,
           }),
         );
@@ -174,7 +189,7 @@ export async function runBench(plan: BenchPlan, log: Log = console.log): Promise
           if (result.skipped) throw new Error(result.skipped);
           return result;
         });
-    return { comparison, sensitivitySamples, writeRate, sweeper, contention, throughput };
+    return { comparison, sensitivitySamples, slowOverheadSamples, writeRate, sweeper, contention, throughput };
   };
   let measured: Awaited<ReturnType<typeof scenarios>>;
   try {
@@ -187,7 +202,7 @@ export async function runBench(plan: BenchPlan, log: Log = console.log): Promise
     await firestore.stop();
   }
   clearInterval(sampler);
-  const { comparison, sensitivitySamples, writeRate, sweeper, contention, throughput } = measured;
+  const { comparison, sensitivitySamples, slowOverheadSamples, writeRate, sweeper, contention, throughput } = measured;
 
   const finished = performance.now();
   const meta: BenchMeta = {
@@ -215,6 +230,7 @@ export async function runBench(plan: BenchPlan, log: Log = console.log): Promise
   return assembleResults(meta, {
     comparison: comparison?.samples ?? null,
     sensitivity: sensitivitySamples && plan.sensitivity ? { latencyMs: plan.sensitivity.latencyMs, samples: sensitivitySamples } : null,
+    slowOverhead: slowOverheadSamples && plan.slowOverhead ? { latencyMs: plan.slowOverhead.latencyMs, samples: slowOverheadSamples } : null,
     writeRate,
     sweeper,
     contention,
@@ -226,21 +242,25 @@ export async function runBench(plan: BenchPlan, log: Log = console.log): Promise
 export interface RawResults {
   readonly comparison: readonly JobSample[] | null;
   readonly sensitivity: { readonly latencyMs: number; readonly samples: readonly JobSample[] } | null;
+  readonly slowOverhead: { readonly latencyMs: number; readonly samples: readonly JobSample[] } | null;
   readonly writeRate: readonly WriteRateSample[] | null;
   readonly sweeper: { readonly samples: readonly SweeperSample[]; readonly equalityOnly: ReadonlyMap<number, number> } | null;
   readonly contention: readonly ContentionSample[] | null;
   readonly throughput: ThroughputResult | null;
 }
 
-/** Summaries and the notes on where Phaseline is not ahead, all computed from the raw samples. */
+/** Summaries, the notes on where Phaseline is not ahead and the targets, all computed from the raw samples. */
 export function assembleResults(meta: BenchMeta, raw: RawResults): BenchResults {
   const durable = (samples: readonly JobSample[]) => samples.filter((sample) => sample.implementation !== 'in-memory');
   const comparison = raw.comparison ? summarizeComparison(durable(raw.comparison)) : null;
   const writeRate = raw.writeRate ? summarizeWriteRate(raw.writeRate) : null;
-  const partial: Omit<BenchResults, 'notAhead'> = {
+  const partial: Omit<BenchResults, 'notAhead' | 'targets'> = {
     meta,
     comparison: raw.comparison && comparison ? { summary: comparison, samples: raw.comparison } : null,
-    overhead: raw.comparison ? summarizeOverhead(raw.comparison) : null,
+    overhead: raw.comparison ? summarizeOverhead(raw.comparison, meta.modelLatencyMs) : null,
+    slowOverhead: raw.slowOverhead
+      ? { latencyMs: raw.slowOverhead.latencyMs, summary: summarizeOverhead(raw.slowOverhead.samples, raw.slowOverhead.latencyMs), samples: raw.slowOverhead.samples }
+      : null,
     sensitivity: raw.sensitivity ? { latencyMs: raw.sensitivity.latencyMs, summary: summarizeComparison(durable(raw.sensitivity.samples)), samples: raw.sensitivity.samples } : null,
     writeRate: raw.writeRate && writeRate ? { summary: writeRate, samples: raw.writeRate } : null,
     sweeper: raw.sweeper ? { summary: summarizeSweeper(raw.sweeper.samples, raw.sweeper.equalityOnly), samples: raw.sweeper.samples } : null,
@@ -248,7 +268,7 @@ export function assembleResults(meta: BenchMeta, raw: RawResults): BenchResults 
     throughput: raw.throughput ? { summary: summarizeThroughput(raw.throughput), raw: raw.throughput } : null,
     capacity: summarizeCapacity(comparison ?? undefined, writeRate ?? undefined, meta.modelLatencyMs),
   };
-  return { ...partial, notAhead: notAhead(partial) };
+  return { ...partial, notAhead: notAhead(partial), targets: evaluateTargets(partial) };
 }
 
 /** The same results summarized again from their raw samples (after the summaries or notes changed). */
@@ -256,6 +276,8 @@ export function resummarize(results: BenchResults): BenchResults {
   return assembleResults(results.meta, {
     comparison: results.comparison?.samples ?? null,
     sensitivity: results.sensitivity ? { latencyMs: results.sensitivity.latencyMs, samples: results.sensitivity.samples } : null,
+    // Results written before the slow-overhead scenario have none.
+    slowOverhead: results.slowOverhead ? { latencyMs: results.slowOverhead.latencyMs, samples: results.slowOverhead.samples } : null,
     writeRate: results.writeRate?.samples ?? null,
     sweeper: results.sweeper
       ? { samples: results.sweeper.samples, equalityOnly: new Map(results.sweeper.summary.map((row) => [row.totalJobs, row.equalityOnlyReads])) }
@@ -272,6 +294,8 @@ export const FULL_PLAN: BenchPlan = {
   latencyMs: 10,
   faults: FAULT_SCHEDULE,
   sensitivity: { latencyMs: 100, inputs: 1, repeats: 3 },
+  // About 35 s per job either way (45 model calls, the experts in parallel): some 2.5 minutes.
+  slowOverhead: { latencyMs: 1_000, inputs: 1, repeats: 2 },
   warmupJobs: 3,
   writeRate: {
     paces: [
@@ -303,6 +327,7 @@ export const SMOKE_PLAN: BenchPlan = {
   latencyMs: 5,
   faults: FAULT_SCHEDULE,
   sensitivity: null,
+  slowOverhead: null,
   warmupJobs: 0,
   writeRate: { paces: [{ intervalMs: 100, sections: 6 }], repeats: 1 },
   sweeper: { totals: [100, 300], expired: 3, repeats: 1 },

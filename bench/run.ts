@@ -8,7 +8,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { FULL_PLAN, resummarize, runBench, SCENARIOS, SMOKE_PLAN, type BenchPlan, type ScenarioName } from './bench';
-import { capacitySection, comparisonTable, renderMarkdown } from './report/markdown';
+import { capacitySection, comparisonTable, renderMarkdown, targetsTable } from './report/markdown';
 import type { BenchResults } from './report/results';
 import { renderSvg } from './report/svg';
 
@@ -47,13 +47,18 @@ function writeOutputs(results: BenchResults, out: string): void {
   writeFileSync(join(out, 'results.svg'), renderSvg(results));
 }
 
-/** The recovery rows of the comparison table and the capacity and cost model, on the terminal as well. */
+/** The recovery rows of the comparison table, the capacity and cost model and the targets, on the terminal as well. */
 function printHeadlines(results: BenchResults): void {
   if (results.comparison) {
     const [header, rule, ...rows] = comparisonTable(results.comparison.summary).split('\n');
     console.log(['', header, rule, ...rows.filter((row) => row.includes('Recovery wait'))].join('\n'));
   }
   if (results.capacity) console.log(['', '## Capacity and cost model', '', ...capacitySection(results.capacity)].join('\n'));
+  const met = results.targets.filter((check) => check.met === true).length;
+  const missed = results.targets.filter((check) => check.met === false).length;
+  console.log(
+    ['', '## Targets', '', targetsTable(results.targets, false), '', `${met} met, ${missed} missed, ${results.targets.length - met - missed} n/a (not measured in this run, or under other conditions than the target's).`].join('\n'),
+  );
 }
 
 async function main(): Promise<number> {

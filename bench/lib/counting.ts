@@ -4,7 +4,9 @@
  * `commit` that succeeds. Those are the units Firestore bills (a query that returns nothing is
  * billed as one read; that is counted separately). Transactions are counted by wrapping
  * `runTransaction`: every call of the update function is one attempt, so attempts beyond the
- * number of transactions are the retries the SDK made after contention aborted one.
+ * number of transactions are the retries the SDK made after contention aborted one. Every RPC is
+ * also counted as one round trip, and the ones a durable write costs (commits, and the reads and
+ * rollbacks of transactions, told apart by the transaction they carry) separately.
  *
  * `request` and `requestStream` are internal methods of @google-cloud/firestore (7.x); the bench
  * replaces them on this one instance only, so the engine's own code runs unchanged.
@@ -33,6 +35,16 @@ export interface FirestoreCounts {
   /** Calls of transaction update functions: transactions plus retries. */
   transactionAttempts: number;
   transactionsFailed: number;
+  /** Every RPC sent (gets, queries, commits, rollbacks, whatever else), failed ones included: round trips. */
+  rpcs: number;
+  /** Commits that succeeded with no write in them (a transaction that read and wrote nothing). */
+  emptyCommits: number;
+  /** Gets and queries sent inside a transaction (they start it or carry its ID). */
+  transactionalReads: number;
+  /** Rollback RPCs (a transaction's update function threw, or an attempt is retried). */
+  rollbacks: number;
+  /** beginTransaction RPCs (the SDK 7.x starts a transaction inside its first read instead; counted in case). */
+  beginTransactions: number;
 }
 
 export interface WriteRecord {
@@ -55,11 +67,32 @@ export const emptyCounts = (): FirestoreCounts => ({
   transactions: 0,
   transactionAttempts: 0,
   transactionsFailed: 0,
+  rpcs: 0,
+  emptyCommits: 0,
+  transactionalReads: 0,
+  rollbacks: 0,
+  beginTransactions: 0,
 });
 
 /** Reads as Firestore bills them: documents delivered, missing documents, and one per empty query. */
 export function billedReads(counts: FirestoreCounts): number {
   return counts.documentsRead + counts.missingReads + counts.emptyQueries;
+}
+
+/** Commits that wrote something: the durable writes (one commit may carry several document writes). */
+export function durableCommits(counts: FirestoreCounts): number {
+  return counts.commits - counts.emptyCommits;
+}
+
+/**
+ * Round trips spent on durable writes: every commit RPC (failed ones too), and the RPCs a
+ * transaction adds to its commit (the reads inside it, rollbacks, a separate beginTransaction).
+ * A plain commit, or a transaction that reads nothing, is one; a transaction that reads before it
+ * writes is at least two per attempt. Equal to `durableCommits` exactly when every durable write
+ * was a single round trip and no transactional round trip was spent without one.
+ */
+export function writeRoundTrips(counts: FirestoreCounts): number {
+  return counts.commits + counts.failedCommits + counts.transactionalReads + counts.rollbacks + counts.beginTransactions;
 }
 
 export function subtractCounts(after: FirestoreCounts, before: FirestoreCounts): FirestoreCounts {
@@ -72,6 +105,11 @@ interface FirestoreInternals {
   request(method: string, request: unknown, tag: string, retryCodes?: unknown): Promise<unknown>;
   requestStream(method: string, bidirectional: boolean, request: unknown, tag: string): Promise<EventEmitter>;
   runTransaction(update: (tx: unknown) => Promise<unknown>, options?: unknown): Promise<unknown>;
+}
+
+interface WireRead {
+  readonly transaction?: unknown;
+  readonly newTransaction?: unknown;
 }
 
 interface WireWrite {
@@ -103,11 +141,15 @@ export class FirestoreCounter {
     const runTransaction = internals.runTransaction.bind(db);
 
     internals.request = async (method, body, tag, retryCodes) => {
+      this.counts.rpcs += 1;
+      if (method === 'rollback') this.counts.rollbacks += 1;
+      if (method === 'beginTransaction') this.counts.beginTransactions += 1;
       try {
         const result = await request(method, body, tag, retryCodes);
         if (method === 'commit') {
           const writes = ((body as { writes?: readonly WireWrite[] }).writes ?? []);
           this.counts.commits += 1;
+          if (writes.length === 0) this.counts.emptyCommits += 1;
           this.counts.writes += writes.length;
           this.counts.deletes += writes.filter((write) => write.delete !== undefined).length;
           if (this.recordWrites) {
@@ -124,8 +166,12 @@ export class FirestoreCounter {
     };
 
     internals.requestStream = async (method, bidirectional, body, tag) => {
+      this.counts.rpcs += 1;
+      const read = method === 'batchGetDocuments' || method === 'runQuery';
+      const wire = body as WireRead | null;
+      if (read && (wire?.transaction !== undefined || wire?.newTransaction !== undefined)) this.counts.transactionalReads += 1;
       const stream = await requestStream(method, bidirectional, body, tag);
-      if (method !== 'batchGetDocuments' && method !== 'runQuery') return stream;
+      if (!read) return stream;
       if (method === 'runQuery') this.counts.queries += 1;
       let delivered = 0;
       const emit = stream.emit.bind(stream);

@@ -3,7 +3,9 @@ import { redeliveryDelayMs, STEP_QUEUE } from '../lib/cloud-tasks';
 import type { Implementation } from '../scenarios/compare';
 import { REAL_CALL_MS, type CapacitySummary } from './capacity';
 import type { BenchResults } from './results';
+import { anchor, SECTION } from './sections';
 import { breakEvenLatencyMs, type ImplementationSummary } from './summary';
+import type { TargetCheck } from './targets';
 
 export const LABELS: Readonly<Record<Implementation, string>> = {
   phaseline: 'Phaseline',
@@ -19,6 +21,13 @@ export function fmt(value: number, digits = 0): string {
 }
 
 const seconds = (ms: number, digits = 0): string => `${fmt(ms / 1000, digits)} s`;
+
+/** A wall-time ratio as the time it adds: `+3.04 %`, `+15.8 %`, `+958 %` (more digits near the 3 % target). */
+export function addedPercent(ratio: number): string {
+  const percent = (ratio - 1) * 100;
+  const size = Math.abs(percent);
+  return `${percent >= 0 ? '+' : '−'}${fmt(size, size < 10 ? 2 : size < 100 ? 1 : 0)} %`;
+}
 const arrow = (before: number, after: number, digits = 0): string => `${fmt(before, digits)} → ${fmt(after, digits)}`;
 
 function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
@@ -264,6 +273,19 @@ export function capacitySection(capacity: CapacitySummary): string[] {
   ];
 }
 
+/** The Targets table: each target, this run's figure, met or not (worked out from the figure), and where the figure is explained. */
+export function targetsTable(targets: readonly TargetCheck[], links = true): string {
+  return table(
+    ['Target', 'Measured', 'Met?', 'From'],
+    targets.map((check) => [
+      check.target,
+      check.measured,
+      check.met === null ? 'n/a' : check.met ? 'yes' : '**no**',
+      links ? `[${SECTION[check.section]}](#${anchor(SECTION[check.section])})` : SECTION[check.section],
+    ]),
+  );
+}
+
 export function renderMarkdown(results: BenchResults): string {
   const { meta } = results;
   const out: string[] = [];
@@ -281,8 +303,17 @@ export function renderMarkdown(results: BenchResults): string {
     out.push('**Scenarios that failed in this run:**', '', ...Object.entries(meta.errors).map(([name, error]) => `- ${name}: ${error}`), '');
   }
 
+  out.push('## Targets', '');
+  out.push(
+    "The engine's targets against this run's figures. \"Met?\" is worked out from the figure, not written down; n/a means the figure was not measured in this run, " +
+      'or was measured under other conditions than the target names (the measured column says which). Each figure is explained in the section it comes from.',
+    '',
+    targetsTable(results.targets),
+    '',
+  );
+
   if (results.comparison) {
-    out.push('## 1. Phaseline against the approaches people use today', '');
+    out.push(`## ${SECTION.comparison}`, '');
     out.push(
       `The same research jobs (${meta.inputs.length} input${meta.inputs.length === 1 ? '' : 's'}: 2 experts × 3 sections, 11 agent sections each), offline provider seed ${meta.providerSeed}, ` +
         `**${meta.modelLatencyMs} ms of real latency per model call**, the same section policy, the same fault schedule. ` +
@@ -317,33 +348,65 @@ export function renderMarkdown(results: BenchResults): string {
     }
   }
 
-  if (results.overhead) {
-    const overhead = results.overhead;
-    out.push('## 2. Durability overhead', '');
+  const overheads = [results.overhead, results.slowOverhead?.summary ?? null].filter((summary): summary is NonNullable<typeof summary> => summary !== null);
+  if (overheads.length > 0) {
+    const runs = (summary: (typeof overheads)[number]): string => {
+      const samples = summary === results.overhead ? (results.comparison?.samples ?? []) : (results.slowOverhead?.samples ?? []);
+      const inputs = new Set(samples.map((sample) => sample.input)).size;
+      const repeats = new Set(samples.map((sample) => sample.repeat)).size;
+      return `${inputs} input${inputs === 1 ? '' : 's'}, ${repeats} repeat${repeats === 1 ? '' : 's'}`;
+    };
+    const ratio = (summary: (typeof overheads)[number]): string =>
+      `**×${fmt(summary.wallTimeRatio, 2)}, ${addedPercent(summary.wallTimeRatio)}** (per repeat: ${summary.ratios.map((value) => fmt(value, 3)).join(', ')})`;
+    const row = (label: string, cell: (summary: (typeof overheads)[number]) => string): string[] => [label, ...overheads.map(cell)];
+    const slow = results.slowOverhead?.summary ?? null;
+    const phaseline = results.comparison ? find(results.comparison.summary, 'phaseline') : undefined;
+    const callsPerSection = results.overhead && phaseline ? phaseline.modelCallsFaultFree / results.overhead.sectionsPerJob : Number.NaN;
+    out.push(`## ${SECTION.overhead}`, '');
     out.push(
-      `Fault-free, the same phases: in-process with no durability (no Firestore at all) against Phaseline on the emulator, both at ${meta.modelLatencyMs} ms per model call. ` +
-        'The ratio is the median over repeats of the ratio within each repeat.',
+      'Fault-free, the same phases: in-process with no durability (no Firestore at all, so no operations) against Phaseline on the emulator, at the same model latency. ' +
+        [
+          ...(results.overhead ? [`At ${fmt(meta.modelLatencyMs)} ms per model call these are the comparison's own fault-free runs (section 1)`] : []),
+          ...(slow ? [`${results.overhead ? 'at' : 'At'} ${fmt(slow.latencyMs)} ms per model call the two run alone, on fewer jobs (no baselines, no faults)`] : []),
+        ].join('; ') +
+        '. The ratio is the median over repeats of the ratio within each repeat.' +
+        (results.overhead
+          ? ` The targets on operations per agent section are read from the ${fmt(meta.modelLatencyMs)} ms column (a slower model lets a step live long enough to heartbeat, which can add writes).`
+          : ''),
       '',
       table(
-        ['Per job', 'In-process, no durability', 'Phaseline on the emulator', 'Ratio / difference'],
+        ['Per job', ...overheads.map((summary) => `${fmt(summary.latencyMs)} ms per model call (${runs(summary)})`)],
         [
-          ['Wall time', `${fmt(overhead.inMemoryWallMs)} ms`, `${fmt(overhead.phaselineWallMs)} ms`, `×${fmt(overhead.wallTimeRatio, 2)} (per repeat: ${overhead.ratios.map((ratio) => fmt(ratio, 2)).join(', ')})`],
-          ['Added time per agent section', '—', `${fmt(overhead.addedMsPerSection)} ms`, `over ${fmt(overhead.sectionsPerJob)} sections`],
-          ['Firestore writes per agent section', '0', fmt(overhead.writesPerSection, 1), ''],
-          ['Firestore reads per agent section', '0', fmt(overhead.readsPerSection, 1), ''],
-          ['Transactions per agent section', '0', fmt(overhead.transactionsPerSection, 1), ''],
+          row('Wall time in-process, no durability', (summary) => `${fmt(summary.inMemoryWallMs)} ms`),
+          row('Wall time, Phaseline on the emulator', (summary) => `${fmt(summary.phaselineWallMs)} ms`),
+          row('**Phaseline against in-process**', ratio),
+          row('Added time per agent section', (summary) => `${fmt(summary.addedMsPerSection)} ms (over ${fmt(summary.sectionsPerJob)} sections)`),
+          row('Firestore reads per agent section (billed)', (summary) => fmt(summary.readsPerSection, 1)),
+          row('Firestore writes per agent section', (summary) => fmt(summary.writesPerSection, 1)),
+          row('Transactions per agent section', (summary) => `${fmt(summary.transactionsPerSection, 1)} (${fmt(summary.transactionAttemptsPerSection, 1)} attempts)`),
+          row('Commits per agent section (that wrote something: durable writes)', (summary) => fmt(summary.commitsPerSection, 1)),
+          row('Round trips per agent section: for durable writes / in all', (summary) => `${fmt(summary.writeRoundTripsPerSection, 1)} / ${fmt(summary.roundTripsPerSection, 1)}`),
+          row('**Round trips per durable write** (1 when every durable write is a single round trip)', (summary) => `**${fmt(summary.roundTripsPerDurableWrite, 2)}**`),
         ],
       ),
       '',
-      `An agent section here makes about ${fmt((results.comparison ? (find(results.comparison.summary, 'phaseline')?.modelCallsFaultFree ?? 0) : 0) / overhead.sectionsPerJob, 1)} model calls; ` +
-        `with real calls of 1–10 s each, ${fmt(overhead.addedMsPerSection)} ms of bookkeeping per section is a few percent at most (an extrapolation, not a measurement; ` +
-        'the emulator on 2 shared cores is also slower than production Firestore).',
+      'A round trip is one RPC to Firestore (a get, a query, a commit, a rollback). Those for durable writes are every commit RPC (failed ones too) and the reads and rollbacks of transactions: ' +
+        'a plain commit, or a transaction that reads nothing, is one; a transaction that reads before it writes is at least two per attempt.',
+      '',
+      slow
+        ? `At ${fmt(slow.latencyMs)} ms a model call the bookkeeping is measured, not extrapolated: ${fmt(slow.addedMsPerSection)} ms per agent section, ` +
+            `${addedPercent(slow.wallTimeRatio)} on the job's wall time (the emulator on 2 shared cores is slower than production Firestore, and so few repeats of a job this long are noisy).`
+        : results.overhead
+          ? `An agent section here makes about ${fmt(callsPerSection, 1)} model calls; ` +
+            `with real calls of 1–10 s each, ${fmt(results.overhead.addedMsPerSection)} ms of bookkeeping per section is a few percent at most (an extrapolation, not a measurement; ` +
+            'the emulator on 2 shared cores is also slower than production Firestore).'
+          : '',
       '',
     );
   }
 
   if (results.writeRate) {
-    out.push('## 3. Write rate on the job document', '');
+    out.push(`## ${SECTION.writeRate}`, '');
     out.push(
       'One step of a bench pipeline records sections at a fixed pace and reports progress after each, with the real flusher on real timers and the system clock ' +
         '(minimum gap 1 s between progress writes). Every write to the job document in the step is counted, the claim and the hand-off included.',
@@ -380,7 +443,7 @@ export function renderMarkdown(results: BenchResults): string {
   }
 
   if (results.sweeper) {
-    out.push('## 4. Sweeper cost', '');
+    out.push(`## ${SECTION.sweeper}`, '');
     out.push(
       `Jobs seeded with batched writes (5 % running with live leases, 5 % queued, 2 % waiting for a person, the rest completed), of which ${results.sweeper.summary[0]?.expired ?? '?'} have expired leases. ` +
         `Each sweep reclaims them (they are put back before the next), ${results.sweeper.samples.length / Math.max(1, results.sweeper.summary.length)} sweeps per size. ` +
@@ -406,7 +469,7 @@ export function renderMarkdown(results: BenchResults): string {
   }
 
   if (results.contention) {
-    out.push('## 5. Claim contention', '');
+    out.push(`## ${SECTION.contention}`, '');
     out.push(
       'Concurrent deliveries of step 0: claimer *i* runs the real runner on job *i* mod *J* (a one-phase pipeline: the winner claims, runs an empty phase and hands off). ' +
         '"Retried attempts" are transaction attempts beyond one claim per claimer and one hand-off per winner (contention aborts, retried by the SDK or the store).',
@@ -429,7 +492,7 @@ export function renderMarkdown(results: BenchResults): string {
   }
 
   if (results.throughput) {
-    out.push('## 6. End-to-end throughput through the emulators', '');
+    out.push(`## ${SECTION.throughput}`, '');
     const plan = results.throughput.raw.plan;
     if (results.throughput.raw.skipped) {
       out.push(`Not measured in this run: ${results.throughput.raw.skipped}.`, '');
@@ -458,7 +521,7 @@ export function renderMarkdown(results: BenchResults): string {
   }
 
   if (results.capacity) {
-    out.push('## 7. Capacity and cost model', '');
+    out.push(`## ${SECTION.capacity}`, '');
     out.push(...capacitySection(results.capacity));
   }
 
@@ -485,6 +548,7 @@ export function renderMarkdown(results: BenchResults): string {
         'A crash leaves the worker\'s call unanswered forever (for the baselines it also aborts the attempt, as a killed process stops every branch). A frozen worker is woken after its replacement finished; what it then does is the "on waking" row.',
       '**Firestore reads and writes** are counted on the wire of the implementation\'s own client: the bench wraps that one client instance\'s internal `request`/`requestStream` RPC methods and `runTransaction` ' +
         '(bench/lib/counting.ts). Reads are documents delivered by gets and queries, missing documents, and one per empty query (as billed); writes are the writes of commits that succeeded. ' +
+        'Every RPC is counted as a round trip; those of durable writes are the commit RPCs and the reads and rollbacks of transactions (a read carries the transaction it starts or belongs to). ' +
         'The bench\'s own bookkeeping (status checks, counting results, seeding) goes through a second, uncounted client. Submission is included; the sweeps Phaseline needed to recover are included.',
       '**Published results** are the documents under `jobs/{id}/results` once every worker, frozen ones included, has stopped.',
       `**Timing** is noisy on a shared 2-core machine: figures are medians over ${meta.repeats} repeats, ratios are taken within a repeat, and the implementations' order rotates between repeats. ` +

@@ -5,6 +5,7 @@ import type { SweeperSample } from '../scenarios/sweeper-cost';
 import type { ThroughputResult } from '../scenarios/throughput';
 import type { WriteRateSample } from '../scenarios/write-rate';
 import type { CapacitySummary } from './capacity';
+import type { TargetCheck } from './targets';
 import type { ContentionSummary, ImplementationSummary, OverheadSummary, SweeperSummary, ThroughputSummary, WriteRateSummary } from './summary';
 
 export interface BenchMeta {
@@ -36,6 +37,8 @@ export interface BenchResults {
   readonly meta: BenchMeta;
   readonly comparison: { readonly summary: readonly ImplementationSummary[]; readonly samples: readonly JobSample[] } | null;
   readonly overhead: OverheadSummary | null;
+  /** The overhead pair alone at a slow model (1 s a call), on fewer jobs. */
+  readonly slowOverhead: { readonly latencyMs: number; readonly summary: OverheadSummary | null; readonly samples: readonly JobSample[] } | null;
   readonly sensitivity: { readonly latencyMs: number; readonly summary: readonly ImplementationSummary[]; readonly samples: readonly JobSample[] } | null;
   readonly writeRate: { readonly summary: readonly WriteRateSummary[]; readonly samples: readonly WriteRateSample[] } | null;
   readonly sweeper: { readonly summary: readonly SweeperSummary[]; readonly samples: readonly SweeperSample[] } | null;
@@ -45,4 +48,6 @@ export interface BenchResults {
   readonly capacity: CapacitySummary | null;
   /** Where Phaseline is not ahead of a baseline, in words, computed from the figures. */
   readonly notAhead: readonly string[];
+  /** The engine's targets against this run's figures, met or not worked out from them. */
+  readonly targets: readonly TargetCheck[];
 }

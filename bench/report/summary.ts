@@ -1,4 +1,5 @@
 /** Turns raw samples into the figures the table, the chart and the JSON report. */
+import { durableCommits, writeRoundTrips, type FirestoreCounts } from '../lib/counting';
 import { groupBy, max, mean, median } from '../lib/stats';
 import type { ContentionSample } from '../scenarios/contention';
 import type { Implementation, JobSample } from '../scenarios/compare';
@@ -146,6 +147,8 @@ export function summarizeComparison(samples: readonly JobSample[]): Implementati
 }
 
 export interface OverheadSummary {
+  /** Model latency of the runs, in ms. */
+  readonly latencyMs: number;
   readonly inMemoryWallMs: number;
   readonly phaselineWallMs: number;
   /** Median over repeats of (Phaseline wall time / in-process wall time), both fault-free, same repeat. */
@@ -155,11 +158,27 @@ export interface OverheadSummary {
   readonly writesPerSection: number;
   readonly readsPerSection: number;
   readonly transactionsPerSection: number;
+  /** Calls of transaction update functions (transactions plus the SDK's retries) per section. */
+  readonly transactionAttemptsPerSection: number;
+  /** Commits that wrote something (durable writes; a commit may write several documents) per section. */
+  readonly commitsPerSection: number;
+  /** Every RPC (gets, queries, commits, rollbacks) per section. */
+  readonly roundTripsPerSection: number;
+  /** Round trips spent on durable writes (lib/counting.ts writeRoundTrips) per section. */
+  readonly writeRoundTripsPerSection: number;
+  /** Write round trips per durable write: 1 when every durable write is one round trip. */
+  readonly roundTripsPerDurableWrite: number;
   /** (Phaseline − in-process) wall time per agent section. */
   readonly addedMsPerSection: number;
 }
 
-export function summarizeOverhead(samples: readonly JobSample[]): OverheadSummary | null {
+/** A count that results written before it was measured lack: NaN then. */
+function counted(sample: JobSample, figure: (counts: FirestoreCounts) => number): number {
+  const value = sample.counts ? figure(sample.counts) : Number.NaN;
+  return typeof value === 'number' ? value : Number.NaN;
+}
+
+export function summarizeOverhead(samples: readonly JobSample[], latencyMs: number): OverheadSummary | null {
   const memory = samples.filter((sample) => sample.implementation === 'in-memory');
   const phaseline = samples.filter((sample) => sample.implementation === 'phaseline' && !sample.faulted);
   if (memory.length === 0 || phaseline.length === 0) return null;
@@ -172,7 +191,9 @@ export function summarizeOverhead(samples: readonly JobSample[]): OverheadSummar
   const sections = mean(phaseline.map((sample) => sample.sections));
   const inMemoryWallMs = perRepeat(memory, (sample) => sample.wallMs);
   const phaselineWallMs = perRepeat(phaseline, (sample) => sample.wallMs);
+  const perSection = (figure: (counts: FirestoreCounts) => number): number => perRepeat(phaseline, (sample) => counted(sample, figure) / sample.sections);
   return {
+    latencyMs,
     inMemoryWallMs,
     phaselineWallMs,
     wallTimeRatio: median(ratios),
@@ -181,6 +202,11 @@ export function summarizeOverhead(samples: readonly JobSample[]): OverheadSummar
     writesPerSection: perRepeat(phaseline, (sample) => sample.writes / sample.sections),
     readsPerSection: perRepeat(phaseline, (sample) => sample.reads / sample.sections),
     transactionsPerSection: perRepeat(phaseline, (sample) => (sample.counts?.transactions ?? 0) / sample.sections),
+    transactionAttemptsPerSection: perSection((counts) => counts.transactionAttempts),
+    commitsPerSection: perSection(durableCommits),
+    roundTripsPerSection: perSection((counts) => counts.rpcs),
+    writeRoundTripsPerSection: perSection(writeRoundTrips),
+    roundTripsPerDurableWrite: perRepeat(phaseline, (sample) => counted(sample, writeRoundTrips) / counted(sample, durableCommits)),
     addedMsPerSection: (phaselineWallMs - inMemoryWallMs) / sections,
   };
 }

@@ -11,6 +11,9 @@
  * With `lostTaskVariant`, Phaseline also runs every faulted job with the killed worker's task
  * lost (never redelivered), so that recovery rests on the sweeper alone: the "before" figure
  * next to the redelivered takeover, measured in the same run.
+ *
+ * `runOverhead` runs only the overhead pair (Phaseline and in-process, fault-free), for model
+ * latencies too slow to run the whole comparison at (1 s a call).
  */
 import { ManualClock } from '../../functions/src/core/clock';
 import { resolveEngineOptions } from '../../functions/src/core/options';
@@ -206,6 +209,33 @@ export async function runComparison(config: CompareConfig): Promise<JobSample[]>
               `${Math.round(sample.wallMs)} ms, ${sample.modelCalls} model calls (${sample.repeatedModelCalls} repeated), ${sample.published} published, ${sample.reads} reads, ${sample.writes} writes`,
           );
         }
+      }
+    }
+  }
+  return samples;
+}
+
+export type OverheadConfig = Pick<CompareConfig, 'repeats' | 'inputs' | 'latencyMs' | 'phaselineProject' | 'log'>;
+
+/**
+ * Phaseline and the same phases in-process with no durability, fault-free, on the same inputs:
+ * the durability overhead alone. The order alternates between repeats, so that neither always
+ * runs first.
+ */
+export async function runOverhead(config: OverheadConfig): Promise<JobSample[]> {
+  const samples: JobSample[] = [];
+  const log = config.log ?? (() => undefined);
+  // No faults, and the in-process run touches no project: the baselines' project is never used.
+  const compare: CompareConfig = { ...config, faults: [], baselineProject: config.phaselineProject };
+  for (let repeat = 0; repeat < config.repeats; repeat += 1) {
+    await config.phaselineProject.reset();
+    const driver = new PhaselineDriver(config.phaselineProject, resolveEngineOptions());
+    const order: readonly ('phaseline' | 'in-memory')[] = repeat % 2 === 0 ? ['in-memory', 'phaseline'] : ['phaseline', 'in-memory'];
+    for (const implementation of order) {
+      for (const [index, input] of config.inputs.entries()) {
+        const sample = implementation === 'phaseline' ? await runPhaseline(compare, driver, input, false) : await runBaseline(compare, 'in-memory', input, false);
+        samples.push({ implementation, faulted: false, repeat, input: index, ...sample });
+        log(`  overhead at ${config.latencyMs} ms/call r${repeat} ${implementation} job ${index}: ${sample.status}/${sample.outcome ?? '-'} ${Math.round(sample.wallMs)} ms, ${sample.modelCalls} model calls`);
       }
     }
   }

@@ -6,12 +6,16 @@ import { runBench, SMOKE_PLAN, type BenchPlan } from '../../bench/bench';
 import { renderMarkdown } from '../../bench/report/markdown';
 import { renderSvg } from '../../bench/report/svg';
 import type { BenchResults } from '../../bench/report/results';
+import { SECTION } from '../../bench/report/sections';
+import { TARGETS } from '../../bench/report/targets';
 
 jest.setTimeout(180_000);
 
 const plan: BenchPlan = {
   ...SMOKE_PLAN,
   latencyMs: 1,
+  // The full plan's 1 s row, shrunk: the code path runs, the 1 s target stays n/a.
+  slowOverhead: { latencyMs: 20, inputs: 1, repeats: 1 },
   writeRate: { paces: [{ intervalMs: 50, sections: 4 }], repeats: 1 },
   sweeper: { totals: [40, 120], expired: 3, repeats: 1 },
   contention: { claimers: [3], jobs: [1, 2], repeats: 1 },
@@ -29,6 +33,8 @@ test('every scenario ran', () => {
   expect(results.meta.errors).toEqual({});
   expect(results.comparison?.summary.map((row) => row.implementation).sort()).toEqual(['phase-checkpoints', 'phaseline', 'phaseline-lost-task', 'whole-job']);
   expect(results.overhead).not.toBeNull();
+  expect(results.slowOverhead?.latencyMs).toBe(20);
+  expect(results.slowOverhead?.summary?.ratios).toHaveLength(1);
   expect(results.writeRate?.summary).toHaveLength(1);
   expect(results.sweeper?.summary).toHaveLength(2);
   expect(results.contention?.summary).toHaveLength(2);
@@ -88,6 +94,35 @@ test('the job document is written at least for the claim and the hand-off, never
   const [rate] = results.writeRate?.summary ?? [];
   expect(rate?.jobWrites).toBeGreaterThanOrEqual(2);
   expect(rate?.jobWrites).toBeLessThanOrEqual((rate?.sections ?? 0) + 2);
+});
+
+test('round trips per agent section are counted: every durable write costs at least one', () => {
+  const overhead = results.overhead;
+  expect(overhead?.commitsPerSection).toBeGreaterThan(0);
+  expect(overhead?.writeRoundTripsPerSection).toBeGreaterThanOrEqual(overhead?.commitsPerSection ?? Number.POSITIVE_INFINITY);
+  expect(overhead?.roundTripsPerSection).toBeGreaterThanOrEqual(overhead?.writeRoundTripsPerSection ?? Number.POSITIVE_INFINITY);
+  expect(overhead?.roundTripsPerDurableWrite).toBeGreaterThanOrEqual(1);
+});
+
+test('the targets are worked out from the figures, n/a where this run measured under other conditions', () => {
+  const byTarget = new Map(results.targets.map((check) => [check.target, check]));
+  const find = (start: string) => [...byTarget.values()].find((check) => check.target.startsWith(start));
+  const overhead = results.overhead;
+  expect(find('Document reads per agent section')?.met).toBe((overhead?.readsPerSection ?? Number.NaN) <= TARGETS.readsPerSection);
+  expect(find('Document writes per agent section')?.met).toBe((overhead?.writesPerSection ?? Number.NaN) <= TARGETS.writesPerSection);
+  expect(find('Every durable write one round trip')?.met).toBe((overhead?.roundTripsPerDurableWrite ?? Number.NaN) <= TARGETS.roundTripsPerDurableWrite);
+  expect(typeof find('Recovery wait per killed worker')?.met).toBe('boolean');
+  // This plan runs at 1 ms and 20 ms per call, 3 claimers, 40 and 120 jobs: not the targets' conditions.
+  expect(find('Durability overhead at 10 ms')?.met).toBeNull();
+  expect(find('Durability overhead at 1 s')?.met).toBeNull();
+  expect(find('One winner per claim')?.met).toBeNull();
+  expect(find('Sweeper reads flat')?.met).toBeNull();
+  const markdown = renderMarkdown(results);
+  expect(markdown).toContain('## Targets');
+  for (const check of results.targets) {
+    expect(check.measured).not.toBe('');
+    expect(markdown).toContain(`\n## ${SECTION[check.section]}\n`);
+  }
 });
 
 test('the report renders: a Markdown table and an SVG chart', () => {
