@@ -166,8 +166,8 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'poison-resets-on-section',
     removes: 'the lost-worker count starting again when a section is recorded',
     file: 'functions/src/engine/step/durable-writes.ts',
-    search: '          if (!created || job.staleReclaims === 0) return { value: created };\n',
-    replace: '          return { value: created };\n',
+    search: '        if (!created || job.staleReclaims === 0) return { value: created };\n',
+    replace: '        return { value: created };\n',
     tests: [{ files: [HOLES], names: 'bug 8: five workers lost, each right after recording' }],
   },
   {
@@ -252,10 +252,21 @@ export const MUTANTS: readonly Mutant[] = [
   },
   {
     name: 'ended-fanout-revokes-units',
-    removes: "revoking the claims of units still running when their fan-out ends (a unit of an ended fan-out records sections)",
+    removes: "revoking, in the commit that ends a fan-out, the claims of its units (a unit of an ended fan-out records sections)",
     file: 'functions/src/store/job-store.ts',
-    search: '    for (const { jobId, fanout } of ended) await this.revokeUnitsOf(jobId, fanout);\n',
-    replace: '',
-    tests: [{ files: [FENCING], names: 'bug 14: unit, fan-out epoch:' }],
+    search: '      tx.set(this.claimSlotRef(jobId, unitClaimSlot(fanout.phase, unit)), revoked);\n',
+    replace: '      void revoked;\n',
+    tests: [
+      { files: [FENCING], names: 'bug 14: unit, fan-out epoch:' },
+      { files: ['test/emulator/ended-fanout.test.ts'], names: 'bug 15: (a sibling|an owner cancels)' },
+    ],
+  },
+  {
+    name: 'fanout-ends-when-job-stops',
+    removes: "treating a job that stops running (quarantine keeps its fan-out record) as ending its fan-out",
+    file: 'functions/src/store/job-store.ts',
+    search: " || next.status !== 'running')) this.endFanOut(",
+    replace: ')) this.endFanOut(',
+    tests: [{ files: ['test/emulator/ended-fanout.test.ts'], names: 'bug 15: a sibling unit quarantines' }],
   },
 ];

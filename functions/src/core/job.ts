@@ -43,6 +43,12 @@ export interface FanOutState {
   readonly epoch: number;
   readonly units: number;
   readonly done: number;
+  /**
+   * The fan-out's unit IDs, so that the commit that ends it early (cancel, failure, wait,
+   * quarantine) can revoke every unit's claim in that same commit. Absent on fan-outs recorded
+   * before it existed.
+   */
+  readonly unitIds?: readonly string[];
 }
 
 export interface JobRecord {

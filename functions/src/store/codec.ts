@@ -5,7 +5,7 @@
 import { Timestamp, type DocumentData } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import { CorruptCheckpointError } from '../core/errors';
-import { JOB_STATUSES, UNIT_STATUSES, type Cancellation, type JobRecord, type Lease, type UnitRecord } from '../core/job';
+import { JOB_STATUSES, UNIT_STATUSES, type Cancellation, type FanOutState, type JobRecord, type Lease, type UnitRecord } from '../core/job';
 
 const millis = z.instanceof(Timestamp).transform((value) => value.toMillis());
 const counts = z.record(z.string(), z.number());
@@ -74,7 +74,9 @@ const jobDocumentSchema = z.object({
   decisions: z.record(z.string(), z.string()),
   cancellation: cancellationSchema.nullable(),
   effectsToSettleAt: millis.nullable().default(null),
-  fanout: z.object({ phase: z.string(), epoch: z.number().int(), units: z.number().int(), done: z.number().int() }).nullable(),
+  fanout: z
+    .object({ phase: z.string(), epoch: z.number().int(), units: z.number().int(), done: z.number().int(), unitIds: z.array(z.string()).optional() })
+    .nullable(),
   claimTally: claimTallySchema.nullable().default(null),
   eventSeq: z.number().int().nonnegative(),
   createdAt: millis,
@@ -136,7 +138,7 @@ export function decodeJob(id: string, data: DocumentData | undefined): JobRecord
     decisions: doc.decisions,
     cancellation: doc.cancellation && decodeCancellation(doc.cancellation),
     effectsToSettleAtMs: doc.effectsToSettleAt,
-    fanout: doc.fanout,
+    fanout: doc.fanout === null ? null : decodeFanOut(doc.fanout),
     claimTally: doc.claimTally,
     eventSeq: doc.eventSeq,
     createdAtMs: doc.createdAt,
@@ -211,6 +213,11 @@ const unitDocumentSchema = z.object({
   lastError: z.object({ code: z.string(), message: z.string(), at: millis }).nullable(),
   updatedAt: millis,
 });
+
+function decodeFanOut(stored: { phase: string; epoch: number; units: number; done: number; unitIds?: string[] | undefined }): FanOutState {
+  const { unitIds, ...counts } = stored;
+  return unitIds === undefined ? counts : { ...counts, unitIds };
+}
 
 export function decodeUnit(path: string, data: DocumentData | undefined): UnitRecord {
   const parsed = unitDocumentSchema.safeParse(data);

@@ -84,7 +84,8 @@ export function heldUnitEpoch(unit: Pick<UnitRecord, 'status' | 'lease'>): numbe
 
 /** What a claim slot document holds: the epoch it was last given to, and whether that claim still stands. */
 export interface ClaimSlotRecord {
-  readonly epoch: number;
+  /** Null when a whole fan-out's units were revoked without reading which epoch each one was at. */
+  readonly epoch: number | null;
   readonly state: 'held' | 'revoked';
   readonly worker: string | null;
   readonly atMs: number;
@@ -280,7 +281,12 @@ export class JobStore {
       this.endedFanOuts.set(tx, ended);
       return body(tx);
     });
-    for (const { jobId, fanout } of ended) await this.revokeUnitsOf(jobId, fanout);
+    for (const { jobId, fanout } of ended) {
+      // Best effort after the fact: the commit stands whatever happens here (never retried with it).
+      await this.revokeUnitsOf(jobId, fanout).catch((error: unknown) => {
+        console.warn(`revoking the unit claims of job ${jobId}'s ended fan-out failed; their next heartbeat stops them`, error);
+      });
+    }
     return value;
   }
 
@@ -320,11 +326,30 @@ export class JobStore {
     tx.set(ref, record);
   }
 
+  /**
+   * The job leaves its fan-out (joined, or ended early by a cancel, a failure, a wait or a
+   * quarantine): every unit's claim slot is revoked in this same commit, so a unit still running
+   * cannot record anything once the commit lands. Blind writes, no read: every unit of an ended
+   * fan-out is stale, and a later fan-out only starts after this commit. A fan-out recorded without
+   * its unit IDs falls back to revoking after the commit (see runTransaction).
+   */
+  private endFanOut(tx: Transaction, jobId: string, fanout: FanOutState): void {
+    if (fanout.unitIds === undefined) {
+      this.endedFanOuts.get(tx)?.push({ jobId, fanout });
+      return;
+    }
+    const nowMs = this.clock.now();
+    for (const unit of fanout.unitIds) {
+      const revoked: ClaimSlotRecord = { epoch: null, state: 'revoked', worker: null, atMs: nowMs };
+      tx.set(this.claimSlotRef(jobId, unitClaimSlot(fanout.phase, unit)), revoked);
+    }
+  }
+
   /** Writes the next job record, conditioned on the update time read, with its timeline events. */
   commitJob(tx: Transaction, snapshot: DocumentSnapshot, current: JobRecord, next: JobRecord, events: readonly EventDraft[]): void {
     const nowMs = this.clock.now();
     this.syncClaimSlot(tx, this.claimSlotRef(current.id, JOB_CLAIM_SLOT), heldJobEpoch(current), heldJobEpoch(next), next.lease?.worker ?? null);
-    if (current.fanout !== null && next.fanout?.epoch !== current.fanout.epoch) this.endedFanOuts.get(tx)?.push({ jobId: current.id, fanout: current.fanout });
+    if (current.fanout !== null && (next.fanout?.epoch !== current.fanout.epoch || next.status !== 'running')) this.endFanOut(tx, current.id, current.fanout);
     let seq = current.eventSeq;
     for (const event of events) {
       seq += 1;

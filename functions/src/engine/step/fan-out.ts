@@ -7,7 +7,7 @@ import { joinJob, startFanOutJob, unitDispatch, type Dispatch } from '../../core
 import { type PhaseDefinition, type StepContext } from '../../core/pipeline';
 import { decodeUnit, type UnitRecord } from '../../store/codec';
 import type { EventDraft, JobClaim, UnitClaim } from '../../store/job-store';
-import { unitsPath } from '../../store/paths';
+import { readFanOutUnits } from '../../store/checkpoint-reads';
 import { checkpointDocumentFor, loadCheckpoints } from '../checkpoints';
 import { Running, StepOutcome, bareContext, chargeUnit, dispatchQuietly, lost } from './running';
 import { settleError } from './settle';
@@ -101,10 +101,10 @@ export async function startFanOut(
         else toEnqueue.push(record);
         return { ref: snapshot.ref, record };
       });
-      const fanout = { phase: phase.name, epoch: claim.epoch, units: unitIds.length, done: reused.size };
+      const fanout = { phase: phase.name, epoch: claim.epoch, units: unitIds.length, done: reused.size, unitIds };
       let joinedNextPhase: string | null = null;
       if (toEnqueue.length === 0) {
-        const loaded = await loadCheckpoints(store.db, job.id, running.pipeline);
+        const loaded = await loadCheckpoints(store, job.id, running.pipeline);
         const state = joinState(phase, () => reused, bareContext(running, job.id, phase, loaded.states, 'a join'));
         tx.set(store.checkpointRef(job.id, phase.name), checkpointDocumentFor(phase, state, claim.epoch, nowMs));
         joinedNextPhase = phaseAfter(running, phase);
@@ -141,11 +141,11 @@ export async function finishUnit(running: Running, claim: UnitClaim, phase: Phas
     const next: JobRecord = { ...charged.job, fanout: { ...fanout, done } };
     const events: EventDraft[] = [{ kind: 'unit-done', message: `${claim.unit} finished` }, ...applied.notes];
     if (done >= fanout.units) {
-      const siblings = await store.db.collection(unitsPath(claim.jobId)).where('fanoutEpoch', '==', claim.fanoutEpoch).get();
-      const loaded = await loadCheckpoints(store.db, claim.jobId, running.pipeline);
+      const siblings = await readFanOutUnits(store, claim.jobId, claim.fanoutEpoch);
+      const loaded = await loadCheckpoints(store, claim.jobId, running.pipeline);
       const state = joinState(phase, () => {
         const results = new Map<string, unknown>();
-        for (const doc of siblings.docs) {
+        for (const doc of siblings) {
           const sibling = decodeUnit(doc.ref.path, doc.data());
           if (sibling.phase !== phase.name) continue;
           results.set(sibling.unit, fanOut.unitState.parse(sibling.unit === claim.unit ? result : sibling.result));

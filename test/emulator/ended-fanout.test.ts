@@ -1,0 +1,241 @@
+/**
+ * A fan-out that ends while a unit is still running (a sibling quarantines the job, the owner
+ * cancels it): the commit that ends it revokes every unit's claim slot, so the running unit's
+ * next section or transcript is refused and nothing of it lands. Found by a hostile review of the
+ * owner-write path; each test failed before its fix.
+ */
+import { FieldValue } from 'firebase-admin/firestore';
+import { z } from 'zod';
+import { OwnershipLostError } from '../../functions/src/core/errors';
+import { defineFanOutPhase, definePipeline, pipelineRegistry, type StepContext, type UnitOutcome } from '../../functions/src/core/pipeline';
+import { cancelJob } from '../../functions/src/engine/owner-actions';
+import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { sweep } from '../../functions/src/engine/sweeper';
+import { decodeJob } from '../../functions/src/store/codec';
+import { JobStore } from '../../functions/src/store/job-store';
+import { JOBS } from '../../functions/src/store/paths';
+import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import type { RecordedTask } from '../support/task-queue';
+
+type UnitInput = { units: number };
+type UnitResult = { value: number };
+const unitTurns: { run: (context: StepContext<UnitInput>, unit: string) => Promise<UnitOutcome<UnitResult>> } = {
+  run: () => Promise.resolve({ kind: 'done', state: { value: 1 } }),
+};
+
+const reviewUnits = definePipeline<UnitInput>({
+  name: 'review-units',
+  description: 'Test pipeline: one fan-out phase whose units the test holds and releases',
+  input: z.strictObject({ units: z.number().int().min(1).max(3) }),
+  phases: [
+    defineFanOutPhase<UnitInput, { total: number }, UnitResult>({
+      name: 'experts',
+      state: z.strictObject({ total: z.number() }),
+      section: z.strictObject({ value: z.number() }),
+      fanOut: {
+        units: (context) => Array.from({ length: context.input.units }, (_, index) => `u${index}`),
+        unitState: z.strictObject({ value: z.number() }),
+        runUnit: (context, unit) => unitTurns.run(context, unit),
+        join: (results) => ({ total: [...results.values()].reduce((sum, result) => sum + result.value, 0) }),
+      },
+    }),
+  ],
+  publish: () => ({ outcome: 'complete', title: 'Total', markdown: 'units joined', missing: [] }),
+});
+
+let harness: EngineHarness;
+beforeAll(() => {
+  harness = engineHarness('owner-path-review', pipelineRegistry(reviewUnits));
+});
+beforeEach(async () => {
+  unitTurns.run = () => Promise.resolve({ kind: 'done', state: { value: 1 } });
+  harness.queue.drain();
+  await harness.firestore.reset();
+});
+afterAll(() => harness.firestore.close());
+
+const db = () => harness.firestore.db;
+const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
+const kinds = (outcomes: readonly StepOutcome[]) => outcomes.map((outcome) => outcome.kind);
+
+interface Hold {
+  readonly entered: Promise<void>;
+  arrive(): void;
+  readonly released: Promise<void>;
+  release(): void;
+}
+
+function hold(): Hold {
+  const entered = gate();
+  const released = gate();
+  return { entered: entered.promise, arrive: entered.open, released: released.promise, release: released.open };
+}
+
+function unitTask(tasks: readonly RecordedTask[], unit: string): RecordedTask {
+  const task = tasks.find((candidate) => candidate.task.unit === unit);
+  if (!task) throw new Error(`no task for unit ${unit}`);
+  return task;
+}
+
+/** What a unit worker's owner writes left in the database, by section key prefix. */
+async function writesOfUnit(jobId: string, unit: string): Promise<{ sections: string[]; transcripts: string[] }> {
+  const prefix = `experts~${unit}~`;
+  const sections = (await db().collection(`${JOBS}/${jobId}/sections`).get()).docs.map((doc) => doc.id).filter((id) => id.startsWith(prefix));
+  const transcripts = (await db().collection(`${JOBS}/${jobId}/transcripts`).get()).docs.map((doc) => doc.id).filter((id) => id.startsWith(prefix));
+  return { sections, transcripts };
+}
+
+/** The unit worker's stale writes: a transcript save and a section, each either refused or landed. */
+async function staleWrites(context: StepContext<UnitInput>, outcomes: unknown[]): Promise<UnitOutcome<UnitResult>> {
+  try {
+    await context.saveTranscript('late', { messages: [{ role: 'user', content: 'stale' }] });
+    outcomes.push('transcript committed');
+  } catch (error) {
+    outcomes.push(error);
+  }
+  try {
+    await context.recordSection('late', { value: 14 });
+    outcomes.push('section committed');
+  } catch (error) {
+    outcomes.push(error);
+  }
+  return { kind: 'done', state: { value: 1 } };
+}
+
+type PrivateStore = { revokeUnitsOf: (jobId: string, fanout: unknown) => Promise<void> };
+
+describe('a fan-out that ends while a unit runs', () => {
+  test('bug 15: a sibling unit quarantines the job (sweeper reclaim over budget): the running unit is revoked in that commit, its transcript and section are refused', async () => {
+    const outcomes: unknown[] = [];
+    const holdA = hold();
+    const holdC = hold();
+    unitTurns.run = async (context, unit) => {
+      if (unit === 'u1') {
+        holdC.arrive();
+        await holdC.released;
+        return { kind: 'done', state: { value: 1 } };
+      }
+      holdA.arrive();
+      await holdA.released;
+      return staleWrites(context, outcomes);
+    };
+    const jobId = await harness.submit('review-units', { units: 2 });
+    expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
+    const tasks = harness.queue.drain();
+    // Fixture: u1 has already lost its budget of workers, so the next expired lease quarantines the job.
+    const u1Ref = (await db().collection(`${JOBS}/${jobId}/units`).get()).docs.find((doc) => doc.get('unit') === 'u1')?.ref;
+    if (!u1Ref) throw new Error('no unit u1');
+    await u1Ref.update({ staleReclaims: harness.options.maxStaleReclaims });
+
+    const c = runStep(harness.deps('worker-c'), unitTask(tasks, 'u1').task);
+    await holdC.entered;
+    harness.clock.advance((harness.options.leaseSeconds + 1) * 1000);
+    const a = runStep(harness.deps('worker-a'), unitTask(tasks, 'u0').task);
+    await holdA.entered;
+
+    const report = await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+    expect(report.quarantined).toBe(1);
+    expect(await readJob(jobId)).toMatchObject({ status: 'quarantined' });
+    const slot = await db().doc(`${JOBS}/${jobId}/claims/experts~u0`).get();
+    // Revoked by the quarantining commit itself (the job keeps its fan-out record, but it is no longer running).
+    expect({ slotState: slot.get('state') as unknown }).toEqual({ slotState: 'revoked' });
+
+    holdA.release();
+    expect((await a).kind).toBe('ownership-lost');
+    holdC.release();
+    await c;
+    expect(outcomes.map((outcome) => (outcome instanceof OwnershipLostError ? 'OwnershipLostError' : outcome))).toEqual(['OwnershipLostError', 'OwnershipLostError']);
+    expect(await writesOfUnit(jobId, 'u0')).toEqual({ sections: [], transcripts: [] });
+  });
+
+  test('bug 15: an owner cancels the job during a fan-out: the cancel commit itself revokes the running unit (nothing after it is needed), its transcript and section are refused', async () => {
+    const outcomes: unknown[] = [];
+    const holdA = hold();
+    unitTurns.run = async (context) => {
+      holdA.arrive();
+      await holdA.released;
+      return staleWrites(context, outcomes);
+    };
+    const jobId = await harness.submit('review-units', { units: 1 });
+    expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
+    const [task] = harness.queue.drain();
+    if (!task) throw new Error('no unit task');
+    const a = runStep(harness.deps('worker-a'), task.task);
+    await holdA.entered;
+
+    // The HTTP function's store, with the after-commit revocation (the fallback for fan-outs recorded without unit IDs) switched off.
+    const httpStore = new JobStore(db(), harness.clock, harness.options);
+    let revokedAfterCommit = 0;
+    (httpStore as unknown as PrivateStore).revokeUnitsOf = () => {
+      revokedAfterCommit += 1;
+      return Promise.resolve();
+    };
+    await cancelJob(httpStore, { jobId, owner: 'user-1', reason: 'no longer needed' });
+    expect(await readJob(jobId)).toMatchObject({ status: 'cancelled', fanout: null });
+    expect(revokedAfterCommit).toBe(0);
+
+    holdA.release();
+    expect((await a).kind).toBe('ownership-lost');
+    expect(outcomes.map((outcome) => (outcome instanceof OwnershipLostError ? 'OwnershipLostError' : outcome))).toEqual(['OwnershipLostError', 'OwnershipLostError']);
+    expect(await writesOfUnit(jobId, 'u0')).toEqual({ sections: [], transcripts: [] });
+  });
+
+  test('bug 15: a fan-out recorded without unit IDs is revoked after the commit; a transient error there neither repeats nor undoes the committed cancel', async () => {
+    const holdA = hold();
+    unitTurns.run = async () => {
+      holdA.arrive();
+      await holdA.released;
+      return { kind: 'done', state: { value: 1 } };
+    };
+    const jobId = await harness.submit('review-units', { units: 1 });
+    expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
+    const [task] = harness.queue.drain();
+    if (!task) throw new Error('no unit task');
+    const a = runStep(harness.deps('worker-a'), task.task);
+    await holdA.entered;
+
+    // As recorded before fan-outs listed their units.
+    await db().doc(`${JOBS}/${jobId}`).update({ 'fanout.unitIds': FieldValue.delete() });
+    const httpStore = new JobStore(db(), harness.clock, harness.options);
+    const original = (httpStore as unknown as PrivateStore).revokeUnitsOf.bind(httpStore);
+    let failures = 0;
+    (httpStore as unknown as PrivateStore).revokeUnitsOf = async (id, fanout) => {
+      if (failures === 0) {
+        failures += 1;
+        // What the revocation's query or transaction meets on a bad second: UNAVAILABLE.
+        throw Object.assign(new Error('14 UNAVAILABLE: injected'), { code: 14 });
+      }
+      return original(id, fanout);
+    };
+    const cancelled = await cancelJob(httpStore, { jobId, owner: 'user-1', reason: 'no longer needed' }).then(
+      (result) => ({ ok: true as const, status: result.job.status }),
+      (error: unknown) => ({ ok: false as const, error: error instanceof Error ? error.message : String(error) }),
+    );
+    expect(await readJob(jobId)).toMatchObject({ status: 'cancelled' });
+    holdA.release();
+    await a;
+    expect(cancelled).toEqual({ ok: true, status: 'cancelled' });
+    expect(failures).toBe(1);
+  });
+
+  test('a cancel during a fan-out, then the unit writes: refused, nothing lands', async () => {
+    const outcomes: unknown[] = [];
+    const holdA = hold();
+    unitTurns.run = async (context) => {
+      holdA.arrive();
+      await holdA.released;
+      return staleWrites(context, outcomes);
+    };
+    const jobId = await harness.submit('review-units', { units: 1 });
+    expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
+    const [task] = harness.queue.drain();
+    if (!task) throw new Error('no unit task');
+    const a = runStep(harness.deps('worker-a'), task.task);
+    await holdA.entered;
+    await cancelJob(new JobStore(db(), harness.clock, harness.options), { jobId, owner: 'user-1', reason: 'no longer needed' });
+    holdA.release();
+    expect((await a).kind).toBe('ownership-lost');
+    expect(outcomes.map((outcome) => (outcome instanceof OwnershipLostError ? 'OwnershipLostError' : outcome))).toEqual(['OwnershipLostError', 'OwnershipLostError']);
+    expect(await writesOfUnit(jobId, 'u0')).toEqual({ sections: [], transcripts: [] });
+  });
+});
