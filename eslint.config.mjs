@@ -9,7 +9,8 @@ const folders = (/** @type {string[]} */ names) => `^(\\.\\./)+(${names.join('|'
  * Layering of functions/src, checked rather than promised (test/unit/layering.test.ts proves each
  * rule fires). core/ is the pure centre, tested without an emulator: no Firebase package and
  * nothing from the folders above it. pipelines/ are handed their backends by the triggers, never
- * reach for them. config/ is read by pipelines/ and triggers/, so it imports neither.
+ * reach for them. config/ is read by pipelines/ and triggers/, so it imports neither. engine/ talks
+ * to Firestore only through store/: no `.db`, no value imported from firebase-admin/firestore.
  */
 const layering = [
   {
@@ -38,6 +39,36 @@ const layering = [
       'no-restricted-imports': [
         'error',
         { patterns: [{ regex: folders(['triggers']), message: 'pipelines/ do not import triggers/: take backends as parameters.' }] },
+      ],
+    },
+  },
+  {
+    // The engine talks to Firestore only through the store (store/*.ts): no Firestore instance, no
+    // Firestore values (FieldValue, Timestamp, FieldPath, getFirestore); types for signatures only.
+    files: ['functions/src/engine/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          paths: [
+            {
+              name: 'firebase-admin/firestore',
+              allowTypeImports: true,
+              message: 'engine/ reaches Firestore only through the store: move the Firestore access into functions/src/store/ (type-only imports are allowed).',
+            },
+          ],
+        },
+      ],
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector: "MemberExpression[property.name='db']",
+          message: 'engine/ does not use the store\'s Firestore instance (.db): add the access to functions/src/store/ and call it through the JobStore.',
+        },
+        {
+          selector: "ObjectPattern > Property[key.name='db']",
+          message: 'engine/ does not use the store\'s Firestore instance (.db): add the access to functions/src/store/ and call it through the JobStore.',
+        },
       ],
     },
   },

@@ -25,7 +25,8 @@ const tseslint = require('typescript-eslint');
   const found = [];
   for (const probe of probes) {
     const [result] = await eslint.lintText(probe.text, { filePath: probe.filePath, warnIgnored: true });
-    found.push(result.messages.filter((m) => m.ruleId === 'no-restricted-imports' || m.fatal).map((m) => (m.fatal ? 'fatal: ' : '') + m.message));
+    const layering = ['no-restricted-imports', '@typescript-eslint/no-restricted-imports', 'no-restricted-syntax'];
+    found.push(result.messages.filter((m) => layering.includes(m.ruleId) || m.fatal).map((m) => (m.fatal ? 'fatal: ' : '') + m.message));
   }
   process.stdout.write(JSON.stringify(found));
 })().catch((error) => { console.error(error); process.exit(1); });
@@ -56,7 +57,25 @@ const probes = {
     text: "import type { Firestore } from 'firebase-admin/firestore';\nimport { firestoreCircuit } from '../store/provider-circuit';\nexport const probe = (db: Firestore) => firestoreCircuit(db, 'x');\n",
   },
   configTriggers: { filePath: 'functions/src/config/probe.ts', text: "import { firestore } from '../triggers/admin';\nexport const probe = firestore;\n" },
-  engineFirebase: { filePath: 'functions/src/engine/probe.ts', text: "import { getFirestore } from 'firebase-admin/firestore';\nexport const probe = getFirestore;\n" },
+  engineFirestoreValue: { filePath: 'functions/src/engine/probe.ts', text: "import { getFirestore } from 'firebase-admin/firestore';\nexport const probe = getFirestore;\n" },
+  engineFirestoreMixed: {
+    filePath: 'functions/src/engine/step/probe.ts',
+    text: "import { FieldValue, type Transaction } from 'firebase-admin/firestore';\nexport const probe = (tx: Transaction) => FieldValue.increment(tx ? 1 : 0);\n",
+  },
+  engineStoreDb: {
+    filePath: 'functions/src/engine/step/probe.ts',
+    text: "import type { JobStore } from '../../store/job-store';\nexport const probe = (store: JobStore) => store.db.collection('jobs');\n",
+  },
+  engineDestructuredDb: {
+    filePath: 'functions/src/engine/probe.ts',
+    text: "import type { JobStore } from '../store/job-store';\nexport const probe = ({ db }: JobStore) => db;\n",
+  },
+  engineAllowed: {
+    filePath: 'functions/src/engine/probe.ts',
+    text:
+      "import type { Transaction } from 'firebase-admin/firestore';\nimport { readCheckpointDocuments } from '../store/checkpoint-reads';\nimport type { JobStore } from '../store/job-store';\n" +
+      "export const probe = (store: JobStore, tx: Transaction) => [readCheckpointDocuments(store, 'j'), store.jobRef('j'), tx];\n",
+  },
 } satisfies Record<string, Probe>;
 
 describe('layering rules', () => {
@@ -84,9 +103,16 @@ describe('layering rules', () => {
     expect(found.configTriggers).toEqual([expect.stringContaining('config/ sits below the code that reads it')]);
   });
 
-  test('imports within the layering pass: core on zod and itself, pipelines on store and Firebase, the engine on Firebase', () => {
+  test('engine/ reaches Firestore only through the store: no Firestore value imported, no .db', () => {
+    expect(found.engineFirestoreValue).toEqual([expect.stringContaining('engine/ reaches Firestore only through the store')]);
+    expect(found.engineFirestoreMixed).toEqual([expect.stringContaining('engine/ reaches Firestore only through the store')]);
+    expect(found.engineStoreDb).toEqual([expect.stringContaining("engine/ does not use the store's Firestore instance (.db)")]);
+    expect(found.engineDestructuredDb).toEqual([expect.stringContaining("engine/ does not use the store's Firestore instance (.db)")]);
+  });
+
+  test('imports within the layering pass: core on zod and itself, pipelines on store and Firebase, the engine on the store and Firestore types', () => {
     expect(found.coreAllowed).toEqual([]);
     expect(found.pipelineAllowed).toEqual([]);
-    expect(found.engineFirebase).toEqual([]);
+    expect(found.engineAllowed).toEqual([]);
   });
 });

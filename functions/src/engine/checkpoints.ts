@@ -2,10 +2,10 @@
  * Reading and writing semantic state: phase checkpoints and finished sections. Everything read is
  * validated against the pipeline's schemas; what fails is refused (and named), never trusted.
  */
-import type { Firestore } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import type { PhaseDefinition, PipelineDefinition, SectionRecord } from '../core/pipeline';
-import { JOBS } from '../store/paths';
+import { readCheckpointDocuments, readSectionDocuments } from '../store/checkpoint-reads';
+import type { JobStore } from '../store/job-store';
 
 export interface LoadedCheckpoints {
   readonly states: ReadonlyMap<string, unknown>;
@@ -24,15 +24,15 @@ const sectionDocument = z.object({
   recordedAtMs: z.number(),
 });
 
-export async function loadCheckpoints(db: Firestore, jobId: string, pipeline: PipelineDefinition<unknown>): Promise<LoadedCheckpoints> {
-  const snapshot = await db.collection(`${JOBS}/${jobId}/checkpoints`).get();
+export async function loadCheckpoints(store: JobStore, jobId: string, pipeline: PipelineDefinition<unknown>): Promise<LoadedCheckpoints> {
+  const documents = await readCheckpointDocuments(store, jobId);
   const states = new Map<string, unknown>();
   const refused: { phase: string; reason: string }[] = [];
   const phases = new Map(pipeline.phases.map((phase) => [phase.name, phase]));
-  for (const doc of snapshot.docs) {
+  for (const doc of documents) {
     const phase = phases.get(doc.id);
     if (!phase) continue; // a phase the pipeline no longer has
-    const envelope = checkpointDocument.safeParse(doc.data());
+    const envelope = checkpointDocument.safeParse(doc.data);
     const parsed = envelope.success ? phase.state.safeParse(envelope.data.state) : envelope;
     if (parsed.success) states.set(phase.name, parsed.data);
     else refused.push({ phase: phase.name, reason: z.prettifyError(parsed.error) });
@@ -51,16 +51,16 @@ export interface LoadedSections {
 
 /** The sections a phase (and unit) recorded, oldest first. One equality filter: no composite index needed. */
 export async function loadSections(
-  db: Firestore,
+  store: JobStore,
   jobId: string,
   phase: PhaseDefinition<unknown, unknown>,
   unit: string | null,
 ): Promise<LoadedSections> {
-  const snapshot = await db.collection(`${JOBS}/${jobId}/sections`).where('phase', '==', phase.name).get();
+  const documents = await readSectionDocuments(store, jobId, phase.name);
   const sections: SectionRecord[] = [];
   const refused: { id: string; reason: string }[] = [];
-  for (const doc of snapshot.docs) {
-    const envelope = sectionDocument.safeParse(doc.data());
+  for (const doc of documents) {
+    const envelope = sectionDocument.safeParse(doc.data);
     if (!envelope.success) {
       refused.push({ id: doc.id, reason: z.prettifyError(envelope.error) });
       continue;

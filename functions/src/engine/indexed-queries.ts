@@ -1,27 +1,18 @@
 /**
- * Every query the sweeper runs, declared as data. The sweeper builds its Firestore queries only
- * from these shapes, and a unit test checks each one against firestore.indexes.json: the Firestore
- * emulator does not enforce composite indexes, so a missing one would only show in production.
+ * Every query the sweeper runs, declared as data. The sweeper runs its Firestore queries only
+ * from these shapes (store/sweep-queries.ts builds and pages them), and a unit test checks each one
+ * against firestore.indexes.json: the Firestore emulator does not enforce composite indexes, so a
+ * missing one would only show in production.
  *
  * Each shape is equality filters with fixed values, then one range filter `field <= bound`, ordered
  * by that field and then the document ID (the cursor the sweeper pages with). Such a query needs the
  * composite index (equality fields..., range field ASCENDING); the trailing document-ID order is
  * implicit in every index.
  */
-import { FieldPath, type DocumentReference, type Firestore, type Query, type Timestamp } from 'firebase-admin/firestore';
 import { JOBS } from '../store/paths';
+import type { QueryShape } from '../store/sweep-queries';
 
-export type QueryScope = 'COLLECTION' | 'COLLECTION_GROUP';
-
-export interface QueryShape {
-  /** The collection ID (for a collection group, the ID every collection in the group has). */
-  readonly collection: string;
-  readonly scope: QueryScope;
-  /** Equality filters, with the values the sweeper uses. */
-  readonly equals: Readonly<Record<string, string>>;
-  /** The range (`<=`) and ordering field. */
-  readonly range: string;
-}
+export type { QueryScope, QueryShape } from '../store/sweep-queries';
 
 export const UNITS = 'units';
 
@@ -49,22 +40,6 @@ export const SWEEP_QUERIES = {
 export type SweepQueryName = keyof typeof SWEEP_QUERIES;
 
 export const SWEEP_QUERY_NAMES = Object.keys(SWEEP_QUERIES) as SweepQueryName[];
-
-/** Where the previous page ended: the last document's range value and reference. */
-export interface PageCursor {
-  readonly value: Timestamp;
-  readonly ref: DocumentReference;
-}
-
-/** Builds one page of a declared query: documents with `range <= upTo`, oldest first. */
-export function sweepQuery(db: Firestore, name: SweepQueryName, upTo: Timestamp, limit: number, after: PageCursor | null): Query {
-  const shape: QueryShape = SWEEP_QUERIES[name];
-  let query: Query = shape.scope === 'COLLECTION' ? db.collection(shape.collection) : db.collectionGroup(shape.collection);
-  for (const [field, value] of Object.entries(shape.equals)) query = query.where(field, '==', value);
-  query = query.where(shape.range, '<=', upTo).orderBy(shape.range, 'asc').orderBy(FieldPath.documentId(), 'asc');
-  if (after) query = query.startAfter(after.value, after.ref);
-  return query.limit(limit);
-}
 
 // ---- Checking the shapes against firestore.indexes.json ------------------------------------------
 

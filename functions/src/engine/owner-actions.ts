@@ -2,13 +2,13 @@
  * What a job's owner can do to it after submitting: cancel it, and answer the question it waits
  * on. Each is one transaction on the job document.
  */
-import { FieldValue } from 'firebase-admin/firestore';
 import { PhaselineError } from '../core/errors';
 import { TERMINAL_STATUSES, type Cancellation, type JobRecord } from '../core/job';
 import { cancelJobRecord, decideWaitingJob, TransitionRefused, type Transition } from '../core/transitions';
 import { DEFAULT_SETTLE_GRACE_MS } from '../effects/after-stop';
 import { countEffectStates, EFFECT_STATES, type EffectState } from '../effects/ledger';
 import { cancellationReport } from '../effects/stop-report';
+import { markEffectUnknown } from '../store/effect-access';
 import type { JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
 
@@ -55,7 +55,7 @@ export async function cancelJob(store: JobStore, request: { jobId: string; owner
           if (state === IN_FLIGHT_EFFECT_STATE) {
             // Its outcome is not known until someone checks with the system of record.
             // The apply will not be answered to anyone who may record it: counted as one without a usable answer.
-            tx.update(effect.ref, { state: UNKNOWN_EFFECT_STATE, unknowns: FieldValue.increment(1), unknownSinceMs: nowMs, unknownBecause: 'cancelled while in flight' });
+            markEffectUnknown(tx, effect.ref, { state: UNKNOWN_EFFECT_STATE, unknownSinceMs: nowMs, unknownBecause: 'cancelled while in flight' });
             unknownEffects += 1;
             states.push(UNKNOWN_EFFECT_STATE);
           } else if ((EFFECT_STATES as readonly unknown[]).includes(state)) {

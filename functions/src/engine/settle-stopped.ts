@@ -14,7 +14,7 @@
  * grace period. A target that cannot answer is asked again later (longer and longer, at most hourly)
  * and, within one pass, not again for other jobs.
  */
-import { Timestamp, type QueryDocumentSnapshot } from 'firebase-admin/firestore';
+import type { QueryDocumentSnapshot } from 'firebase-admin/firestore';
 import { describeError, OwnershipLostError } from '../core/errors';
 import type { JobRecord } from '../core/job';
 import {
@@ -25,11 +25,12 @@ import {
   stoppedAtMs,
   type StoppedReconcileResult,
 } from '../effects/after-stop';
-import { unresolvedEffectKeys } from '../effects/firestore-ledger';
 import type { EffectEntry } from '../effects/ledger';
 import type { EffectAdapter } from '../effects/port';
+import { unresolvedEffectsIn } from '../store/effect-access';
 import type { JobStore } from '../store/job-store';
-import { sweepQuery, type PageCursor, type SweepQueryName } from './indexed-queries';
+import { readSweepPage, timestampMillis, type PageCursor, type SweepPage } from '../store/sweep-queries';
+import { SWEEP_QUERIES, type SweepQueryName } from './indexed-queries';
 import { forEachLimited } from './concurrency';
 
 /** How a pipeline's effects are checked after its job stopped. */
@@ -110,11 +111,10 @@ export async function settleStoppedEffects(deps: { readonly store: JobStore; rea
     store.transact(jobId, (job) => dueCheck(job, nowMs, seenMs), ({ job }) => Promise.resolve({ next: { ...job, effectsToSettleAtMs: atMs }, value: undefined }));
 
   const handle = async (doc: QueryDocumentSnapshot): Promise<void> => {
-    const seen: unknown = doc.get('effectsToSettleAt');
-    if (!(seen instanceof Timestamp)) return; // cannot happen: the query matched a timestamp range
-    const seenMs = seen.toMillis();
+    const seenMs = timestampMillis(doc, 'effectsToSettleAt');
+    if (seenMs === null) return; // cannot happen: the query matched a timestamp range
     const triage = await store.transact<Triage>(doc.id, (job) => dueCheck(job, nowMs, seenMs), async ({ tx, job }) => {
-      const unresolved = await unresolvedEffectKeys(tx, store.db, job.id, 1);
+      const unresolved = await unresolvedEffectsIn(store, tx, job.id, 1);
       // Nothing unresolved and nothing reported as unsettled: nothing to ask anyone.
       if (unresolved.length === 0 && job.cancellation?.effects?.settled !== false) {
         return { next: { ...job, effectsToSettleAtMs: null }, value: { action: 'settled' } };
@@ -174,9 +174,9 @@ export async function settleStoppedEffects(deps: { readonly store: JobStore; rea
     let cursor: PageCursor | null = null;
     let finished = false;
     for (let page = 0; page < SETTLE_MAX_PAGES && !finished; page += 1) {
-      let docs: QueryDocumentSnapshot[];
+      let found: SweepPage;
       try {
-        docs = (await sweepQuery(store.db, name, Timestamp.fromMillis(nowMs), batch, cursor).get()).docs;
+        found = await readSweepPage(store, SWEEP_QUERIES[name], nowMs, batch, cursor);
       } catch (error) {
         counts.errors += 1;
         log('settling stopped effects: query failed', { query: name, error: describeError(error) });
@@ -184,12 +184,10 @@ export async function settleStoppedEffects(deps: { readonly store: JobStore; rea
         continue;
       }
       counts.queryPages += 1;
-      counts.queryDocuments += docs.length;
-      await forEachLimited(docs, SETTLE_CONCURRENCY, (doc) => settleOne(name, doc));
-      const last = docs.at(-1);
-      const value: unknown = last?.get('effectsToSettleAt');
-      if (!last || docs.length < batch || !(value instanceof Timestamp)) finished = true;
-      else cursor = { value, ref: last.ref };
+      counts.queryDocuments += found.docs.length;
+      await forEachLimited(found.docs, SETTLE_CONCURRENCY, (doc) => settleOne(name, doc));
+      if (found.next) cursor = found.next;
+      else finished = true;
     }
     if (!finished) truncated.push(name);
   }

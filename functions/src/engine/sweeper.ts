@@ -18,14 +18,15 @@
  * "Now" is the caller's (the scheduler's time), never the wall clock: every decision uses `nowMs`.
  * Write timestamps (`updatedAt`, event times) come from the store's clock.
  */
-import { Timestamp, type DocumentSnapshot, type QueryDocumentSnapshot, type Transaction } from 'firebase-admin/firestore';
+import type { DocumentSnapshot, QueryDocumentSnapshot, Transaction } from 'firebase-admin/firestore';
 import { describeError, OwnershipLostError } from '../core/errors';
 import { TERMINAL_STATUSES, type JobRecord, type StepTask } from '../core/job';
 import { inFanOut, parkUnit, reclaimExpiredJob, reclaimExpiredUnit, redispatchJob as redispatchQueuedJob, redispatchUnit as redispatchQueuedUnit, resumeWaitJob, type Transition } from '../core/transitions';
 import { decodeJob, decodeUnit, type UnitRecord } from '../store/codec';
 import type { EventDraft, JobStore } from '../store/job-store';
+import { readSweepPage, type PageCursor, type SweepPage } from '../store/sweep-queries';
 import type { TaskQueuePort } from '../store/task-queue';
-import { SWEEP_QUERIES, sweepQuery, type PageCursor, type SweepQueryName } from './indexed-queries';
+import { SWEEP_QUERIES, type SweepQueryName } from './indexed-queries';
 import { settleStoppedEffects, type SettleStoppedReport, type StoppedEffectsDeps } from './settle-stopped';
 import { forEachLimited } from './concurrency';
 
@@ -129,17 +130,17 @@ class Sweep {
    */
   async scan(name: SweepQueryName, upToMs: number, handle: (doc: QueryDocumentSnapshot) => Promise<Outcome>, groupOf: (doc: QueryDocumentSnapshot) => string): Promise<void> {
     const batch = Math.max(1, Math.floor(this.store.options.sweepBatchSize));
-    const range = SWEEP_QUERIES[name].range;
     let cursor: PageCursor | null = null;
     for (let page = 0; page < SWEEP_MAX_PAGES; page += 1) {
-      let docs: QueryDocumentSnapshot[];
+      let found: SweepPage;
       try {
-        docs = (await sweepQuery(this.store.db, name, Timestamp.fromMillis(upToMs), batch, cursor).get()).docs;
+        found = await readSweepPage(this.store, SWEEP_QUERIES[name], upToMs, batch, cursor);
       } catch (error) {
         this.counts.errors += 1;
         this.log('sweep query failed', { query: name, error: describeError(error) });
         return;
       }
+      const { docs } = found;
       this.counts.queryPages += 1;
       this.counts.queryDocuments += docs.length;
       this.read(docs.length);
@@ -151,11 +152,8 @@ class Sweep {
       await forEachLimited([...groups.values()], SWEEP_CONCURRENCY, async (group) => {
         for (const doc of group) await this.settle(name, doc, handle);
       });
-      const last = docs.at(-1);
-      if (!last || docs.length < batch) return;
-      const value: unknown = last.get(range);
-      if (!(value instanceof Timestamp)) return; // cannot happen: the query matched a timestamp range
-      cursor = { value, ref: last.ref };
+      if (!found.next) return;
+      cursor = found.next;
     }
     this.truncated.push(name);
   }

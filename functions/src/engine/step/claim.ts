@@ -56,7 +56,7 @@ export async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<Step
   }
   const running = newRunning(deps, worker, pipeline, input.data, job);
 
-  const loaded = await loadCheckpoints(store.db, job.id, pipeline);
+  const loaded = await loadCheckpoints(store, job.id, pipeline);
   const refusedNotes: EventDraft[] = loaded.refused.map((refusal) => ({
     kind: 'checkpoint-refused',
     message: `Stored checkpoint of ${refusal.phase} failed validation and will be redone: ${refusal.reason}`,

@@ -1,9 +1,9 @@
 /** Section and transcript writes of a claim holder, each made only while it still holds its claim. */
 import { OwnershipLostError } from '../../core/errors';
 import { type SectionRecord } from '../../core/pipeline';
-import { firestoreEffectLedger } from '../../effects/firestore-ledger';
 import { isAlreadyExists, type EventDraft } from '../../store/job-store';
-import { sectionKey, sectionPath, transcriptPath } from '../../store/paths';
+import { effectLedgerOf } from '../../store/effect-access';
+import { sectionRef, transcriptRef as transcriptDocument } from '../../store/job-documents';
 import { type DurableWrites } from '../context';
 import type { Running, SectionOwner } from './running';
 
@@ -20,7 +20,7 @@ export const PROGRESS_RESETS_POISON: EventDraft = {
  */
 export function durableWrites(running: Running, owner: SectionOwner, phase: string, unit: string | null): DurableWrites {
   const { store } = running.deps;
-  const transcriptRef = (sectionId: string) => store.db.doc(transcriptPath(owner.claim.jobId, sectionKey(phase, unit, sectionId)));
+  const transcriptRef = (sectionId: string) => transcriptDocument(store, owner.claim.jobId, phase, unit, sectionId);
   const session = owner.kind === 'job' ? store.jobSession(owner.claim) : store.unitSession(owner.claim);
   let poisonCountToReset = running.staleReclaimsAtClaim > 0;
   const stopOnLoss = async <T>(write: Promise<T>): Promise<T> => {
@@ -58,7 +58,7 @@ export function durableWrites(running: Running, owner: SectionOwner, phase: stri
 
   /** First write wins: a section is never rewritten (create-if-absent, in the owner's conditioned commit). */
   const writeSection = (section: SectionRecord): Promise<boolean> => {
-    const ref = store.db.doc(sectionPath(owner.claim.jobId, sectionKey(section.phase, section.unit, section.id)));
+    const ref = sectionRef(store, owner.claim.jobId, section.phase, section.unit, section.id);
     const document = { ...section, epoch: owner.claim.epoch };
     if (poisonCountToReset) {
       return stopOnLoss(
@@ -91,8 +91,7 @@ export function durableWrites(running: Running, owner: SectionOwner, phase: stri
         ),
       );
     },
-    effects: firestoreEffectLedger({
-      db: store.db,
+    effects: effectLedgerOf(store, {
       jobId: owner.claim.jobId,
       unit,
       epoch: owner.claim.epoch,

@@ -21,7 +21,7 @@ export async function runPhase(
   notes: EventDraft[],
 ): Promise<StepOutcome> {
   const { store } = running.deps;
-  const loaded = await loadSections(store.db, claim.jobId, phase, null);
+  const loaded = await loadSections(store, claim.jobId, phase, null);
   for (const refusal of loaded.refused) notes.push({ kind: 'section-refused', message: `Section ${refusal.id} of ${phase.name} failed validation and will be redone: ${refusal.reason}` });
 
   const flusher = startFlusher(running, progressGated(running, (payload) =>

@@ -3,9 +3,9 @@ import { OwnershipLostError, TerminalError, toPhaselineError } from '../../core/
 import { EMPTY_FLUSH } from '../../core/flusher';
 import { completeJob } from '../../core/transitions';
 import { type PhaseDefinition } from '../../core/pipeline';
-import { unresolvedEffectKeys } from '../../effects/firestore-ledger';
 import type { EventDraft, JobClaim } from '../../store/job-store';
-import { messagePath, resultPath } from '../../store/paths';
+import { unresolvedEffectsIn } from '../../store/effect-access';
+import { outboxRef } from '../../store/job-documents';
 import { Running, StepOutcome, bareContext, lost } from './running';
 import { settleError } from './settle';
 
@@ -31,9 +31,9 @@ export async function complete(running: Running, claim: JobClaim, states: Readon
   try {
     await store.asOwner(claim, async ({ tx, job }) => {
       // A job cannot complete while an effect's outcome is unknown: the pipeline must reconcile it first.
-      const unresolved = await unresolvedEffectKeys(tx, store.db, job.id);
+      const unresolved = await unresolvedEffectsIn(store, tx, job.id);
       if (unresolved.length > 0) throw new UnresolvedEffectsError(unresolved);
-      const outbox = store.db.doc(job.conversationId ? messagePath(job.conversationId, job.id) : resultPath(job.id));
+      const outbox = outboxRef(store, job);
       // The outbox ID is the job's own: an answer already there (a job an operator released after it
       // had published) is kept as it is, never published a second time.
       const published = await tx.get(outbox);

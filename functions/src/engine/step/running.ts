@@ -10,7 +10,7 @@ import { type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, t
 import type { EngineOptions } from '../../core/options';
 import { type UnitRecord } from '../../store/codec';
 import type { JobClaim, JobStore, UnitClaim } from '../../store/job-store';
-import { REJECTED_TASKS } from '../../store/paths';
+import { addRejectedTask } from '../../store/job-documents';
 import type { TaskQueuePort } from '../../store/task-queue';
 import { createStepContext, noDurableWrites, type ContextParts } from '../context';
 
@@ -214,5 +214,5 @@ export async function recordRejectedTask(deps: RunnerDeps, payload: unknown, rea
     text = String(payload);
   }
   deps.log?.('task rejected', { reason });
-  await deps.store.db.collection(REJECTED_TASKS).add({ payload: text.slice(0, 10_000), reason, atMs: deps.store.clock.now() });
+  await addRejectedTask(deps.store, { payload: text.slice(0, 10_000), reason, atMs: deps.store.clock.now() });
 }

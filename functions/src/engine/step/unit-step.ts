@@ -59,8 +59,8 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
     return failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit}: pipeline ${job.pipeline} has no fan-out phase ${unit.phase}, or the stored input no longer validates`));
   }
   const fanOut = phase.fanOut;
-  const loaded = await loadCheckpoints(store.db, job.id, running.pipeline);
-  const sections = await loadSections(store.db, job.id, phase, unit.unit);
+  const loaded = await loadCheckpoints(store, job.id, running.pipeline);
+  const sections = await loadSections(store, job.id, phase, unit.unit);
   const flusher = startFlusher(running, progressGated(running, (payload) =>
     store.asUnitOwner(claim, ({ unit: current }) => {
       const applied = applyClaimTally(current, payload, claim.epoch);

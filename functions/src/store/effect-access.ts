@@ -1,0 +1,24 @@
+/**
+ * The effect ledger (effects/firestore-ledger.ts) on the store's Firestore instance, for the engine:
+ * a claim holder's ledger, the unresolved entries read in a transaction, and the cancel's update of
+ * an in-flight entry.
+ */
+import { FieldValue, type DocumentReference, type Transaction } from 'firebase-admin/firestore';
+import type { EffectLedger } from '../effects/ledger';
+import { firestoreEffectLedger, unresolvedEffectKeys, type FirestoreLedgerParts } from '../effects/firestore-ledger';
+import type { JobStore } from './job-store';
+
+/** A claim holder's effect ledger on the store's Firestore. */
+export function effectLedgerOf(store: JobStore, parts: Omit<FirestoreLedgerParts, 'db'>): EffectLedger {
+  return firestoreEffectLedger({ db: store.db, ...parts });
+}
+
+/** Up to `limit` keys of a job's entries whose outcome is unknown (or in flight), read inside `tx`. */
+export function unresolvedEffectsIn(store: JobStore, tx: Transaction, jobId: string, limit?: number): Promise<string[]> {
+  return unresolvedEffectKeys(tx, store.db, jobId, limit);
+}
+
+/** Moves a ledger entry to `state` inside `tx`, counting one more outcome nobody knows (`unknowns + 1`). */
+export function markEffectUnknown(tx: Transaction, ref: DocumentReference, change: { readonly state: string; readonly unknownSinceMs: number; readonly unknownBecause: string }): void {
+  tx.update(ref, { state: change.state, unknowns: FieldValue.increment(1), unknownSinceMs: change.unknownSinceMs, unknownBecause: change.unknownBecause });
+}

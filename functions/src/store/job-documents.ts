@@ -1,0 +1,33 @@
+/**
+ * References to the documents a claim holder writes besides its job and unit records (sections,
+ * transcripts, the published answer), and the record of a rejected task, so the engine names them
+ * without reaching for the Firestore instance.
+ */
+import type { DocumentReference } from 'firebase-admin/firestore';
+import type { JobRecord } from '../core/job';
+import type { JobStore } from './job-store';
+import { messagePath, REJECTED_TASKS, resultPath, sectionKey, sectionPath, transcriptPath } from './paths';
+
+export function sectionRef(store: JobStore, jobId: string, phase: string, unit: string | null, sectionId: string): DocumentReference {
+  return store.db.doc(sectionPath(jobId, sectionKey(phase, unit, sectionId)));
+}
+
+export function transcriptRef(store: JobStore, jobId: string, phase: string, unit: string | null, sectionId: string): DocumentReference {
+  return store.db.doc(transcriptPath(jobId, sectionKey(phase, unit, sectionId)));
+}
+
+/** Where a job's answer is published: its conversation's message, or `jobs/{id}/results/final`. The ID is the job's own. */
+export function outboxRef(store: JobStore, job: Pick<JobRecord, 'id' | 'conversationId'>): DocumentReference {
+  return store.db.doc(job.conversationId ? messagePath(job.conversationId, job.id) : resultPath(job.id));
+}
+
+export interface RejectedTask {
+  readonly payload: string;
+  readonly reason: string;
+  readonly atMs: number;
+}
+
+/** Records a task payload that could not be understood, for a person (`rejectedTasks`). */
+export async function addRejectedTask(store: JobStore, rejected: RejectedTask): Promise<void> {
+  await store.db.collection(REJECTED_TASKS).add({ payload: rejected.payload, reason: rejected.reason, atMs: rejected.atMs });
+}
