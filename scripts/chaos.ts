@@ -25,25 +25,31 @@
  * the sequence of target draws; which job a fault hits depends on what runs at that moment, so a
  * replay repeats the schedule, not the exact interleaving.
  *
+ * `npm run chaos -- --kill-all-once [--seed S]`: a research job run fault-free, then the same kind
+ * of job with every function worker SIGKILLed at once mid-job; prints both wall times and the
+ * difference, and exits 1 unless the faulted job completed, published exactly one result and took
+ * at most 30 s longer (see scripts/chaos/kill-all.ts for its options and settings).
+ *
  * The stack uses the ports in firebase.json, so it cannot run beside `npm start` or `npm test` on
  * the same machine (or run it in its own network namespace: `unshare -n`).
  */
-import { parseChaosArgs, USAGE } from './chaos/args';
-import { runChaos, type ChaosOptions } from './chaos/run';
+import { parseChaosCommand, USAGE, type ChaosCommand } from './chaos/args';
+import { runKillAllOnce } from './chaos/kill-all';
+import { runChaos } from './chaos/run';
 
 async function main(): Promise<number> {
-  let options: ChaosOptions | { readonly help: true };
+  let command: ChaosCommand;
   try {
-    options = parseChaosArgs(process.argv.slice(2));
+    command = parseChaosCommand(process.argv.slice(2));
   } catch (error) {
     console.error(error instanceof Error ? error.message : String(error));
     return 2;
   }
-  if ('help' in options) {
+  if ('help' in command) {
     console.log(USAGE);
     return 0;
   }
-  return runChaos(options);
+  return command.mode === 'kill-all-once' ? runKillAllOnce(command.options) : runChaos(command.options);
 }
 
 if (require.main === module) {

@@ -45,7 +45,7 @@ export interface InjectorDeps {
   readonly self: number;
 }
 
-interface Holder {
+export interface Holder {
   readonly ref: DocumentReference;
   readonly jobId: string;
   readonly unit: string | null;
@@ -58,7 +58,7 @@ interface Holder {
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Job and unit documents that hold a lease right now. */
-async function leaseHolders(db: Firestore): Promise<Holder[]> {
+export async function leaseHolders(db: Firestore): Promise<Holder[]> {
   const [jobs, units] = await Promise.all([db.collection('jobs').where('status', '==', 'running').get(), db.collectionGroup('units').where('status', '==', 'running').get()]);
   const holders: Holder[] = [];
   for (const doc of [...jobs.docs, ...units.docs]) {

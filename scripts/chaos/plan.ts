@@ -117,10 +117,18 @@ const QUESTIONS = [
 
 const CANARY_TEXT = 'A canary job checks the path end to end.\n\nIt counts paragraphs and words, and publishes the count.';
 
-/** The engine settings for the soak: short leases so that reclaims happen within seconds. */
+/**
+ * The engine settings for the soak: short leases so that reclaims happen within seconds, and a
+ * stale-heartbeat threshold of 5 s (two and a half heartbeats; the engine's option check wants at
+ * least two) so that a task redelivered after a killed worker (after 2 s of backoff, then 4 s
+ * more, a new worker's cold start on top) can find its holder silent past it and take the step
+ * over before the 8-second lease expires and the sweeper reclaims it. With the default 30 s the
+ * lease always expired first and the take-over was hardly exercised.
+ */
 export const CHAOS_ENGINE_ENV: Readonly<Record<string, string>> = {
   PHASELINE_LEASE_SECONDS: '8',
   PHASELINE_HEARTBEAT_SECONDS: '2',
+  PHASELINE_STALE_HEARTBEAT_SECONDS: '5',
   PHASELINE_PROGRESS_FLUSH_MS: '1000',
   PHASELINE_STEP_BUDGET_SECONDS: '60',
   PHASELINE_BACKOFF_BASE_SECONDS: '1',

@@ -76,7 +76,7 @@ function replayCommand(plan: RunPlan, options: ChaosOptions): string {
   return `npm run chaos -- --jobs ${plan.jobs.length} --seed ${plan.seed}${extra}`;
 }
 
-function clockText(ms: number): string {
+export function clockText(ms: number): string {
   const seconds = ms / 1000;
   return `${String(Math.floor(seconds / 60)).padStart(2, '0')}:${(seconds % 60).toFixed(1).padStart(4, '0')}`;
 }
@@ -541,7 +541,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
  * How the steps ended, from the functions' own log (runJobStep logs each outcome): a fenced-out
  * worker's step ends `ownership-lost`, a duplicate or stale task's `not-claimable`.
  */
-async function stepOutcomes(logFile: string): Promise<Map<string, number>> {
+export async function stepOutcomes(logFile: string): Promise<Map<string, number>> {
   const counts = new Map<string, number>();
   const text = await readFile(logFile, 'utf8').catch(() => '');
   for (const match of text.matchAll(/"outcome":\{"kind":"([a-z-]+)"/g)) {
@@ -556,7 +556,7 @@ async function stepOutcomes(logFile: string): Promise<Map<string, number>> {
  * process groups, or a java, firebase or function-worker process below this one. Zombies (exited,
  * waiting to be reaped by whoever adopted them) do not count. What is found is killed and reported.
  */
-async function leftovers(started: readonly ProcessRow[], receiverUrl: string, log: (line: string) => void): Promise<string[]> {
+export async function leftovers(started: readonly ProcessRow[], receiverUrl: string | null, log: (line: string) => void): Promise<string[]> {
   const problems: string[] = [];
   const groups = new Set(started.map((row) => row.pgid));
   const rows = (await listProcesses()).filter((row) => !isZombie(row) && row.pid !== process.pid);
@@ -566,14 +566,16 @@ async function leftovers(started: readonly ProcessRow[], receiverUrl: string, lo
     problems.push(`processes left after the stop (now killed): ${left.map((row) => `${row.pid} ${row.args.slice(0, 80)}`).join('; ')}`);
     for (const row of left) signal(row.pid, 'SIGKILL');
   }
-  const receiverAnswers = await fetch(`${receiverUrl}/health`, { signal: AbortSignal.timeout(2_000) }).then(
-    () => true,
-    () => false,
-  );
+  const receiverAnswers =
+    receiverUrl !== null &&
+    (await fetch(`${receiverUrl}/health`, { signal: AbortSignal.timeout(2_000) }).then(
+      () => true,
+      () => false,
+    ));
   if (receiverAnswers) problems.push(`the receiver still answers at ${receiverUrl} after the stop`);
   log(
     `cleanup: ${left.length === 0 ? 'no java, firebase or function-worker process left' : `${left.length} processes were left and killed`} ` +
-      `(process groups ${[...groups].join(', ')} and this process's descendants); the receiver ${receiverAnswers ? 'still answers' : 'is closed'}`,
+      `(process groups ${[...groups].join(', ')} and this process's descendants)${receiverUrl === null ? '' : `; the receiver ${receiverAnswers ? 'still answers' : 'is closed'}`}`,
   );
   return problems;
 }
