@@ -59,19 +59,15 @@ export const KILL_ALL_INPUT = { experts: 3, sections: 3, wordsPerSection: 150 } 
 const WARM_UP_INPUT = { experts: 3, sections: 1, wordsPerSection: 50 } as const;
 export const DEFAULT_KILL_ALL_LATENCY_MS = 1_000;
 /**
- * What the check shortens, and only that: the heartbeat (10 s by default) and the stale-heartbeat
- * threshold (30 s). Cloud Tasks redelivers a killed step after 2, then 4, 8, 16 s more (the
- * queue's 2 s minimum backoff, doubling), and a new worker's cold start comes on top of the first:
- * measured here, the redeliveries find the holder silent for about 7-10, 12-15 and 20-23 s, then
- * about 40 s. With the defaults only the fourth one is past 30 s (take-over about 39 s after the
- * kill, the job 45 s late); with 20 s the third one is past it by a fraction of a second or not at
- * all (16 s more). A 5 s heartbeat and a 10 s threshold put the take-over at the first or second
- * redelivery, 10-14 s after the kill. `--engine-defaults` runs with every default.
+ * Nothing is shortened: the check runs with the engine's defaults (a 5 s heartbeat, a 10 s
+ * stale-heartbeat threshold). Cloud Tasks redelivers a killed step after 2, then 4, 8, 16 s more
+ * (the queue's 2 s minimum backoff, doubling), and a new worker's cold start comes on top of the
+ * first: measured here, the redeliveries find the holder silent for about 7-10, 12-15 and
+ * 20-23 s, then about 40 s. With the former defaults (10 s, 30 s) only the fourth one was past the
+ * threshold (take-over about 39 s after the kill, the job 45 s late), which is why they changed;
+ * with 5 s and 10 s the take-over comes at the first or second redelivery, 10-14 s after the kill.
  */
-export const KILL_ALL_ENGINE_ENV: Readonly<Record<string, string>> = {
-  PHASELINE_HEARTBEAT_SECONDS: '5',
-  PHASELINE_STALE_HEARTBEAT_SECONDS: '10',
-};
+export const KILL_ALL_ENGINE_ENV: Readonly<Record<string, string>> = {};
 export const DEFAULT_ALLOWANCE_SECONDS = 30;
 const EXPERT_PHASE = 'expert-content';
 const POLL_MS = 200;

@@ -123,7 +123,7 @@ const CANARY_TEXT = 'A canary job checks the path end to end.\n\nIt counts parag
  * least two) so that a task redelivered after a killed worker (after 2 s of backoff, then 4 s
  * more, a new worker's cold start on top) can find its holder silent past it and take the step
  * over before the 8-second lease expires and the sweeper reclaims it. With the default 30 s the
- * lease always expired first and the take-over was hardly exercised.
+ * lease always expired first and the take-over was hardly exercised (the default is now 10 s).
  */
 export const CHAOS_ENGINE_ENV: Readonly<Record<string, string>> = {
   PHASELINE_LEASE_SECONDS: '8',

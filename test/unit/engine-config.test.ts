@@ -11,8 +11,8 @@ describe('resolveEngineOptions', () => {
   test('the defaults: 180 s lease, 10 s heartbeat, takeover after 30 s without one, 150 s progress bound, 1000 ms progress flush', () => {
     const options = resolveEngineOptions();
     expect(options.leaseSeconds).toBe(180);
-    expect(options.heartbeatSeconds).toBe(10);
-    expect(options.staleHeartbeatSeconds).toBe(30);
+    expect(options.heartbeatSeconds).toBe(5);
+    expect(options.staleHeartbeatSeconds).toBe(10);
     expect(options.progressTimeoutSeconds).toBe(150);
     expect(options.progressFlushMs).toBe(1_000);
     expect(options).toEqual(DEFAULT_ENGINE_OPTIONS);
@@ -23,8 +23,8 @@ describe('resolveEngineOptions', () => {
   });
 
   test('overrides replace only the options they name', () => {
-    const options = resolveEngineOptions({ leaseSeconds: 30, heartbeatSeconds: 10, maxAttempts: 2 });
-    expect(options).toEqual({ ...DEFAULT_ENGINE_OPTIONS, leaseSeconds: 30, heartbeatSeconds: 10, maxAttempts: 2 });
+    const options = resolveEngineOptions({ leaseSeconds: 30, heartbeatSeconds: 10, staleHeartbeatSeconds: 20, maxAttempts: 2 });
+    expect(options).toEqual({ ...DEFAULT_ENGINE_OPTIONS, leaseSeconds: 30, heartbeatSeconds: 10, staleHeartbeatSeconds: 20, maxAttempts: 2 });
   });
 
   test('does not mutate the defaults object', () => {
@@ -40,7 +40,7 @@ describe('resolveEngineOptions', () => {
   test.each([
     [{ heartbeatSeconds: 180 }],
     [{ heartbeatSeconds: 200 }],
-    [{ leaseSeconds: 10 }],
+    [{ leaseSeconds: 5 }],
     [{ leaseSeconds: 10, heartbeatSeconds: 10 }],
   ] as Partial<EngineOptions>[][])('a heartbeat not shorter than the lease is rejected: %j', (overrides) => {
     expect(() => resolveEngineOptions(overrides)).toThrow(/heartbeatSeconds .* must be shorter than leaseSeconds/);
@@ -60,7 +60,7 @@ describe('resolveEngineOptions', () => {
   });
 
   test('a progress bound not longer than the heartbeat is rejected', () => {
-    expect(() => resolveEngineOptions({ progressTimeoutSeconds: 10 })).toThrow(/progressTimeoutSeconds \(10\) must be longer than heartbeatSeconds/);
+    expect(() => resolveEngineOptions({ progressTimeoutSeconds: 5 })).toThrow(/progressTimeoutSeconds \(5\) must be longer than heartbeatSeconds/);
   });
 
   test.each(Object.keys(DEFAULT_ENGINE_OPTIONS).filter((name) => name !== 'leaseSeconds') as (keyof EngineOptions)[])(

@@ -47,8 +47,9 @@ export const MAX_SCHEDULE_SECONDS = 30 * 86_400;
 
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   leaseSeconds: 180,
-  heartbeatSeconds: 10,
-  staleHeartbeatSeconds: 30,
+  // Cloud Tasks redelivers a killed step 2, 6 and 14 s after the kill: a holder silent 10 s is taken over by the third.
+  heartbeatSeconds: 5,
+  staleHeartbeatSeconds: 10,
   progressTimeoutSeconds: 150,
   progressFlushMs: 1_000,
   stepBudgetSeconds: 300,

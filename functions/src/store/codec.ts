@@ -246,6 +246,14 @@ export function decodeUnit(path: string, data: DocumentData | undefined): UnitRe
   };
 }
 
+/**
+ * The fields a unit's holder renews on a heartbeat or progress flush, and only those: the rest of
+ * the document (its poison count, its result) may be written by its holder's other commits.
+ */
+export function encodeUnitFlush(unit: Pick<UnitRecord, 'lease' | 'progress' | 'cost' | 'claimTally' | 'updatedAtMs'>): DocumentData {
+  return { lease: encodeLease(unit.lease), progress: unit.progress, cost: unit.cost, claimTally: unit.claimTally, updatedAt: ts(unit.updatedAtMs) };
+}
+
 export function encodeUnit(unit: UnitRecord): DocumentData {
   return {
     jobId: unit.jobId,

@@ -4,7 +4,7 @@
  * to the stored one, and the update conditioned on the document's update time as read.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import type { DocumentReference, DocumentSnapshot, Firestore, Transaction } from 'firebase-admin/firestore';
+import type { DocumentReference, DocumentSnapshot, Firestore, Transaction, WriteBatch } from 'firebase-admin/firestore';
 import pRetry, { AbortError } from 'p-retry';
 import type { Clock } from '../core/clock';
 import { CheckpointWriteError, OwnershipLostError, PhaselineError } from '../core/errors';
@@ -248,7 +248,7 @@ export class JobStore {
         const { next, nextUnit, events = [], value } = await body({ tx, job, snapshot, unit, unitSnapshot });
         if (nextUnit) this.commitUnit(tx, unitSnapshot, nextUnit);
         if (next) this.commitJob(tx, snapshot, job, next, events.map((event) => ({ ...event, unit: claim.unit })));
-        else if (events.length > 0) this.writeUnitEvents(tx, job, unit, events);
+        else if (events.length > 0) this.addUnitEvents(tx, job, unit, events);
         return value;
       }),
     );
@@ -372,12 +372,12 @@ export class JobStore {
    * own random part keeps two commits in the same millisecond apart, and `create` (not `set`)
    * makes a collision fail the commit instead of overwriting an event.
    */
-  private writeUnitEvents(tx: Transaction, job: JobRecord, unit: UnitRecord, events: readonly EventDraft[]): void {
+  addUnitEvents(writer: Pick<Transaction, 'create'> | Pick<WriteBatch, 'create'>, job: Pick<JobRecord, 'id' | 'epoch' | 'status' | 'phase'>, unit: UnitRecord, events: readonly EventDraft[]): void {
     const nowMs = this.clock.now();
     const commit = randomUUID().replaceAll('-', '').slice(0, 12);
     events.forEach((event, index) => {
       const id = `u-${String(nowMs).padStart(14, '0')}-${unit.phase}~${unit.unit}-${String(unit.epoch).padStart(4, '0')}-${commit}-${index}`;
-      tx.create(this.db.doc(eventPath(job.id, id)), eventDocument(job, { ...event, unit: unit.unit }, nowMs));
+      writer.create(this.db.doc(eventPath(job.id, id)), eventDocument(job, { ...event, unit: unit.unit }, nowMs));
     });
   }
 
@@ -425,7 +425,7 @@ export function eventId(seq: number): string {
   return `j${String(seq).padStart(8, '0')}`;
 }
 
-function eventDocument(job: JobRecord, event: EventDraft, nowMs: number) {
+function eventDocument(job: Pick<JobRecord, 'epoch' | 'status' | 'phase'>, event: EventDraft, nowMs: number) {
   return {
     kind: event.kind,
     message: event.message,

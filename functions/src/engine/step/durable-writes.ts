@@ -1,6 +1,7 @@
 /** Section and transcript writes of a claim holder, each made only while it still holds its claim. */
 import { OwnershipLostError } from '../../core/errors';
 import { type SectionRecord } from '../../core/pipeline';
+import type { ClaimSession } from '../../store/claim-session';
 import { isAlreadyExists, type EventDraft } from '../../store/job-store';
 import { effectLedgerOf } from '../../store/effect-access';
 import { sectionRef, transcriptRef as transcriptDocument } from '../../store/job-documents';
@@ -18,10 +19,9 @@ export const PROGRESS_RESETS_POISON: EventDraft = {
  * recorded after a lost worker goes through an owner-checked transaction instead, because it also
  * resets the poison count on the job or unit record (see the README's quarantine rule).
  */
-export function durableWrites(running: Running, owner: SectionOwner, phase: string, unit: string | null): DurableWrites {
+export function durableWrites(running: Running, owner: SectionOwner, session: ClaimSession, phase: string, unit: string | null): DurableWrites {
   const { store } = running.deps;
   const transcriptRef = (sectionId: string) => transcriptDocument(store, owner.claim.jobId, phase, unit, sectionId);
-  const session = owner.kind === 'job' ? store.jobSession(owner.claim) : store.unitSession(owner.claim);
   let poisonCountToReset = running.staleReclaimsAtClaim > 0;
   const stopOnLoss = async <T>(write: Promise<T>): Promise<T> => {
     try {

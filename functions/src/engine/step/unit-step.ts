@@ -5,7 +5,7 @@ import { applyClaimTally } from '../../core/flusher';
 import { type JobRecord, type JobWait, type StepTask } from '../../core/job';
 import { waitRecord } from '../../core/lifecycle';
 import { claimUnit, takeOverUnit, TransitionRefused, yieldUnit, type Transition } from '../../core/transitions';
-import { decodeJob, decodeUnit, type UnitRecord } from '../../store/codec';
+import { decodeJob, decodeUnit, encodeUnitFlush, type UnitRecord } from '../../store/codec';
 import type { UnitClaim } from '../../store/job-store';
 import { loadCheckpoints, loadSections } from '../checkpoints';
 import { durableWrites } from './durable-writes';
@@ -61,12 +61,19 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   const fanOut = phase.fanOut;
   const loaded = await loadCheckpoints(store, job.id, running.pipeline);
   const sections = await loadSections(store, job.id, phase, unit.unit);
-  const flusher = startFlusher(running, progressGated(running, (payload) =>
-    store.asUnitOwner(claim, ({ unit: current }) => {
-      const applied = applyClaimTally(current, payload, claim.epoch);
-      return Promise.resolve({ nextUnit: { ...applied.next, lease: freshLease(running, claim.epoch) }, events: applied.notes, value: undefined });
-    }),
-  ));
+  // One owner-write path for the whole step: heartbeats, progress, sections and transcripts share the slot's update time.
+  const session = store.unitSession(claim);
+  /** The unit as this holder last wrote it: only its holder writes these fields while it holds the claim. */
+  let held: UnitRecord = unit;
+  const flusher = startFlusher(running, progressGated(running, async (payload) => {
+    const applied = applyClaimTally(held, payload, claim.epoch);
+    const next: UnitRecord = { ...applied.next, lease: freshLease(running, claim.epoch), updatedAtMs: store.clock.now() };
+    await session.commit('heartbeat', (batch) => {
+      batch.update(store.unitRef(claim.jobId, claim.phase, claim.unit), encodeUnitFlush(next));
+      if (applied.notes.length > 0) store.addUnitEvents(batch, job, next, applied.notes);
+    });
+    held = next;
+  }));
   const context = workingContext(running, {
     jobId: job.id,
     unit: unit.unit,
@@ -74,7 +81,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
     states: loaded.states,
     sections: sections.sections,
     flusher,
-    durable: durableWrites(running, { kind: 'unit', claim }, phase.name, unit.unit),
+    durable: durableWrites(running, { kind: 'unit', claim }, session, phase.name, unit.unit),
   });
 
   let outcome: Awaited<ReturnType<typeof fanOut.runUnit>>;
