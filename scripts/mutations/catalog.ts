@@ -50,7 +50,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: '    job.fanout?.epoch === claim.fanoutEpoch &&\n',
     replace: '',
-    tests: [{ files: [FENCING], names: 'bug 14: unit, fan-out epoch:' }],
+    tests: [{ files: [FENCING], names: 'bug 14: unit, fan-out epoch: a unit of a fan-out that ended writes (its completing commit|an effect plan)' }],
   },
   {
     name: 'claim-running-job',

@@ -465,7 +465,25 @@ describe('job level: the old owner writes while the new owner is running mid-ste
 describe('unit level: the old owner of a fan-out unit writes while the new owner is running mid-step', () => {
   test.each(unitWrites)('bug 14: unit, $kind: refused, nothing of it lands, the new owner finishes', (write) => unitContest(write));
 
-  test('bug 14: unit, fan-out epoch: a unit of a fan-out that ended writes while the next coordinator is mid-step: refused', async () => {
+  const staleUnitWork: [string, (context: StepContext<UnitInput>) => Promise<UnitOutcome<UnitResult>>][] = [
+    [
+      'a section',
+      async (context) => {
+        await context.recordSection('late', { value: 14 });
+        return unitFinished;
+      },
+    ],
+    // Through the owner-checked transaction, not the claim slot: only the job's fan-out epoch refuses these.
+    ['its completing commit (unit done, join)', () => Promise.resolve(unitFinished)],
+    [
+      'an effect plan',
+      async (context) => {
+        await context.effects.plan([payment]);
+        return unitFinished;
+      },
+    ],
+  ];
+  test.each(staleUnitWork)('bug 14: unit, fan-out epoch: a unit of a fan-out that ended writes %s while the next coordinator is mid-step: refused', async (_, staleWork) => {
     // u1 sends the job to a provider wait, which ends the fan-out while u0's worker is still held.
     // When the job comes back, its new coordinator claims it and is held before it starts the next
     // fan-out: the job is running, u0's document still names u0's claim (same unit epoch, same
@@ -480,10 +498,7 @@ describe('unit level: the old owner of a fan-out unit writes while the new owner
       firstRuns.add(unit);
       if (first && unit === 'u1') return Promise.resolve({ kind: 'wait', reason: 'provider', question: 'The provider is down', untilMs: context.clock.now() + 1_000 });
       if (first && unit === 'u0') {
-        return holdThen(holdA, async () => {
-          await context.recordSection('late', { value: 14 });
-          return unitFinished;
-        });
+        return holdThen(holdA, () => staleWork(context));
       }
       return Promise.resolve(unitFinished);
     };
