@@ -269,4 +269,28 @@ export const MUTANTS: readonly Mutant[] = [
     replace: ')) this.endFanOut(',
     tests: [{ files: ['test/emulator/ended-fanout.test.ts'], names: 'bug 15: a sibling unit quarantines' }],
   },
+  {
+    name: 'failed-heartbeat-retried-soon',
+    removes: 'trying a failed heartbeat again within a second (the lease stays silent a whole interval more, and a duplicate task takes a live worker\'s unit)',
+    file: 'functions/src/core/flusher.ts',
+    search: '    const dueInMs = this.lastWriteFailed\n',
+    replace: '    const dueInMs = (false as boolean)\n',
+    tests: [{ files: ['test/emulator/unit-heartbeat.test.ts'], names: 'bug 16: one failed heartbeat of a live worker, then a duplicate task: the worker keeps its unit; with the defaults' }],
+  },
+  {
+    name: 'heartbeat-events-named-once',
+    removes: 'naming a heartbeat\'s timeline events once per flush (a commit repeated after a lost answer writes its notes twice)',
+    file: 'functions/src/engine/step/unit-step.ts',
+    search: '      for (const { ref, data } of events) batch.set(ref, data);\n',
+    replace: '      for (const { ref, data } of store.unitEventDocuments(job, next, applied.notes)) batch.set(ref, data);\n',
+    tests: [{ files: ['test/emulator/unit-heartbeat.test.ts'], names: 'bug 16: a heartbeat whose commit lands but whose answer is lost' }],
+  },
+  {
+    name: 'legacy-fanout-heartbeat-reads-job',
+    removes: 'the owner-checked heartbeat for units of a fan-out recorded without unit IDs (a cancelled unit heartbeats on)',
+    file: 'functions/src/engine/step/unit-step.ts',
+    search: '  const legacyFanOut = job.fanout !== null && job.fanout.unitIds === undefined;\n',
+    replace: '  const legacyFanOut = false as boolean;\n',
+    tests: [{ files: ['test/emulator/unit-heartbeat.test.ts'], names: 'bug 16: a unit of a fan-out recorded without unit IDs' }],
+  },
 ];

@@ -19,6 +19,11 @@ export class ManualTimers implements Timers {
     return this.pending.size;
   }
 
+  /** The delays of the timers set and not yet fired, in the order they were set. */
+  get pendingDelays(): number[] {
+    return [...this.pending.values()].map((timer) => timer.ms);
+  }
+
   /** Fires every timer set so far (not the ones their callbacks set). */
   fireAll(): void {
     const due = [...this.pending.entries()];

@@ -81,6 +81,9 @@ export interface FlusherOptions {
   readonly onWriteError?: (error: unknown) => void;
 }
 
+/** How soon a failed heartbeat is tried again. */
+const HEARTBEAT_RETRY_MS = 1_000;
+
 export class CoalescingFlusher {
   private progress: Record<string, number> = {};
   /** The claim's running total; never reset, so every write carries all of it. */
@@ -89,6 +92,8 @@ export class CoalescingFlusher {
   private notes: { kind: string; message: string }[] = [];
   private confirmedNotes = 0;
   private lastFlushAtMs = Number.NEGATIVE_INFINITY;
+  /** Whether the last write failed (not for lost ownership): the next heartbeat comes sooner. */
+  private lastWriteFailed = false;
   private flushTimer: unknown = undefined;
   private heartbeatTimer: unknown = undefined;
   private inFlight: Promise<void> | undefined;
@@ -141,6 +146,7 @@ export class CoalescingFlusher {
     this.inFlight = this.write(payload).then(
       () => {
         this.writes += 1;
+        this.lastWriteFailed = false;
         this.confirm(payload);
       },
       (error: unknown) => {
@@ -149,6 +155,7 @@ export class CoalescingFlusher {
           this.options.onOwnershipLost(error);
           return;
         }
+        this.lastWriteFailed = true;
         this.restore(payload);
         this.options.onWriteError?.(error);
       },
@@ -167,13 +174,22 @@ export class CoalescingFlusher {
     }, waitMs);
   }
 
+  /**
+   * The next heartbeat is due one interval after the last one started, not after it ended, and a
+   * failed one is tried again within a second: a slow or failed renewal must not leave the lease
+   * silent long enough for a redelivered task to take a live worker's step (stale threshold).
+   */
   private armHeartbeat(): void {
     if (this.stopped) return;
+    const sinceLastMs = this.options.clock.now() - this.lastFlushAtMs;
+    const dueInMs = this.lastWriteFailed
+      ? Math.min(HEARTBEAT_RETRY_MS, this.options.heartbeatMs)
+      : Math.max(0, this.options.heartbeatMs - (Number.isFinite(sinceLastMs) ? Math.min(sinceLastMs, this.options.heartbeatMs) : 0));
     this.heartbeatTimer = this.timers.setTimeout(() => {
       void this.flushNow().then(() => {
         this.armHeartbeat();
       });
-    }, this.options.heartbeatMs);
+    }, dueInMs);
   }
 
   /** Progress changed since the last write, the running cost, and every unconfirmed note. */

@@ -4,7 +4,7 @@
  * to the stored one, and the update conditioned on the document's update time as read.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import type { DocumentReference, DocumentSnapshot, Firestore, Transaction, WriteBatch } from 'firebase-admin/firestore';
+import type { DocumentData, DocumentReference, DocumentSnapshot, Firestore, Transaction } from 'firebase-admin/firestore';
 import pRetry, { AbortError } from 'p-retry';
 import type { Clock } from '../core/clock';
 import { CheckpointWriteError, OwnershipLostError, PhaselineError } from '../core/errors';
@@ -248,7 +248,7 @@ export class JobStore {
         const { next, nextUnit, events = [], value } = await body({ tx, job, snapshot, unit, unitSnapshot });
         if (nextUnit) this.commitUnit(tx, unitSnapshot, nextUnit);
         if (next) this.commitJob(tx, snapshot, job, next, events.map((event) => ({ ...event, unit: claim.unit })));
-        else if (events.length > 0) this.addUnitEvents(tx, job, unit, events);
+        else for (const { ref, data } of this.unitEventDocuments(job, unit, events)) tx.create(ref, data);
         return value;
       }),
     );
@@ -369,15 +369,16 @@ export class JobStore {
   /**
    * Unit events go under the job without touching the hot job document, so they cannot take a
    * number from its sequence. Their IDs sort by time and stay unique without one: the commit's
-   * own random part keeps two commits in the same millisecond apart, and `create` (not `set`)
-   * makes a collision fail the commit instead of overwriting an event.
+   * own random part keeps two commits in the same millisecond apart. Transactions `create` them
+   * (a collision fails the commit instead of overwriting an event); a holder's heartbeat `set`s
+   * them, so the same commit made again after a lost answer writes the same events, not new ones.
    */
-  addUnitEvents(writer: Pick<Transaction, 'create'> | Pick<WriteBatch, 'create'>, job: Pick<JobRecord, 'id' | 'epoch' | 'status' | 'phase'>, unit: UnitRecord, events: readonly EventDraft[]): void {
+  unitEventDocuments(job: Pick<JobRecord, 'id' | 'epoch' | 'status' | 'phase'>, unit: UnitRecord, events: readonly EventDraft[]): { ref: DocumentReference; data: DocumentData }[] {
     const nowMs = this.clock.now();
     const commit = randomUUID().replaceAll('-', '').slice(0, 12);
-    events.forEach((event, index) => {
+    return events.map((event, index) => {
       const id = `u-${String(nowMs).padStart(14, '0')}-${unit.phase}~${unit.unit}-${String(unit.epoch).padStart(4, '0')}-${commit}-${index}`;
-      writer.create(this.db.doc(eventPath(job.id, id)), eventDocument(job, { ...event, unit: unit.unit }, nowMs));
+      return { ref: this.db.doc(eventPath(job.id, id)), data: eventDocument(job, { ...event, unit: unit.unit }, nowMs) };
     });
   }
 

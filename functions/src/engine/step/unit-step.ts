@@ -65,12 +65,23 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   const session = store.unitSession(claim);
   /** The unit as this holder last wrote it: only its holder writes these fields while it holds the claim. */
   let held: UnitRecord = unit;
+  // A fan-out recorded before it listed its units cannot revoke them in the commit that ends it: such a unit's heartbeat reads the job, as before.
+  const legacyFanOut = job.fanout !== null && job.fanout.unitIds === undefined;
   const flusher = startFlusher(running, progressGated(running, async (payload) => {
+    if (legacyFanOut) {
+      await store.asUnitOwner(claim, ({ unit: current }) => {
+        const applied = applyClaimTally(current, payload, claim.epoch);
+        return Promise.resolve({ nextUnit: { ...applied.next, lease: freshLease(running, claim.epoch) }, events: applied.notes, value: undefined });
+      });
+      return;
+    }
     const applied = applyClaimTally(held, payload, claim.epoch);
     const next: UnitRecord = { ...applied.next, lease: freshLease(running, claim.epoch), updatedAtMs: store.clock.now() };
+    // Named once per flush, outside the batch: a commit the session repeats after a lost answer sets the same events again.
+    const events = store.unitEventDocuments(job, next, applied.notes);
     await session.commit('heartbeat', (batch) => {
       batch.update(store.unitRef(claim.jobId, claim.phase, claim.unit), encodeUnitFlush(next));
-      if (applied.notes.length > 0) store.addUnitEvents(batch, job, next, applied.notes);
+      for (const { ref, data } of events) batch.set(ref, data);
     });
     held = next;
   }));
