@@ -5,50 +5,26 @@
  * owner-write path; each test failed before its fix.
  */
 import { FieldValue } from 'firebase-admin/firestore';
-import { z } from 'zod';
 import { OwnershipLostError } from '../../functions/src/core/errors';
-import { defineFanOutPhase, definePipeline, pipelineRegistry, type StepContext, type UnitOutcome } from '../../functions/src/core/pipeline';
+import { pipelineRegistry, type StepContext, type UnitOutcome } from '../../functions/src/core/pipeline';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineHarness, type EngineHarness } from '../support/engine';
+import { heldUnitsPipeline, hold, type UnitInput, type UnitResult } from '../support/held-units';
 import type { RecordedTask } from '../support/task-queue';
 
-type UnitInput = { units: number };
-type UnitResult = { value: number };
-const unitTurns: { run: (context: StepContext<UnitInput>, unit: string) => Promise<UnitOutcome<UnitResult>> } = {
-  run: () => Promise.resolve({ kind: 'done', state: { value: 1 } }),
-};
-
-const reviewUnits = definePipeline<UnitInput>({
-  name: 'review-units',
-  description: 'Test pipeline: one fan-out phase whose units the test holds and releases',
-  input: z.strictObject({ units: z.number().int().min(1).max(3) }),
-  phases: [
-    defineFanOutPhase<UnitInput, { total: number }, UnitResult>({
-      name: 'experts',
-      state: z.strictObject({ total: z.number() }),
-      section: z.strictObject({ value: z.number() }),
-      fanOut: {
-        units: (context) => Array.from({ length: context.input.units }, (_, index) => `u${index}`),
-        unitState: z.strictObject({ value: z.number() }),
-        runUnit: (context, unit) => unitTurns.run(context, unit),
-        join: (results) => ({ total: [...results.values()].reduce((sum, result) => sum + result.value, 0) }),
-      },
-    }),
-  ],
-  publish: () => ({ outcome: 'complete', title: 'Total', markdown: 'units joined', missing: [] }),
-});
+const { pipeline: reviewUnits, turns: unitTurns } = heldUnitsPipeline('review-units');
 
 let harness: EngineHarness;
 beforeAll(() => {
   harness = engineHarness('owner-path-review', pipelineRegistry(reviewUnits));
 });
 beforeEach(async () => {
-  unitTurns.run = () => Promise.resolve({ kind: 'done', state: { value: 1 } });
+  unitTurns.reset();
   harness.queue.drain();
   await harness.firestore.reset();
 });
@@ -57,19 +33,6 @@ afterAll(() => harness.firestore.close());
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
 const kinds = (outcomes: readonly StepOutcome[]) => outcomes.map((outcome) => outcome.kind);
-
-interface Hold {
-  readonly entered: Promise<void>;
-  arrive(): void;
-  readonly released: Promise<void>;
-  release(): void;
-}
-
-function hold(): Hold {
-  const entered = gate();
-  const released = gate();
-  return { entered: entered.promise, arrive: entered.open, released: released.promise, release: released.open };
-}
 
 function unitTask(tasks: readonly RecordedTask[], unit: string): RecordedTask {
   const task = tasks.find((candidate) => candidate.task.unit === unit);

@@ -10,9 +10,8 @@
  * nothing, and B must then finish normally. Gates and the manual clock order everything; nothing
  * sleeps.
  */
-import { z } from 'zod';
 import { OwnershipLostError, RetryableError, TerminalError } from '../../functions/src/core/errors';
-import { defineFanOutPhase, definePipeline, pipelineRegistry, type PhaseOutcome, type StepContext, type UnitOutcome } from '../../functions/src/core/pipeline';
+import { pipelineRegistry, type PhaseOutcome, type StepContext, type UnitOutcome } from '../../functions/src/core/pipeline';
 import type { EffectIntent } from '../../functions/src/effects/ledger';
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
 import { sweep } from '../../functions/src/engine/sweeper';
@@ -21,38 +20,15 @@ import type { ClaimSession } from '../../functions/src/store/claim-session';
 import type { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
 import { databaseImage } from '../support/database-image';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineHarness, type EngineHarness } from '../support/engine';
 import type { RecordedTask } from '../support/task-queue';
 import { behaviour, resetBehaviour, testPipeline, type TestInput } from '../support/test-pipeline';
+import { heldUnitsPipeline, hold, holdThen, unitFinished, type Hold, type UnitInput, type UnitResult } from '../support/held-units';
 import { ManualTimers } from '../support/timers';
 
 // ---- A fan-out pipeline whose units the tests hold and release ----------------------------------
 
-type UnitInput = { units: number };
-type UnitResult = { value: number };
-const unitTurns: { run: (context: StepContext<UnitInput>, unit: string) => Promise<UnitOutcome<UnitResult>> } = {
-  run: () => Promise.resolve({ kind: 'done', state: { value: 1 } }),
-};
-
-const fencedUnits = definePipeline<UnitInput>({
-  name: 'fenced-units',
-  description: 'Test pipeline: one fan-out phase whose units the test holds and releases',
-  input: z.strictObject({ units: z.number().int().min(1).max(3) }),
-  phases: [
-    defineFanOutPhase<UnitInput, { total: number }, UnitResult>({
-      name: 'experts',
-      state: z.strictObject({ total: z.number() }),
-      section: z.strictObject({ value: z.number() }),
-      fanOut: {
-        units: (context) => Array.from({ length: context.input.units }, (_, index) => `u${index}`),
-        unitState: z.strictObject({ value: z.number() }),
-        runUnit: (context, unit) => unitTurns.run(context, unit),
-        join: (results) => ({ total: [...results.values()].reduce((sum, result) => sum + result.value, 0) }),
-      },
-    }),
-  ],
-  publish: () => ({ outcome: 'complete', title: 'Total', markdown: 'units joined', missing: [] }),
-});
+const { pipeline: fencedUnits, turns: unitTurns } = heldUnitsPipeline('fenced-units');
 
 let harness: EngineHarness;
 beforeAll(() => {
@@ -60,7 +36,7 @@ beforeAll(() => {
 });
 beforeEach(async () => {
   resetBehaviour();
-  unitTurns.run = () => Promise.resolve({ kind: 'done', state: { value: 1 } });
+  unitTurns.reset();
   harness.queue.drain();
   await harness.firestore.reset();
 });
@@ -95,26 +71,6 @@ async function expireAndReclaim(counter: 'reclaimed' | 'unitsReclaimed'): Promis
 }
 
 // ---- Holding workers ----------------------------------------------------------------------------
-
-interface Hold {
-  /** Resolves once the worker has reached the hold. */
-  readonly entered: Promise<void>;
-  arrive(): void;
-  readonly released: Promise<void>;
-  release(): void;
-}
-
-function hold(): Hold {
-  const entered = gate();
-  const released = gate();
-  return { entered: entered.promise, arrive: entered.open, released: released.promise, release: released.open };
-}
-
-async function holdThen<T>(at: Hold, then: () => Promise<T>): Promise<T> {
-  at.arrive();
-  await at.released;
-  return then();
-}
 
 /**
  * One worker's view of the store: every owner write (job or unit) is recorded with how it ended,
@@ -200,7 +156,6 @@ interface Contest {
 type Meanwhile = (contest: Contest) => Promise<void>;
 
 const finished = { kind: 'done', state: { sections: 1 } } as const;
-const unitFinished = { kind: 'done', state: { value: 1 } } as const;
 
 /**
  * Gives the phase (or unit) to A on the first claim and to B on the second, each held on its own

@@ -7,43 +7,19 @@
  * unit heartbeating); "held" tests record what was checked and held.
  */
 import { FieldValue, type Firestore, type WriteBatch } from 'firebase-admin/firestore';
-import { z } from 'zod';
 import type { EngineOptions } from '../../functions/src/core/options';
-import { defineFanOutPhase, definePipeline, pipelineRegistry, type StepContext, type UnitOutcome } from '../../functions/src/core/pipeline';
+import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
 import { decodeJob, decodeUnit, type UnitRecord } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineHarness, type EngineHarness } from '../support/engine';
 import type { RecordedTask } from '../support/task-queue';
+import { heldUnitsPipeline, hold } from '../support/held-units';
 import { ManualTimers } from '../support/timers';
 
-type UnitInput = { units: number };
-type UnitResult = { value: number };
-const unitTurns: { run: (context: StepContext<UnitInput>, unit: string) => Promise<UnitOutcome<UnitResult>> } = {
-  run: () => Promise.resolve({ kind: 'done', state: { value: 1 } }),
-};
-
-const flushUnits = definePipeline<UnitInput>({
-  name: 'flush-units',
-  description: 'Test pipeline: one fan-out phase whose units the test holds and releases',
-  input: z.strictObject({ units: z.number().int().min(1).max(3) }),
-  phases: [
-    defineFanOutPhase<UnitInput, { total: number }, UnitResult>({
-      name: 'experts',
-      state: z.strictObject({ total: z.number() }),
-      section: z.strictObject({ value: z.number() }),
-      fanOut: {
-        units: (context) => Array.from({ length: context.input.units }, (_, index) => `u${index}`),
-        unitState: z.strictObject({ value: z.number() }),
-        runUnit: (context, unit) => unitTurns.run(context, unit),
-        join: (results) => ({ total: [...results.values()].reduce((sum, result) => sum + result.value, 0) }),
-      },
-    }),
-  ],
-  publish: () => ({ outcome: 'complete', title: 'Total', markdown: 'units joined', missing: [] }),
-});
+const { pipeline: flushUnits, turns: unitTurns } = heldUnitsPipeline('flush-units');
 
 const harnesses = new Map<string, EngineHarness>();
 /** One harness per option set (each its own emulator project). */
@@ -63,7 +39,7 @@ async function use(label: string, overrides: Partial<EngineOptions> = {}): Promi
   return harness;
 }
 beforeEach(async () => {
-  unitTurns.run = () => Promise.resolve({ kind: 'done', state: { value: 1 } });
+  unitTurns.reset();
   await use('defaults');
 });
 afterAll(async () => {
@@ -80,18 +56,6 @@ const readUnit = async (jobId: string, unit = 'u0'): Promise<UnitRecord> => {
   return decodeUnit(doc.ref.path, doc.data());
 };
 const kinds = (outcomes: readonly StepOutcome[]) => outcomes.map((outcome) => outcome.kind);
-
-interface Hold {
-  readonly entered: Promise<void>;
-  arrive(): void;
-  readonly released: Promise<void>;
-  release(): void;
-}
-function hold(): Hold {
-  const entered = gate();
-  const released = gate();
-  return { entered: entered.promise, arrive: entered.open, released: released.promise, release: released.open };
-}
 
 /** What the batch commits of a worker's Firestore do: land, fail before landing, or land once and lose the answer. */
 type Fault = { mode: 'none' | 'fail' | 'lost-answer-once' };
