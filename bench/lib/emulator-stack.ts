@@ -73,7 +73,16 @@ export async function runUnderIsolatedEmulators(command: string, options: Isolat
       ),
     );
     options.log?.(`  emulators from ${dir}: functions ${functions}, tasks ${tasks}, auth ${auth}, hub ${hub}`);
-    const env = { ...process.env, ...options.env, CI: 'true', FIRESTORE_EMULATOR_HOST: firestoreHost, GCLOUD_PROJECT: DEMO_PROJECT_ID };
+    // firebase-tools gives a new function worker 30 s to start; at 16 tasks in flight on a loaded 2-core machine some cold
+    // starts took longer and the run failed with "Failed to load function": that measures the emulator, not Phaseline.
+    const env = {
+      ...process.env,
+      FUNCTIONS_DISCOVERY_TIMEOUT: process.env.FUNCTIONS_DISCOVERY_TIMEOUT ?? '120',
+      ...options.env,
+      CI: 'true',
+      FIRESTORE_EMULATOR_HOST: firestoreHost,
+      GCLOUD_PROJECT: DEMO_PROJECT_ID,
+    };
     const child = spawnGroup(FIREBASE_BIN, ['emulators:exec', '--only', 'functions,tasks,auth', '--project', DEMO_PROJECT_ID, command], {
       cwd: dir,
       env,
