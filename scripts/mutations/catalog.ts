@@ -230,8 +230,8 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'owner-write-precondition',
     removes: "the update-time precondition on a claim holder's conditioned commit (a holder that has written before writes on after losing its claim)",
     file: 'functions/src/store/claim-session.ts',
-    search: '      batch.update(this.slot, { lastWriteAtMs: this.store.clock.now() }, { lastUpdateTime: updateTime });\n',
-    replace: '      batch.set(this.slot, { lastWriteAtMs: this.store.clock.now(), lastUpdate: updateTime }, { merge: true });\n',
+    search: '    batch.update(this.slot, { lastWriteAtMs: this.store.clock.now() }, { lastUpdateTime: updateTime });\n',
+    replace: '    batch.set(this.slot, { lastWriteAtMs: this.store.clock.now(), lastUpdate: updateTime }, { merge: true });\n',
     tests: [{ files: [FENCING], names: 'bug 14: (job|unit), (section after an earlier one|transcript after an earlier save)|a reclaimed owner writes' }],
   },
   {

@@ -8,7 +8,7 @@
  */
 import type { DocumentReference, Timestamp, WriteBatch } from 'firebase-admin/firestore';
 import { CheckpointWriteError, OwnershipLostError } from '../core/errors';
-import { isFailedPrecondition, isTransientFirestoreError } from './firestore-errors';
+import { isFailedPrecondition } from './firestore-errors';
 import type { JobStore } from './job-store';
 /** Lost answers in a row before a write gives up: each one costs a read, so this stays small. */
 const MAX_SLOT_REFRESHES = 3;
@@ -16,8 +16,6 @@ const MAX_SLOT_REFRESHES = 3;
 export class ClaimSession {
   private updateTime: Timestamp | null = null;
   private tail: Promise<unknown> = Promise.resolve();
-  /** Round trips and reads this session made, for tests and the bench's accounting. */
-  readonly counts = { commits: 0, slotReads: 0 };
 
   constructor(
     private readonly store: JobStore,
@@ -30,6 +28,7 @@ export class ClaimSession {
    * Commits the writes `build` adds, with the slot's precondition, after every earlier commit of
    * this session (one holder's writes land in the order it made them). Resolves to what `build`
    * returned; an ALREADY_EXISTS from a `create` in the batch comes back as it is (nothing landed).
+   * Transient failures are retried like every store write (JobStore.retryingWrite).
    */
   commit<T>(label: string, build: (batch: WriteBatch) => T): Promise<T> {
     const run = this.tail.then(() => this.commitInOrder(label, build));
@@ -38,42 +37,31 @@ export class ClaimSession {
   }
 
   private async commitInOrder<T>(label: string, build: (batch: WriteBatch) => T): Promise<T> {
-    const { options } = this.store;
-    let refreshes = 0;
-    let transientFailures = 0;
-    for (;;) {
-      const updateTime = this.updateTime ?? (await this.readSlot());
-      const batch = this.store.db.batch();
-      // A field of the slot itself is the write that carries the precondition: the SDK has no verify-only write.
-      batch.update(this.slot, { lastWriteAtMs: this.store.clock.now() }, { lastUpdateTime: updateTime });
-      const value = build(batch);
+    for (let refreshes = 0; ; refreshes += 1) {
       try {
-        this.counts.commits += 1;
-        const [slotResult] = await batch.commit();
-        this.updateTime = slotResult?.writeTime ?? null;
-        return value;
+        return await this.store.retryingWrite(`${label} for ${this.what}`, () => this.commitOnce(build));
       } catch (error) {
-        if (isFailedPrecondition(error)) {
-          // Our own earlier write may have landed with its answer lost: the slot read decides.
-          this.updateTime = null;
-          refreshes += 1;
-          if (refreshes > MAX_SLOT_REFRESHES) throw new CheckpointWriteError(`${label} for ${this.what}: the claim slot kept changing under a held claim`, error);
-          continue;
-        }
-        if (isTransientFirestoreError(error) && transientFailures < options.writeRetries) {
-          transientFailures += 1;
-          await new Promise((resolve) => setTimeout(resolve, Math.min(1_000, 50 * 3 ** (transientFailures - 1))));
-          continue;
-        }
-        if (isTransientFirestoreError(error)) throw new CheckpointWriteError(`${label} for ${this.what} failed after ${transientFailures + 1} tries`, error);
-        throw error;
+        if (!isFailedPrecondition(error)) throw error;
+        // Our own earlier write may have landed with its answer lost: the slot read decides.
+        this.updateTime = null;
+        if (refreshes >= MAX_SLOT_REFRESHES) throw new CheckpointWriteError(`${label} for ${this.what}: the claim slot kept changing under a held claim`, error);
       }
     }
   }
 
+  private async commitOnce<T>(build: (batch: WriteBatch) => T): Promise<T> {
+    const updateTime = this.updateTime ?? (await this.readSlot());
+    const batch = this.store.db.batch();
+    // A field of the slot itself is the write that carries the precondition: the SDK has no verify-only write.
+    batch.update(this.slot, { lastWriteAtMs: this.store.clock.now() }, { lastUpdateTime: updateTime });
+    const value = build(batch);
+    const [slotResult] = await batch.commit();
+    this.updateTime = slotResult?.writeTime ?? null;
+    return value;
+  }
+
   /** The one read: is the slot still ours? Its update time conditions the next commit. */
   private async readSlot(): Promise<Timestamp> {
-    this.counts.slotReads += 1;
     const snapshot = await this.slot.get();
     const epoch: unknown = snapshot.get('epoch');
     const state: unknown = snapshot.get('state');

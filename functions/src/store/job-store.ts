@@ -11,9 +11,10 @@ import { CheckpointWriteError, OwnershipLostError, PhaselineError } from '../cor
 import type { FanOutState, JobRecord } from '../core/job';
 import type { EngineOptions } from '../core/options';
 import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from './codec';
+import { readFanOutUnits } from './checkpoint-reads';
 import { ClaimSession } from './claim-session';
 import { isTransientFirestoreError } from './firestore-errors';
-import { checkpointPath, claimPath, conversationPath, eventPath, JOB_CLAIM_SLOT, jobPath, JOBS, unitClaimSlot, unitPath, unitsPath } from './paths';
+import { checkpointPath, claimPath, conversationPath, eventPath, JOB_CLAIM_SLOT, jobPath, JOBS, unitClaimSlot, unitPath } from './paths';
 
 export { isAlreadyExists, isTransientFirestoreError } from './firestore-errors';
 
@@ -297,8 +298,7 @@ export class JobStore {
    * job, stops it instead.
    */
   private async revokeUnitsOf(jobId: string, fanout: FanOutState): Promise<void> {
-    const units = await this.db.collection(unitsPath(jobId)).where('fanoutEpoch', '==', fanout.epoch).get();
-    for (const doc of units.docs) {
+    for (const doc of await readFanOutUnits(this, jobId, fanout.epoch)) {
       if (heldUnitEpoch(decodeUnit(doc.ref.path, doc.data())) === null) continue;
       await this.db.runTransaction(async (tx) => {
         const snapshot = await tx.get(doc.ref);

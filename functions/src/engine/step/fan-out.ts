@@ -99,7 +99,7 @@ export async function startFanOut(
         };
         if (result?.success) reused.set(unit, result.data);
         else toEnqueue.push(record);
-        return { ref: snapshot.ref, record };
+        return record;
       });
       const fanout = { phase: phase.name, epoch: claim.epoch, units: unitIds.length, done: reused.size, unitIds };
       let joinedNextPhase: string | null = null;
@@ -110,7 +110,7 @@ export async function startFanOut(
         joinedNextPhase = phaseAfter(running, phase);
       }
       const transition = startFanOutJob(job, { fanout, joinedNextPhase }, nowMs);
-      store.putNewUnits(tx, records.map(({ record }) => record));
+      store.putNewUnits(tx, records);
       return { next: transition.next, events: [...notes, ...transition.events], value: { toEnqueue, dispatch: transition.dispatch } };
     });
   } catch (error) {
