@@ -101,6 +101,7 @@ class WorkerStore {
       return result;
     };
     store.asOwner = (claim, body) => track(() => base.asOwner(claim, body));
+    store.asOwnerReading = (claim, body) => track(() => base.asOwnerReading(claim, body));
     store.asUnitOwner = (claim, body) => track(() => base.asUnitOwner(claim, body));
     // Sections and transcripts go through the claim's conditioned commits: those are owner writes too.
     const tracked = (session: ClaimSession): ClaimSession => {

@@ -79,7 +79,8 @@ test('ten concurrent claimers of one queued job: exactly one wins; the others fi
   const [task] = harness.queue.drain();
   const settled: StepOutcome[] = [];
   const claimers = Array.from({ length: 10 }, (_, index) => runStep(harness.deps(`claimer-${index}`), task!.task).then((outcome) => settled.push(outcome)));
-  await waitUntil(() => Promise.resolve(settled.length === 9));
+  // The losers' conditioned commits fail at once and they read the job again: they can settle before the winner's phase starts.
+  await waitUntil(() => Promise.resolve(settled.length === 9 && runs === 1));
 
   // Deliveries of the winner's own step: not claimable now, redelivered later in case the winner dies.
   expect(settled.map((outcome) => outcome.kind)).toEqual(Array<string>(9).fill('not-yet-due'));
@@ -216,13 +217,14 @@ describe('fault 2: after a reclaim (the lease expired mid-step), every write of 
     const reclaimed = gate();
     const oldStore = Object.create(harness.store) as typeof harness.store;
     let held = false;
-    oldStore.asOwner = async (claim, body) => {
+    // Completion reads the outbox and the effect ledger before it commits: a reading owner transaction.
+    oldStore.asOwnerReading = async (claim, body) => {
       if (!held) {
         held = true;
         claimedByOld.open();
         await reclaimed.promise;
       }
-      return harness.store.asOwner(claim, body);
+      return harness.store.asOwnerReading(claim, body);
     };
     const oldWorker = runStep({ ...harness.deps('old'), store: oldStore }, { jobId, step: 10 });
     await claimedByOld.promise;
@@ -295,19 +297,24 @@ test('a task for a job that does not exist is recorded and acknowledged', async 
 test('fault 3: a checkpoint write that fails after retries stops the step and requeues it; nothing half-written is trusted', async () => {
   const jobId = await harness.submit('two-phase', { sections: 3 });
   await harness.drain(1); // phase one
-  let failing = false;
-  // Sections go through the claim's conditioned batch commits: while `failing`, every one of those is unavailable.
+  // Every write is a batch commit: the section after s0 fails with all its retries (unavailable); the requeue after them lands.
+  let failuresLeft = 0;
   const flakyDb = Object.create(harness.store.db) as typeof harness.store.db;
   flakyDb.batch = () => {
     const batch = harness.store.db.batch();
-    if (failing) batch.commit = () => Promise.reject(Object.assign(new Error('unavailable'), { code: 14 }));
+    const commit = batch.commit.bind(batch);
+    batch.commit = () => {
+      if (failuresLeft === 0) return commit();
+      failuresLeft -= 1;
+      return Promise.reject(Object.assign(new Error('unavailable'), { code: 14 }));
+    };
     return batch;
   };
   const flakyStore = Object.create(harness.store) as typeof harness.store;
   Object.defineProperty(flakyStore, 'db', { value: flakyDb });
   behaviour.second = async (context) => {
     await context.recordSection('s0', { value: 0 });
-    failing = true;
+    failuresLeft = harness.options.writeRetries + 1;
     await context.recordSection('s1', { value: 10 });
     return { kind: 'done', state: { total: -1 } };
   };

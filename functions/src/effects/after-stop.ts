@@ -78,7 +78,7 @@ function stoppedCheck(job: JobRecord): string | null {
 
 async function recordOutcome(store: JobStore, jobId: string, key: string, change: EffectChange): Promise<boolean> {
   const db: Firestore = store.db;
-  return store.transact(jobId, stoppedCheck, async ({ tx }) => {
+  return store.transactReading(jobId, stoppedCheck, async ({ tx }) => {
     const snapshot = await tx.get(db.doc(effectPath(jobId, key)));
     if (!snapshot.exists) return { value: false };
     const entry = parseEffectEntry(snapshot.ref.path, snapshot.data());
@@ -159,7 +159,7 @@ export async function reconcileStoppedJob(store: JobStore, adapter: EffectAdapte
     graceEndsMs = Math.min(graceEndsMs ?? endsMs, endsMs);
   }
 
-  return store.transact(jobId, stoppedCheck, async ({ tx, job: current }) => {
+  return store.transactReading(jobId, stoppedCheck, async ({ tx, job: current }) => {
     const snapshot = await tx.get(store.db.collection(effectsPath(jobId)));
     const entries = snapshot.docs.map((doc) => parseEffectEntry(doc.ref.path, doc.data()));
     const counts = countEffectStates(entries);

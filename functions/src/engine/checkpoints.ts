@@ -49,14 +49,14 @@ export interface LoadedSections {
   readonly refused: readonly { readonly id: string; readonly reason: string }[];
 }
 
-/** The sections a phase (and unit) recorded, oldest first. One equality filter: no composite index needed. */
+/** The sections a phase (and unit) recorded, oldest first. */
 export async function loadSections(
   store: JobStore,
   jobId: string,
   phase: PhaseDefinition<unknown, unknown>,
   unit: string | null,
 ): Promise<LoadedSections> {
-  const documents = await readSectionDocuments(store, jobId, phase.name);
+  const documents = await readSectionDocuments(store, jobId, phase.name, unit);
   const sections: SectionRecord[] = [];
   const refused: { id: string; reason: string }[] = [];
   for (const doc of documents) {

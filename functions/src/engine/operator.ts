@@ -38,7 +38,7 @@ export async function releaseQuarantined(
 ): Promise<ReleaseResult> {
   let released: Transition<JobRecord>;
   try {
-    released = await store.transact(
+    released = await store.transactReading(
       jobId,
       () => null,
       async ({ tx, job }) => {

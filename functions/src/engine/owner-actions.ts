@@ -41,7 +41,7 @@ export async function cancelJob(store: JobStore, request: { jobId: string; owner
   const nowMs = store.clock.now();
   const effects = store.jobRef(request.jobId).collection('effects');
   try {
-    return await store.transact(
+    return await store.transactReading(
       request.jobId,
       () => null,
       async ({ tx, job }) => {

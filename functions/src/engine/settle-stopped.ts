@@ -113,7 +113,7 @@ export async function settleStoppedEffects(deps: { readonly store: JobStore; rea
   const handle = async (doc: QueryDocumentSnapshot): Promise<void> => {
     const seenMs = timestampMillis(doc, 'effectsToSettleAt');
     if (seenMs === null) return; // cannot happen: the query matched a timestamp range
-    const triage = await store.transact<Triage>(doc.id, (job) => dueCheck(job, nowMs, seenMs), async ({ tx, job }) => {
+    const triage = await store.transactReading<Triage>(doc.id, (job) => dueCheck(job, nowMs, seenMs), async ({ tx, job }) => {
       const unresolved = await unresolvedEffectsIn(store, tx, job.id, 1);
       // Nothing unresolved and nothing reported as unsettled: nothing to ask anyone.
       if (unresolved.length === 0 && job.cancellation?.effects?.settled !== false) {

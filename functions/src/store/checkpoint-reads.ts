@@ -2,9 +2,9 @@
  * The reads of a job's semantic state: its phase checkpoints, the sections a phase recorded and the
  * units of a fan-out. Raw documents only; engine/checkpoints.ts validates them against the pipeline.
  */
-import type { QueryDocumentSnapshot } from 'firebase-admin/firestore';
+import { FieldPath, type QueryDocumentSnapshot } from 'firebase-admin/firestore';
 import type { JobStore } from './job-store';
-import { JOBS, unitsPath } from './paths';
+import { JOBS, sectionKeyPrefix, unitsPath } from './paths';
 
 export interface StoredDocument {
   readonly id: string;
@@ -17,9 +17,23 @@ export async function readCheckpointDocuments(store: JobStore, jobId: string): P
   return snapshot.docs.map((doc) => ({ id: doc.id, data: doc.data() }));
 }
 
-/** The section documents of one phase (all its units), as stored. One equality filter: no composite index needed. */
-export async function readSectionDocuments(store: JobStore, jobId: string, phase: string): Promise<StoredDocument[]> {
-  const snapshot = await store.db.collection(`${JOBS}/${jobId}/sections`).where('phase', '==', phase).get();
+/** The section documents of one phase and unit, as stored. */
+export async function readSectionDocuments(store: JobStore, jobId: string, phase: string, unit: string | null): Promise<StoredDocument[]> {
+  return readByKeyPrefix(store, `${JOBS}/${jobId}/sections`, sectionKeyPrefix(phase, unit));
+}
+
+/** The transcripts one phase and unit saved, as stored: read once per step, not once per section. */
+export async function readTranscriptDocuments(store: JobStore, jobId: string, phase: string, unit: string | null): Promise<StoredDocument[]> {
+  return readByKeyPrefix(store, `${JOBS}/${jobId}/transcripts`, sectionKeyPrefix(phase, unit));
+}
+
+/** Documents whose IDs start with `prefix`: a range on document IDs, which needs no index and reads nothing outside it. */
+async function readByKeyPrefix(store: JobStore, collection: string, prefix: string): Promise<StoredDocument[]> {
+  const snapshot = await store.db
+    .collection(collection)
+    .where(FieldPath.documentId(), '>=', prefix)
+    .where(FieldPath.documentId(), '<', `${prefix}\uf8ff`)
+    .get();
   return snapshot.docs.map((doc) => ({ id: doc.id, data: doc.data() }));
 }
 

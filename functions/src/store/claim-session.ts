@@ -14,7 +14,6 @@ import type { JobStore } from './job-store';
 const MAX_SLOT_REFRESHES = 3;
 
 export class ClaimSession {
-  private updateTime: Timestamp | null = null;
   private tail: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -22,6 +21,8 @@ export class ClaimSession {
     readonly slot: DocumentReference,
     readonly epoch: number,
     private readonly what: string,
+    /** The slot's update time when the claim was made here (else the first write reads it). */
+    private updateTime: Timestamp | null = null,
   ) {}
 
   /**

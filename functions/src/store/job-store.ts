@@ -1,10 +1,12 @@
 /**
- * Every durable state change of a job, each one Firestore transaction. Writes made on behalf of a
- * claim prove ownership inside the transaction: status `running`, the claim's fencing epoch equal
- * to the stored one, and the update conditioned on the document's update time as read.
+ * Every durable state change of a job. Each is one commit whose job write is conditioned on the
+ * update time the decision was made from: a claim reads the job and commits; a holder commits on
+ * the update time of its own last commit, without reading, and reads only when that precondition
+ * fails (someone else wrote the job: a decision, a cancel, the sweeper). Changes that must read
+ * other documents to decide (effects, the outbox, units) run in a Firestore transaction instead.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import type { DocumentData, DocumentReference, DocumentSnapshot, Firestore, Transaction } from 'firebase-admin/firestore';
+import type { DocumentData, DocumentReference, DocumentSnapshot, Firestore, Precondition, SetOptions, Timestamp, Transaction, UpdateData, WriteBatch } from 'firebase-admin/firestore';
 import pRetry, { AbortError } from 'p-retry';
 import type { Clock } from '../core/clock';
 import { CheckpointWriteError, OwnershipLostError, PhaselineError } from '../core/errors';
@@ -13,7 +15,7 @@ import type { EngineOptions } from '../core/options';
 import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from './codec';
 import { readFanOutUnits } from './checkpoint-reads';
 import { ClaimSession } from './claim-session';
-import { isTransientFirestoreError } from './firestore-errors';
+import { isFailedPrecondition, isTransientFirestoreError } from './firestore-errors';
 import { checkpointPath, claimPath, conversationPath, eventPath, JOB_CLAIM_SLOT, jobPath, JOBS, unitClaimSlot, unitPath } from './paths';
 
 export { isAlreadyExists, isTransientFirestoreError } from './firestore-errors';
@@ -92,15 +94,52 @@ export interface ClaimSlotRecord {
   readonly atMs: number;
 }
 
+/** The writes a job commit carries: a batch's (conditioned commits) or a transaction's. */
+export interface JobWriter {
+  set(ref: DocumentReference, data: DocumentData, options?: SetOptions): unknown;
+  create(ref: DocumentReference, data: DocumentData): unknown;
+  update(ref: DocumentReference, data: UpdateData<DocumentData>, precondition?: Precondition): unknown;
+  delete(ref: DocumentReference, precondition?: Precondition): unknown;
+}
+
+/** The job document as a commit is conditioned on it: its reference and the update time decided from. */
+export interface JobVersion {
+  readonly ref: DocumentReference;
+  readonly updateTime?: Timestamp | undefined;
+}
+
+/** A job change that decides from the job record alone: its writes go out in one conditioned commit. */
 export interface JobTransaction {
+  readonly tx: JobWriter;
+  readonly job: JobRecord;
+}
+
+/** A job change that must read other documents to decide: a Firestore transaction. */
+export interface ReadingJobTransaction {
   readonly tx: Transaction;
   readonly job: JobRecord;
   readonly snapshot: DocumentSnapshot;
 }
 
+type JobChange<T> = { next?: JobRecord; events?: readonly EventDraft[]; value: T };
+
+/** What a claim holder last committed to its job, and that commit's update time: its next commit is conditioned on it. */
+interface OwnerView {
+  readonly epoch: number;
+  readonly record: JobRecord;
+  readonly updateTime: Timestamp;
+  /** The update time of the job's claim slot as the claiming commit wrote it (every write of one commit shares its time). */
+  readonly slotUpdateTime: Timestamp | null;
+}
+
+/** Conditioned commits that find the job changed, in a row, before one gives up. Each costs one read. */
+const MAX_JOB_COMMIT_ATTEMPTS = 8;
+/** Owner views kept per process (one per job a worker here holds); the oldest go first past it. */
+const MAX_OWNER_VIEWS = 1_000;
+
 export class JobStore {
-  /** Fan-outs a transaction's commit ends, per transaction attempt: their running units lose their claims after it commits. */
-  private readonly endedFanOuts = new WeakMap<Transaction, { jobId: string; fanout: FanOutState }[]>();
+  /** Fan-outs a commit ends, per commit attempt (a batch or a transaction): their running units lose their claims after it commits. */
+  private readonly endedFanOuts = new WeakMap<object, { jobId: string; fanout: FanOutState }[]>();
 
   constructor(
     readonly db: Firestore,
@@ -188,18 +227,47 @@ export class JobStore {
   }
 
   /**
-   * Runs `body` in a transaction on the job document and commits the record it returns, with the
-   * events it lists. `check` decides whether the caller may write at all; a refusal is an
-   * OwnershipLostError and nothing is written. Transient Firestore failures are retried a few
-   * times; after that the write is a CheckpointWriteError (never swallowed).
+   * Decides from the job record and commits the record `body` returns, with its events and whatever
+   * else `body` wrote, in one commit conditioned on the job's update time. `check` decides whether
+   * the caller may write at all; a refusal is an OwnershipLostError and nothing is written. When
+   * the precondition fails the job is read again and `body` runs again on what it now says (it
+   * must be free of side effects). A holder that committed last skips the read (see asOwner).
+   * Transient Firestore failures are retried; past that the write is a CheckpointWriteError.
    */
-  async transact<T>(
-    jobId: string,
-    check: (job: JobRecord) => string | null,
-    body: (context: JobTransaction) => Promise<{ next?: JobRecord; events?: readonly EventDraft[]; value: T }>,
-  ): Promise<T> {
+  async transact<T>(jobId: string, check: (job: JobRecord) => string | null, body: (context: JobTransaction) => Promise<JobChange<T>>, holder?: JobClaim): Promise<T> {
     const ref = this.jobRef(jobId);
-    return this.retryingWrite(`job ${jobId}`, () =>
+    return this.retryingWrite(`job ${jobId}`, async () => {
+      for (let attempt = 1; ; attempt += 1) {
+        const view = (holder && this.ownerView(holder)) ?? (await this.readVersion(ref));
+        const refusal = check(view.record);
+        if (refusal !== null) throw new OwnershipLostError(refusal);
+        const writer = new CountingBatch(this.db.batch());
+        const { next, events = [], value } = await body({ tx: writer, job: view.record });
+        // Every other write of the commit is fenced by the job's precondition: with none of its own, the job is rewritten as it is.
+        const committed = next ?? (writer.writes > 0 ? view.record : null);
+        if (committed === null) return value;
+        const record = this.commitJob(writer, { ref, updateTime: view.updateTime }, view.record, committed, events);
+        let results;
+        try {
+          results = await writer.batch.commit();
+        } catch (error) {
+          this.ownerViews.delete(jobId);
+          if (!isFailedPrecondition(error)) throw error;
+          if (attempt >= MAX_JOB_COMMIT_ATTEMPTS) throw new CheckpointWriteError(`job ${jobId} kept changing under ${attempt} conditioned commits`, error);
+          continue;
+        }
+        // The job's own write is the commit's last (commitJob): its update time conditions the holder's next commit.
+        this.rememberOwnerView(view.record, record, results.at(-1)?.writeTime);
+        await this.revokeEndedFanOuts(writer);
+        return value;
+      }
+    });
+  }
+
+  /** As `transact`, in a Firestore transaction: for changes that read other documents to decide. */
+  async transactReading<T>(jobId: string, check: (job: JobRecord) => string | null, body: (context: ReadingJobTransaction) => Promise<JobChange<T>>): Promise<T> {
+    const ref = this.jobRef(jobId);
+    const value = await this.retryingWrite(`job ${jobId}`, () =>
       this.runTransaction(async (tx) => {
         const snapshot = await tx.get(ref);
         if (!snapshot.exists) throw new OwnershipLostError(`Job ${jobId} does not exist`);
@@ -211,24 +279,50 @@ export class JobStore {
         return value;
       }),
     );
+    // Its update time is not known here: the holder's next commit reads the job first.
+    this.ownerViews.delete(jobId);
+    return value;
   }
 
-  /** Owner-checked transaction for the holder of a job claim. */
-  async asOwner<T>(
-    claim: JobClaim,
-    body: (context: JobTransaction) => Promise<{ next?: JobRecord; events?: readonly EventDraft[]; value: T }>,
-  ): Promise<T> {
-    return this.transact(
-      claim.jobId,
-      (job) => (holdsClaim(job, claim) ? null : `Claim epoch ${claim.epoch} no longer owns job ${claim.jobId} (status ${job.status}, epoch ${job.epoch})`),
-      body,
-    );
+  /** A commit of the holder of a job claim: refused unless the claim still holds; no read while its last commit stands. */
+  async asOwner<T>(claim: JobClaim, body: (context: JobTransaction) => Promise<JobChange<T>>): Promise<T> {
+    return this.transact(claim.jobId, (job) => ownerRefusal(job, claim), body, claim);
+  }
+
+  /** An owner-checked Firestore transaction, for a holder's change that reads other documents to decide. */
+  async asOwnerReading<T>(claim: JobClaim, body: (context: ReadingJobTransaction) => Promise<JobChange<T>>): Promise<T> {
+    return this.transactReading(claim.jobId, (job) => ownerRefusal(job, claim), body);
+  }
+
+  private readonly ownerViews = new Map<string, OwnerView>();
+
+  private ownerView(claim: JobClaim): OwnerView | undefined {
+    const view = this.ownerViews.get(claim.jobId);
+    return view?.epoch === claim.epoch ? view : undefined;
+  }
+
+  private rememberOwnerView(before: JobRecord, record: JobRecord, updateTime: Timestamp | undefined): void {
+    const previous = this.ownerViews.get(record.id);
+    this.ownerViews.delete(record.id);
+    const epoch = heldJobEpoch(record);
+    if (epoch === null || updateTime === undefined) return;
+    // The commit that gave the claim wrote the slot (syncClaimSlot); later commits of the holder leave it alone.
+    const slotUpdateTime = heldJobEpoch(before) !== epoch ? updateTime : previous?.epoch === epoch ? previous.slotUpdateTime : null;
+    // Exactly what a read would decode: the next decision is made from the stored record, not the one in hand.
+    this.ownerViews.set(record.id, { epoch, record: decodeJob(record.id, encodeJob(record)), updateTime, slotUpdateTime });
+    if (this.ownerViews.size > MAX_OWNER_VIEWS) this.ownerViews.delete(this.ownerViews.keys().next().value as string);
+  }
+
+  private async readVersion(ref: DocumentReference): Promise<{ record: JobRecord; updateTime: Timestamp | undefined }> {
+    const snapshot = await ref.get();
+    if (!snapshot.exists) throw new OwnershipLostError(`Job ${ref.id} does not exist`);
+    return { record: decodeJob(ref.id, snapshot.data()), updateTime: snapshot.updateTime };
   }
 
   /** Owner-checked transaction for the holder of a unit claim: the unit and its job are both read and checked. */
   async asUnitOwner<T>(
     claim: UnitClaim,
-    body: (context: JobTransaction & { unit: UnitRecord; unitSnapshot: DocumentSnapshot }) => Promise<{
+    body: (context: ReadingJobTransaction & { unit: UnitRecord; unitSnapshot: DocumentSnapshot }) => Promise<{
       next?: JobRecord;
       nextUnit?: UnitRecord;
       events?: readonly EventDraft[];
@@ -261,7 +355,8 @@ export class JobStore {
 
   /** The owner-write path of a job claim: see ClaimSession. */
   jobSession(claim: JobClaim): ClaimSession {
-    return new ClaimSession(this, this.claimSlotRef(claim.jobId, JOB_CLAIM_SLOT), claim.epoch, `job ${claim.jobId}`);
+    // Seeded with the slot's update time when this process made the claim: the first write needs no read either.
+    return new ClaimSession(this, this.claimSlotRef(claim.jobId, JOB_CLAIM_SLOT), claim.epoch, `job ${claim.jobId}`, this.ownerView(claim)?.slotUpdateTime ?? null);
   }
 
   /** The owner-write path of a unit claim: see ClaimSession. */
@@ -276,19 +371,28 @@ export class JobStore {
    * commit a job record goes through here.
    */
   async runTransaction<T>(body: (tx: Transaction) => Promise<T>): Promise<T> {
-    let ended: { jobId: string; fanout: FanOutState }[] = [];
+    const attempts: Transaction[] = [];
     const value = await this.db.runTransaction((tx) => {
-      ended = [];
-      this.endedFanOuts.set(tx, ended);
+      // Each attempt starts its own list: only what the attempt that committed ended counts.
+      attempts.push(tx);
+      this.endedFanOuts.set(tx, []);
       return body(tx);
     });
+    const committed = attempts.at(-1);
+    if (committed) await this.revokeEndedFanOuts(committed);
+    return value;
+  }
+
+  /** After a commit: the fan-outs it ended without their unit IDs on record lose their running units' claims. */
+  private async revokeEndedFanOuts(writer: object): Promise<void> {
+    const ended = this.endedFanOuts.get(writer) ?? [];
+    this.endedFanOuts.delete(writer);
     for (const { jobId, fanout } of ended) {
       // Best effort after the fact: the commit stands whatever happens here (never retried with it).
       await this.revokeUnitsOf(jobId, fanout).catch((error: unknown) => {
         console.warn(`revoking the unit claims of job ${jobId}'s ended fan-out failed; their next heartbeat stops them`, error);
       });
     }
-    return value;
   }
 
   /**
@@ -318,7 +422,7 @@ export class JobStore {
    * the slot revoked. Either write changes the slot's update time, so every write a previous holder
    * still makes under its precondition fails (see ClaimSession). No read: the records say it all.
    */
-  private syncClaimSlot(tx: Transaction, ref: DocumentReference, before: number | null, after: number | null, worker: string | null): void {
+  private syncClaimSlot(tx: JobWriter, ref: DocumentReference, before: number | null, after: number | null, worker: string | null): void {
     if (before === after) return;
     const nowMs = this.clock.now();
     const record: ClaimSlotRecord =
@@ -333,9 +437,11 @@ export class JobStore {
    * fan-out is stale, and a later fan-out only starts after this commit. A fan-out recorded without
    * its unit IDs falls back to revoking after the commit (see runTransaction).
    */
-  private endFanOut(tx: Transaction, jobId: string, fanout: FanOutState): void {
+  private endFanOut(tx: JobWriter, jobId: string, fanout: FanOutState): void {
     if (fanout.unitIds === undefined) {
-      this.endedFanOuts.get(tx)?.push({ jobId, fanout });
+      const ended = this.endedFanOuts.get(tx) ?? [];
+      ended.push({ jobId, fanout });
+      this.endedFanOuts.set(tx, ended);
       return;
     }
     const nowMs = this.clock.now();
@@ -345,8 +451,11 @@ export class JobStore {
     }
   }
 
-  /** Writes the next job record, conditioned on the update time read, with its timeline events. */
-  commitJob(tx: Transaction, snapshot: DocumentSnapshot, current: JobRecord, next: JobRecord, events: readonly EventDraft[]): void {
+  /**
+   * Writes the next job record, conditioned on the update time decided from, with its timeline
+   * events; the job's write is the last one this adds. Returns the record as written.
+   */
+  commitJob(tx: JobWriter, snapshot: JobVersion, current: JobRecord, next: JobRecord, events: readonly EventDraft[]): JobRecord {
     const nowMs = this.clock.now();
     this.syncClaimSlot(tx, this.claimSlotRef(current.id, JOB_CLAIM_SLOT), heldJobEpoch(current), heldJobEpoch(next), next.lease?.worker ?? null);
     if (current.fanout !== null && (next.fanout?.epoch !== current.fanout.epoch || next.status !== 'running')) this.endFanOut(tx, current.id, current.fanout);
@@ -358,9 +467,10 @@ export class JobStore {
     const record: JobRecord = { ...next, eventSeq: seq, updatedAtMs: nowMs };
     if (!snapshot.updateTime) throw new Error(`Job ${current.id}: snapshot without an update time`);
     tx.update(snapshot.ref, encodeJob(record), { lastUpdateTime: snapshot.updateTime });
+    return record;
   }
 
-  commitUnit(tx: Transaction, snapshot: DocumentSnapshot, next: UnitRecord, current: UnitRecord = decodeUnit(snapshot.ref.path, snapshot.data())): void {
+  commitUnit(tx: JobWriter, snapshot: DocumentSnapshot, next: UnitRecord, current: UnitRecord = decodeUnit(snapshot.ref.path, snapshot.data())): void {
     if (!snapshot.updateTime) throw new Error(`Unit ${snapshot.ref.path}: snapshot without an update time`);
     this.syncClaimSlot(tx, this.claimSlotRef(next.jobId, unitClaimSlot(next.phase, next.unit)), heldUnitEpoch(current), heldUnitEpoch(next), next.lease?.worker ?? null);
     tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }), { lastUpdateTime: snapshot.updateTime });
@@ -387,7 +497,7 @@ export class JobStore {
    * the job). Each unit's claim slot is written revoked with it, so that a worker still holding a
    * unit of an earlier fan-out of this phase loses it here, not at its next heartbeat.
    */
-  putNewUnits(tx: Transaction, units: readonly UnitRecord[]): void {
+  putNewUnits(tx: JobWriter, units: readonly UnitRecord[]): void {
     const nowMs = this.clock.now();
     for (const unit of units) {
       tx.set(this.unitRef(unit.jobId, unit.phase, unit.unit), encodeUnit({ ...unit, updatedAtMs: nowMs }));
@@ -419,6 +529,43 @@ export class JobStore {
       if (isTransientFirestoreError(error)) throw new CheckpointWriteError(`Writing ${what} failed after ${this.options.writeRetries + 1} tries`, error);
       throw error;
     }
+  }
+}
+
+function ownerRefusal(job: JobRecord, claim: JobClaim): string | null {
+  return holdsClaim(job, claim) ? null : `Claim epoch ${claim.epoch} no longer owns job ${claim.jobId} (status ${job.status}, epoch ${job.epoch})`;
+}
+
+/** A write batch that counts what was added to it (a commit with nothing to fence needs no precondition). */
+class CountingBatch implements JobWriter {
+  writes = 0;
+
+  constructor(readonly batch: WriteBatch) {}
+
+  set(ref: DocumentReference, data: DocumentData, options?: SetOptions): this {
+    this.writes += 1;
+    if (options) this.batch.set(ref, data, options);
+    else this.batch.set(ref, data);
+    return this;
+  }
+
+  create(ref: DocumentReference, data: DocumentData): this {
+    this.writes += 1;
+    this.batch.create(ref, data);
+    return this;
+  }
+
+  update(ref: DocumentReference, data: UpdateData<DocumentData>, precondition?: Precondition): this {
+    this.writes += 1;
+    if (precondition) this.batch.update(ref, data, precondition);
+    else this.batch.update(ref, data);
+    return this;
+  }
+
+  delete(ref: DocumentReference, precondition?: Precondition): this {
+    this.writes += 1;
+    this.batch.delete(ref, precondition);
+    return this;
   }
 }
 

@@ -30,3 +30,8 @@ export const REJECTED_TASKS = 'rejectedTasks';
 export function sectionKey(phase: string, unit: string | null, id: string): string {
   return [phase, unit ?? '-', id].map((part) => part.replace(/[/]/g, '_')).join('~');
 }
+
+/** What every section key of one phase and unit starts with: one range of document IDs holds them all. */
+export function sectionKeyPrefix(phase: string, unit: string | null): string {
+  return sectionKey(phase, unit, '');
+}

@@ -3,6 +3,7 @@ import { OwnershipLostError } from '../../core/errors';
 import { type SectionRecord } from '../../core/pipeline';
 import type { ClaimSession } from '../../store/claim-session';
 import { isAlreadyExists, type EventDraft } from '../../store/job-store';
+import { readTranscriptDocuments } from '../../store/checkpoint-reads';
 import { effectLedgerOf } from '../../store/effect-access';
 import { sectionRef, transcriptRef as transcriptDocument } from '../../store/job-documents';
 import { type DurableWrites } from '../context';
@@ -32,7 +33,7 @@ export function durableWrites(running: Running, owner: SectionOwner, session: Cl
     }
   };
   const asOwner = <T>(body: (context: { tx: FirebaseFirestore.Transaction }) => Promise<{ value: T }>): Promise<T> =>
-    stopOnLoss(owner.kind === 'job' ? store.asOwner(owner.claim, body) : store.asUnitOwner(owner.claim, body));
+    stopOnLoss(owner.kind === 'job' ? store.asOwnerReading(owner.claim, body) : store.asUnitOwner(owner.claim, body));
 
   /** Through the owner-checked transaction: creates the section and resets the poison count in one commit. */
   const writeSectionResettingPoison = (ref: FirebaseFirestore.DocumentReference, document: Record<string, unknown>): Promise<boolean> => {
@@ -43,7 +44,7 @@ export function durableWrites(running: Running, owner: SectionOwner, session: Cl
       return true;
     };
     if (owner.kind === 'job') {
-      return store.asOwner(owner.claim, async ({ tx, job }) => {
+      return store.asOwnerReading(owner.claim, async ({ tx, job }) => {
         const created = await create(tx);
         if (!created || job.staleReclaims === 0) return { value: created };
         return { next: { ...job, staleReclaims: 0 }, events: [PROGRESS_RESETS_POISON], value: created };
@@ -78,18 +79,28 @@ export function durableWrites(running: Running, owner: SectionOwner, session: Cl
       ),
     );
   };
+  /** This step's transcripts, by section ID: one query when the first section starts, kept in step with this holder's own saves. */
+  let transcripts: Promise<Map<string, unknown>> | null = null;
+  const stepTranscripts = (): Promise<Map<string, unknown>> => {
+    transcripts ??= readTranscriptDocuments(store, owner.claim.jobId, phase, unit).then(
+      (documents) => new Map(documents.map((document) => [String((document.data as { id?: unknown }).id), (document.data as { transcript?: unknown }).transcript ?? null])),
+      (error: unknown) => {
+        transcripts = null;
+        throw error;
+      },
+    );
+    return transcripts;
+  };
   return {
     writeSection,
-    loadTranscript: async (sectionId) => {
-      const snapshot = await transcriptRef(sectionId).get();
-      return snapshot.exists ? (snapshot.get('transcript') as unknown) : null;
-    },
+    loadTranscript: async (sectionId) => (await stepTranscripts()).get(sectionId) ?? null,
     saveTranscript: async (sectionId, transcript) => {
       await stopOnLoss(
         session.commit(`transcript ${sectionId}`, (batch) =>
           batch.set(transcriptRef(sectionId), { phase, unit, id: sectionId, transcript, epoch: owner.claim.epoch, savedAtMs: store.clock.now() }),
         ),
       );
+      if (transcripts !== null) (await transcripts).set(sectionId, transcript);
     },
     effects: effectLedgerOf(store, {
       jobId: owner.claim.jobId,

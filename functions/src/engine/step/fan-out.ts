@@ -64,7 +64,7 @@ export async function startFanOut(
   const nowMs = store.clock.now();
   let started: { readonly toEnqueue: readonly UnitRecord[]; readonly dispatch: Dispatch | undefined };
   try {
-    started = await store.asOwner(claim, async ({ tx, job }) => {
+    started = await store.asOwnerReading(claim, async ({ tx, job }) => {
       // Unit documents are keyed by phase and unit ID: another fan-out phase never sees them.
       const refs = unitIds.map((unit) => store.unitRef(job.id, phase.name, unit));
       const snapshots = refs.length > 0 ? await tx.getAll(...refs) : [];

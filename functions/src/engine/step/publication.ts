@@ -29,7 +29,7 @@ export async function complete(running: Running, claim: JobClaim, states: Readon
   }
   const nowMs = store.clock.now();
   try {
-    await store.asOwner(claim, async ({ tx, job }) => {
+    await store.asOwnerReading(claim, async ({ tx, job }) => {
       // A job cannot complete while an effect's outcome is unknown: the pipeline must reconcile it first.
       const unresolved = await unresolvedEffectsIn(store, tx, job.id);
       if (unresolved.length > 0) throw new UnresolvedEffectsError(unresolved);
