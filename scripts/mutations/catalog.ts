@@ -26,6 +26,7 @@ export interface Mutant {
 
 const FENCING = 'test/emulator/fencing.test.ts';
 const HOLES = 'test/emulator/engine-holes.test.ts';
+const RUNNER = 'test/emulator/runner.test.ts';
 
 export const MUTANTS: readonly Mutant[] = [
   {
@@ -74,7 +75,11 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: 'tx.update(snapshot.ref, encodeJob(record), { lastUpdateTime: snapshot.updateTime });',
     replace: 'tx.update(snapshot.ref, encodeJob(record));',
-    tests: [{ files: [FENCING], names: 'bug 14: update time: a job commit' }],
+    // Job transitions are conditioned commits, not transactions: the precondition alone keeps a second claimer (or a duplicate delivery) out.
+    tests: [
+      { files: [FENCING], names: 'bug 14: update time: a job commit' },
+      { files: [RUNNER], names: 'fault 6: the same task delivered twice' },
+    ],
   },
   {
     name: 'unit-update-time',
