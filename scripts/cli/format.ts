@@ -1,4 +1,8 @@
-/** Pure formatting of jobs and timelines for a terminal: no I/O, every clock and zone passed in. */
+/**
+ * Pure formatting of jobs and timelines for a terminal: no I/O, every clock and zone passed in.
+ * Text that a model or a document wrote (reports, event messages, questions, errors) goes through
+ * `terminalText` first, so it cannot carry escape sequences to the terminal.
+ */
 import { cancellationReport } from '../../functions/src/effects/stop-report';
 import type { SweepReport } from '../../functions/src/engine/sweeper';
 import type { EventView, JobView } from './views';
@@ -6,6 +10,80 @@ import type { EventView, JobView } from './views';
 export interface TimeOptions {
   /** IANA time zone for clock times; the machine's own when absent. */
   readonly timeZone?: string;
+}
+
+// ---- Text from models and documents -------------------------------------------------------------
+
+/**
+ * Control characters a terminal acts on: C0 but tab (ESC starts colour, cursor, title, clipboard
+ * and hyperlink sequences; CR rewrites the line; BS erases), DEL, C1 (CSI and OSC have one-byte
+ * forms), and the bidirectional controls that make text display in another order than it reads.
+ */
+function isTerminalControl(code: number): boolean {
+  return (
+    (code < 0x20 && code !== 0x09) ||
+    (code >= 0x7f && code <= 0x9f) ||
+    code === 0x061c ||
+    code === 0x200e ||
+    code === 0x200f ||
+    (code >= 0x202a && code <= 0x202e) ||
+    (code >= 0x2066 && code <= 0x2069)
+  );
+}
+
+/** `text` on one line, every control character shown as an escape (`\x1b`, `\n`, `\u202e`) so it prints as written. */
+export function terminalText(text: string): string {
+  let shown = '';
+  for (const character of text) {
+    const code = character.codePointAt(0) ?? 0;
+    if (!isTerminalControl(code)) shown += character;
+    else if (character === '\n') shown += '\\n';
+    else shown += code <= 0xff ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`;
+  }
+  return shown;
+}
+
+/** The URL if it is an absolute http(s) one, the only kind a report may show as a link. */
+function webUrl(target: string): string | null {
+  const trimmed = target.trim().replace(/^<(.*)>$/, '$1');
+  if (!/^https?:\/\//i.test(trimmed)) return null;
+  try {
+    return new URL(trimmed).protocol.startsWith('http') ? trimmed : null;
+  } catch {
+    return null;
+  }
+}
+
+/** `[label](target "title")` or an image `![alt](target)`, with the target in angle brackets or not. */
+const INLINE_LINK = /!?\[([^\]\n]*)\]\(\s*(<[^>\n]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:"[^"\n]*"|'[^'\n]*'))?\s*\)/g;
+/** `<scheme:...>` */
+const AUTOLINK = /<([a-z][a-z0-9+.-]{1,31}:[^<>\s]*)>/gi;
+/** `[1]: https://... "Title"`, a reference definition (the numbered references a report ends with). */
+const REFERENCE_DEFINITION = /^( {0,3}\[[^\]\n]+\]:)\s*(<[^>\n]*>|\S+)(.*)$/;
+
+/** One report line with its links made plain: http(s) targets shown as `<url>`, any other target dropped. */
+function reportLine(line: string): string {
+  const definition = REFERENCE_DEFINITION.exec(line);
+  if (definition) {
+    const [, label = '', target = '', rest = ''] = definition;
+    const url = webUrl(target);
+    return url === null ? `${label} (link removed: not an http(s) URL)` : `${label} ${url}${rest}`;
+  }
+  return line
+    .replace(INLINE_LINK, (_link, label: string, target: string) => {
+      const url = webUrl(target);
+      if (url === null) return label;
+      return label === '' || label === url ? `<${url}>` : `${label} <${url}>`;
+    })
+    .replace(AUTOLINK, (autolink, target: string) => (webUrl(target) === null ? target : autolink));
+}
+
+/**
+ * A published report as lines for a terminal: the Markdown kept as it reads, links made safe
+ * (only http(s) URLs are shown, so a terminal links nothing else) and control characters escaped.
+ */
+export function reportLines(markdown: string): string[] {
+  return markdown.split(/\r?\n/).map((line) => terminalText(reportLine(line)));
 }
 
 // ---- Time ----------------------------------------------------------------------------------------
@@ -103,14 +181,14 @@ function percent(fraction: number | null): string {
 export function stateDetail(job: JobView, options: TimeOptions = {}): string {
   switch (job.status) {
     case 'waiting':
-      if (job.waiting?.reason === 'decision') return `needs your decision: ${job.waiting.question}`;
+      if (job.waiting?.reason === 'decision') return `needs your decision: ${terminalText(job.waiting.question)}`;
       return job.waiting?.untilMs != null ? `provider unavailable; resumes by itself at ${clockTime(job.waiting.untilMs, options)}` : 'waiting';
     case 'failed':
-      return `failed: ${job.lastError?.message ?? 'no reason recorded'}`;
+      return `failed: ${terminalText(job.lastError?.message ?? 'no reason recorded')}`;
     case 'cancelled':
-      return `cancelled: ${job.cancellation?.reason ?? 'no reason recorded'}`;
+      return `cancelled: ${terminalText(job.cancellation?.reason ?? 'no reason recorded')}`;
     case 'quarantined':
-      return `quarantined: ${job.quarantine?.reason ?? 'no reason recorded'}`;
+      return `quarantined: ${terminalText(job.quarantine?.reason ?? 'no reason recorded')}`;
     case 'completed':
       return job.outcome === 'partial' ? 'completed, partial' : 'completed';
     case 'queued':
@@ -136,7 +214,8 @@ export function byTime(a: EventView, b: EventView): number {
 
 /** `14:03:27  checkpointed  [e1] Section h2 recorded` */
 export function timelineLine(event: EventView, options: TimeOptions = {}): string {
-  return `${clockTime(event.atMs, options)}  ${event.kind.padEnd(13)} ${event.unit === null ? '' : `[${event.unit}] `}${event.message}`;
+  const unit = event.unit === null ? '' : `[${terminalText(event.unit)}] `;
+  return `${clockTime(event.atMs, options)}  ${terminalText(event.kind).padEnd(13)} ${unit}${terminalText(event.message)}`;
 }
 
 // ---- The end of a watch --------------------------------------------------------------------------
@@ -153,18 +232,18 @@ export function finalLines(job: JobView, resultPath: string, options: TimeOption
       const waiting = job.waiting;
       if (waiting?.reason !== 'decision') return [`Waiting: ${stateDetail(job, options)}.`];
       return [
-        `Waiting for your decision: ${waiting.question}`,
-        `Options: ${waiting.options.map((option) => `"${option}"`).join(', ')}`,
-        `Answer with: phaseline decide ${job.id} ${waiting.questionId} <option>`,
+        `Waiting for your decision: ${terminalText(waiting.question)}`,
+        `Options: ${waiting.options.map((option) => `"${terminalText(option)}"`).join(', ')}`,
+        `Answer with: phaseline decide ${job.id} ${terminalText(waiting.questionId)} <option>`,
       ];
     }
     case 'failed':
-      return [`Failed${took}: ${job.lastError?.message ?? 'no reason recorded'}${job.lastError ? ` (${job.lastError.code})` : ''}`, ...spent];
+      return [`Failed${took}: ${terminalText(job.lastError?.message ?? 'no reason recorded')}${job.lastError ? ` (${terminalText(job.lastError.code)})` : ''}`, ...spent];
     case 'cancelled':
-      return [`Cancelled${took}.`, ...(job.cancellation ? [cancellationReport(job.cancellation)] : []), ...spent];
+      return [`Cancelled${took}.`, ...(job.cancellation ? [terminalText(cancellationReport(job.cancellation))] : []), ...spent];
     case 'quarantined':
       return [
-        `Quarantined${took}: ${job.quarantine?.reason ?? 'no reason recorded'}.`,
+        `Quarantined${took}: ${terminalText(job.quarantine?.reason ?? 'no reason recorded')}.`,
         `It keeps killing its workers; once the cause is fixed an operator can run: phaseline release ${job.id}`,
         ...spent,
       ];

@@ -9,7 +9,7 @@ import { TERMINAL_STATUSES } from '../../functions/src/core/job';
 import { jobPath, JOBS } from '../../functions/src/store/paths';
 import { parseJsonInput, type Command } from './args';
 import { CliError, EXIT } from './errors';
-import { byTime, finalLines, jobTable, statusLine, timelineLine, type TimeOptions } from './format';
+import { byTime, finalLines, jobTable, reportLines, statusLine, terminalText, timelineLine, type TimeOptions } from './format';
 import { functionsClient, type FunctionsClient } from './functions-client';
 import { identitySource, type IdentitySource } from './identity';
 import type { Io } from './io';
@@ -158,7 +158,8 @@ async function printReport(ctx: UserContext, path: string): Promise<void> {
   const markdown = document?.data.markdown;
   if (typeof markdown !== 'string') throw new CliError(`The report at ${path} cannot be read.`);
   ctx.io.out('');
-  for (const line of markdown.split('\n')) ctx.io.out(line);
+  // Model-written text: links shown only when http(s), control characters made visible.
+  for (const line of reportLines(markdown)) ctx.io.out(line);
 }
 
 /** The user's own jobs, newest first. (In production this query needs the jobs (owner, createdAt desc) index.) */
@@ -179,7 +180,7 @@ export async function cancel(ctx: UserContext, command: CancelCommand): Promise<
   const answer = await ctx.functions.call('cancelJob', { jobId: command.jobId, ...(command.reason === undefined ? {} : { reason: command.reason }) });
   const body = record(answer.body);
   ctx.io.out(`Job ${command.jobId} is ${text(body.status, 'cancelled')}.`);
-  if (typeof body.report === 'string') ctx.io.out(body.report);
+  if (typeof body.report === 'string') ctx.io.out(terminalText(body.report));
   const unknown = typeof body.unknownEffects === 'number' ? body.unknownEffects : 0;
   if (unknown > 0) ctx.io.out(`${unknown} effect${unknown === 1 ? ' was' : 's were'} in flight: their outcome is unknown until checked against the system of record.`);
   return EXIT.ok;

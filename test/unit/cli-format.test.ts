@@ -9,8 +9,10 @@ import {
   jobTable,
   progressBar,
   progressOf,
+  reportLines,
   statusLine,
   sweepReportLines,
+  terminalText,
   timelineLine,
 } from '../../scripts/cli/format';
 import { queueStatsLines } from '../../scripts/cli/queue-commands';
@@ -284,5 +286,62 @@ describe('tables', () => {
       '  running now    4',
       '  dispatch rate  unknown (at most 50/s, unknown at once)',
     ]);
+  });
+});
+
+describe('model-written text cannot drive the terminal', () => {
+  /** Any byte a terminal acts on: C0 but tab, DEL, C1, and the bidirectional controls. */
+  // Built from code points, since the characters themselves are what is tested.
+  const CONTROLS = new RegExp(`[${[[0x00, 0x08], [0x0a, 0x1f], [0x7f, 0x9f], [0x202a, 0x202e], [0x2066, 0x2069]].map(([from = 0, to = 0]) => `${String.fromCodePoint(from)}-${String.fromCodePoint(to)}`).join('')}]`, 'u');
+
+  const hostile = [
+    '# Report \u001b]0;window title\u0007',
+    'Text \u001b[2J\u001b[31mred\u001b[0m and an OSC 8 link \u001b]8;;file:///etc/passwd\u001b\\click\u001b]8;;\u001b\\',
+    'One-byte CSI \u009b31m, DEL \u007f, backspace x\u0008, bell \u0007 and a carriage return\rover the line',
+    'Reversed \u202egnp.exe\u202c and isolated \u2066text\u2069',
+  ].join('\n');
+
+  test('a report prints with every control character escaped, line by line, and nothing else changed', () => {
+    const lines = reportLines(hostile);
+    for (const line of lines) expect(line).not.toMatch(CONTROLS);
+    expect(lines).toEqual([
+      '# Report \\x1b]0;window title\\x07',
+      'Text \\x1b[2J\\x1b[31mred\\x1b[0m and an OSC 8 link \\x1b]8;;file:///etc/passwd\\x1b\\click\\x1b]8;;\\x1b\\',
+      'One-byte CSI \\x9b31m, DEL \\x7f, backspace x\\x08, bell \\x07 and a carriage return\\x0dover the line',
+      'Reversed \\u202egnp.exe\\u202c and isolated \\u2066text\\u2069',
+    ]);
+    expect(reportLines('first\r\nsecond\ttabbed · café ✓')).toEqual(['first', 'second\ttabbed · café ✓']);
+  });
+
+  test('links: http(s) targets are shown, any other target is dropped, reference definitions included', () => {
+    const report = [
+      'Leases expire [1]. See [the docs](https://example.com/docs_(v2) "Docs") and <https://example.org/a>.',
+      'Bad: [x](javascript:alert(1)), [y](JAVASCRIPT:alert(1)), [z](<data:text/html,hi>), [w](//evil.example), ![img](file:///etc/passwd), <javascript:alert(1)>.',
+      '',
+      '[1]: https://example.com/leases "Leases"',
+      '[2]: javascript:alert(1)',
+      '   [3]: <vbscript:msgbox(1)> "Three"',
+    ].join('\n');
+    expect(reportLines(report)).toEqual([
+      'Leases expire [1]. See the docs <https://example.com/docs_(v2)> and <https://example.org/a>.',
+      'Bad: x, y, z, w, img, javascript:alert(1).',
+      '',
+      '[1]: https://example.com/leases "Leases"',
+      '[2]: (link removed: not an http(s) URL)',
+      '   [3]: (link removed: not an http(s) URL)',
+    ]);
+  });
+
+  test('event messages, questions and errors are escaped where they are shown', () => {
+    const escape = 'Done\u001b]0;owned\u0007\nFAKE: job completed';
+    expect(terminalText(escape)).toBe('Done\\x1b]0;owned\\x07\\nFAKE: job completed');
+    expect(timelineLine(event('j1', T0, { kind: 'note\u001b[8m', message: escape, unit: 'e\u001b1' }), UTC)).toBe(
+      '09:26:53  note\\x1b[8m   [e\\x1b1] Done\\x1b]0;owned\\x07\\nFAKE: job completed',
+    );
+    const waiting = { reason: 'decision' as const, questionId: 'q', question: `Pick\u001b[2J`, options: ['a\u009b', 'b'], untilMs: null };
+    for (const line of [...finalLines(job({ status: 'waiting', waiting }), 'r'), statusLine(job({ status: 'waiting', waiting }))]) expect(line).not.toMatch(CONTROLS);
+    const lastError = { code: 'terminal', message: escape, retryable: false, atMs: T0 };
+    for (const line of [...finalLines(job({ status: 'failed', lastError }), 'r'), statusLine(job({ status: 'failed', lastError }))]) expect(line).not.toMatch(CONTROLS);
+    for (const line of jobTable([job({ status: 'quarantined', quarantine: { reason: escape, atMs: T0 } })], UTC)) expect(line).not.toMatch(CONTROLS);
   });
 });
