@@ -3,8 +3,10 @@
 const transform = {
   '^.+\\.(t|j)sx?$': ['@swc/jest', { jsc: { parser: { syntax: 'typescript' }, target: 'es2023' }, module: { type: 'commonjs' } }],
 };
-// p-retry and its dependency ship ESM only; jest's module system needs them as CommonJS.
-const transformIgnorePatterns = ['/node_modules/(?!(p-retry|is-network-error)/)'];
+// Packages that ship ESM only; jest's module system needs them as CommonJS: p-retry and its
+// dependency; request-filtering-agent; linkedom's DOM helpers (css-select and the htmlparser2 family).
+const esmOnly = ['p-retry', 'is-network-error', 'request-filtering-agent', 'css-select', 'css-what', 'domutils', 'domhandler', 'domelementtype', 'dom-serializer', 'entities', 'nth-check', 'boolbase', 'cssomnom'];
+const transformIgnorePatterns = [`/node_modules/(?!(${esmOnly.join('|')})/)`];
 const shared = { transform, transformIgnorePatterns, testEnvironment: 'node' };
 
 /** @type {import('jest').Config} */

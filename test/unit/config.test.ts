@@ -9,6 +9,8 @@ import {
   modelApiKeyNeeded,
   providerConfigFromEnv,
   receiverConfigFromEnv,
+  tavilyApiKeyNeeded,
+  toolsConfigFromEnv,
 } from '../../functions/src/config/environment';
 import { TerminalError } from '../../functions/src/core/errors';
 import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from '../../functions/src/core/options';
@@ -23,6 +25,9 @@ describe('defaults', () => {
     const keyed = providerConfigFromEnv({ PHASELINE_PROVIDER: 'openai-compatible' });
     if (keyed.kind !== 'openai-compatible') throw new Error('expected the keyed provider');
     const receiver = receiverConfigFromEnv(RECEIVER);
+    const corpus = toolsConfigFromEnv({});
+    const web = toolsConfigFromEnv({ PHASELINE_SEARCH: 'tavily', PHASELINE_TAVILY_API_KEY: 'tvly-x' });
+    if (!('pages' in web) || web.search.kind !== 'tavily') throw new Error('expected the Tavily tools');
     const parsed: Record<string, string | number | undefined> = {
       PHASELINE_PROVIDER: offline.kind,
       PHASELINE_OFFLINE_SEED: offline.offline.seed,
@@ -36,6 +41,16 @@ describe('defaults', () => {
       PHASELINE_RECEIVER_URL: undefined,
       PHASELINE_RECEIVER_TIMEOUT_MS: receiver.timeoutMs,
       PHASELINE_RECEIVER_WAIT_SECONDS: receiver.unavailableWaitMs / 1000,
+      PHASELINE_SEARCH: corpus.search.kind,
+      PHASELINE_SEARCH_TIMEOUT_MS: web.search.timeoutMs,
+      PHASELINE_SEARXNG_URL: undefined,
+      PHASELINE_TAVILY_API_KEY: undefined,
+      PHASELINE_TAVILY_BASE_URL: web.search.baseUrl,
+      PHASELINE_FETCH_TIMEOUT_MS: web.pages.timeoutMs,
+      PHASELINE_FETCH_MAX_BYTES: web.pages.maxBytes,
+      PHASELINE_FETCH_MAX_REDIRECTS: web.pages.maxRedirects,
+      PHASELINE_FETCH_TOKEN_BUDGET: web.pages.tokenBudget,
+      PHASELINE_FETCH_ALLOWED_ADDRESSES: web.pages.allowedAddresses.length === 0 ? undefined : web.pages.allowedAddresses.join(','),
     };
     for (const declared of DECLARED_VARIABLES) {
       if (declared.name === 'PHASELINE_OFFLINE_SETTINGS') {
@@ -135,5 +150,74 @@ describe('receiver', () => {
     [{ ...RECEIVER, PHASELINE_RECEIVER_WAIT_SECONDS: '0' }, 'PHASELINE_RECEIVER_WAIT_SECONDS must be a positive number, got "0"'],
   ])('%j is refused by name', (env, message) => {
     expect(() => receiverConfigFromEnv(env)).toThrow(message);
+  });
+});
+
+describe('research tools', () => {
+  const PAGES = { timeoutMs: 15_000, maxBytes: 2_000_000, maxRedirects: 5, tokenBudget: 4_000, allowedAddresses: [] };
+
+  test('the corpus by default, and no web setting is read for it', () => {
+    expect(toolsConfigFromEnv({ PHASELINE_SEARXNG_URL: 'not a url', PHASELINE_FETCH_MAX_BYTES: 'lots' })).toEqual({ search: { kind: 'corpus' } });
+  });
+
+  test('SearXNG with its URL and the fetch settings', () => {
+    expect(
+      toolsConfigFromEnv({
+        PHASELINE_SEARCH: ' searxng ',
+        PHASELINE_SEARXNG_URL: 'http://searxng.internal:8080/',
+        PHASELINE_SEARCH_TIMEOUT_MS: '2500',
+        PHASELINE_FETCH_MAX_BYTES: '20000',
+        PHASELINE_FETCH_MAX_REDIRECTS: '0',
+        PHASELINE_FETCH_ALLOWED_ADDRESSES: ' 127.0.0.1, ::1 ,10.20.0.0/16,, fd00::/8 ',
+      }),
+    ).toEqual({
+      search: { kind: 'searxng', baseUrl: 'http://searxng.internal:8080/', timeoutMs: 2_500 },
+      pages: { ...PAGES, maxBytes: 20_000, maxRedirects: 0, allowedAddresses: ['127.0.0.1', '::1', '10.20.0.0/16', 'fd00::/8'] },
+    });
+  });
+
+  test('Tavily with its key and the public endpoint unless another is set', () => {
+    expect(toolsConfigFromEnv({ PHASELINE_SEARCH: 'tavily', PHASELINE_TAVILY_API_KEY: 'tvly-abc' })).toEqual({
+      search: { kind: 'tavily', apiKey: 'tvly-abc', baseUrl: 'https://api.tavily.com', timeoutMs: 15_000 },
+      pages: PAGES,
+    });
+  });
+
+  test.each([
+    [{ PHASELINE_SEARCH: 'google' }, 'PHASELINE_SEARCH must be corpus, searxng, tavily, got "google"'],
+    [{ PHASELINE_SEARCH: 'searxng' }, 'PHASELINE_SEARXNG_URL is not set: PHASELINE_SEARCH=searxng needs the base URL of the SearXNG instance'],
+    [{ PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: 'searxng:8080' }, 'PHASELINE_SEARXNG_URL must be an http(s) URL, got "searxng:8080"'],
+    [{ PHASELINE_SEARCH: 'tavily', PHASELINE_TAVILY_API_KEY: ' ' }, 'PHASELINE_TAVILY_API_KEY is not set: PHASELINE_SEARCH=tavily needs an API key'],
+    [{ PHASELINE_SEARCH: 'tavily', PHASELINE_TAVILY_API_KEY: 'k', PHASELINE_TAVILY_BASE_URL: 'ftp://tavily' }, 'PHASELINE_TAVILY_BASE_URL must be an http(s) URL, got "ftp://tavily"'],
+    [{ PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: 'http://s', PHASELINE_FETCH_TIMEOUT_MS: '0' }, 'PHASELINE_FETCH_TIMEOUT_MS must be at least 1, got "0"'],
+    [{ PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: 'http://s', PHASELINE_FETCH_MAX_BYTES: '5MB' }, 'PHASELINE_FETCH_MAX_BYTES must be a number, got "5MB"'],
+    [{ PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: 'http://s', PHASELINE_FETCH_MAX_REDIRECTS: '1.5' }, 'PHASELINE_FETCH_MAX_REDIRECTS must be an integer, got "1.5"'],
+    [{ PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: 'http://s', PHASELINE_FETCH_TOKEN_BUDGET: '10' }, 'PHASELINE_FETCH_TOKEN_BUDGET must be at least 100, got "10"'],
+    [
+      { PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: 'http://s', PHASELINE_FETCH_ALLOWED_ADDRESSES: '127.0.0.1, localhost, 10.0.0.0/33' },
+      'PHASELINE_FETCH_ALLOWED_ADDRESSES must list IP addresses or CIDR ranges, separated by commas; not "localhost", "10.0.0.0/33", got "127.0.0.1, localhost, 10.0.0.0/33"',
+    ],
+  ])('%j is refused for good, by name', (env, message) => {
+    expect(() => toolsConfigFromEnv(env)).toThrow(message);
+    expect(() => toolsConfigFromEnv(env)).toThrow(TerminalError);
+  });
+
+  test('the Tavily key is never echoed', () => {
+    const env = { PHASELINE_SEARCH: 'tavily', PHASELINE_TAVILY_API_KEY: 'tvly-secret', PHASELINE_TAVILY_BASE_URL: 'nope' };
+    expect(() => toolsConfigFromEnv(env)).toThrow('PHASELINE_TAVILY_BASE_URL must be an http(s) URL, got "nope"');
+    let message = '';
+    try {
+      toolsConfigFromEnv({ ...env, PHASELINE_TAVILY_API_KEY: '', PHASELINE_TAVILY_BASE_URL: '' });
+    } catch (error) {
+      message = (error as Error).message;
+    }
+    expect(message).toBe('PHASELINE_TAVILY_API_KEY is not set: PHASELINE_SEARCH=tavily needs an API key');
+  });
+
+  test('the Tavily key secret is bound only for Tavily, and a malformed setting does not stop the functions loading', () => {
+    expect(tavilyApiKeyNeeded({})).toBe(false);
+    expect(tavilyApiKeyNeeded({ PHASELINE_SEARCH: 'tavily', PHASELINE_SEARCH_TIMEOUT_MS: 'soon' })).toBe(true);
+    expect(tavilyApiKeyNeeded({ PHASELINE_SEARCH: 'searxng' })).toBe(false);
+    expect(tavilyApiKeyNeeded({ PHASELINE_SEARCH: 'tavly' })).toBe(false);
   });
 });

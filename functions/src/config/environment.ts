@@ -4,8 +4,8 @@
  * the README's Configuration section lists exactly these (test/unit/config-declarations.test.ts).
  *
  * Sections are parsed when the code that needs them first runs: the engine options by every
- * trigger, the provider when a research step runs, the receiver when a notify job (or the sweeper,
- * for a stopped notify job) needs it. So a malformed receiver setting fails notify jobs by name and
+ * trigger, the provider and the research tools when a research step runs, the receiver when a
+ * notify job (or the sweeper, for a stopped notify job) needs it. So a malformed receiver setting fails notify jobs by name and
  * leaves research alone, as before. Blank text counts as unset. Errors name the variable and what
  * it must be; they are terminal (`invalid_input`), so a step that meets one fails its job with the
  * reason instead of retrying against settings that will not change.
@@ -16,6 +16,7 @@
 import { z } from 'zod';
 import { TerminalError } from '../core/errors';
 import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions, type EngineOptions } from '../core/options';
+import type { PageFetchLimits } from '../agent/web/page-fetcher';
 import { DEFAULT_OFFLINE_SETTINGS, offlineSettingsSchema, type OfflineSettings } from '../providers/offline/settings';
 import { openAiCompatibleConfigSchema, type OpenAiCompatibleConfig } from '../providers/openai-compatible';
 
@@ -134,10 +135,76 @@ const RECEIVER_VARIABLES = {
   PHASELINE_RECEIVER_WAIT_SECONDS: variable(positiveNumberText.default(60), '60', 'How long a notify job waits (reason provider) when the receiver is unavailable.'),
 };
 
+const SEARCH_KINDS = ['corpus', 'searxng', 'tavily'] as const;
+export type SearchKind = (typeof SEARCH_KINDS)[number];
+
+const httpUrl = z.url({ protocol: /^https?$/ });
+
+const SEARCH_VARIABLES = {
+  PHASELINE_SEARCH: variable(
+    z.enum(SEARCH_KINDS, { error: `must be ${SEARCH_KINDS.join(', ')}` }).default('corpus'),
+    'corpus',
+    'The research tools: search and read over the bundled corpus (offline), or web search through SearXNG or Tavily plus fetch_page.',
+  ),
+  PHASELINE_SEARCH_TIMEOUT_MS: variable(numberText.pipe(z.int().min(1).max(300_000)).default(15_000), '15000', 'Longest wait for one web search.'),
+};
+
+const SEARXNG_VARIABLES = {
+  PHASELINE_SEARXNG_URL: variable(
+    z.string({ error: 'is not set: PHASELINE_SEARCH=searxng needs the base URL of the SearXNG instance' }).pipe(httpUrl),
+    'unset',
+    'Base URL of the SearXNG instance (json enabled under search.formats). Required when PHASELINE_SEARCH is searxng.',
+  ),
+};
+
+const TAVILY_VARIABLES = {
+  PHASELINE_TAVILY_API_KEY: variable(
+    z.string({ error: 'is not set: PHASELINE_SEARCH=tavily needs an API key' }),
+    'unset',
+    'Tavily API key: a Secret Manager secret, bound only when PHASELINE_SEARCH is tavily. Required then; never echoed.',
+  ),
+  PHASELINE_TAVILY_BASE_URL: variable(httpUrl.default('https://api.tavily.com'), 'https://api.tavily.com', "Tavily's API endpoint (tests point it at a local server)."),
+};
+
+/** A comma-separated list of IP addresses and CIDR ranges; blank entries ignored. */
+const addressListText = z.string().transform((text, context) => {
+  const address = z.union([z.ipv4(), z.ipv6(), z.cidrv4(), z.cidrv6()]);
+  const entries = text
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+  const invalid = entries.filter((entry) => !address.safeParse(entry).success);
+  if (invalid.length === 0) return entries;
+  context.addIssue({ code: 'custom', message: `must list IP addresses or CIDR ranges, separated by commas; not ${invalid.map((entry) => JSON.stringify(entry)).join(', ')}` });
+  return z.NEVER;
+});
+
+const PAGE_VARIABLES = {
+  PHASELINE_FETCH_TIMEOUT_MS: variable(numberText.pipe(z.int().min(1).max(300_000)).default(15_000), '15000', 'Longest fetch_page may take, every redirect and the body included.'),
+  PHASELINE_FETCH_MAX_BYTES: variable(
+    numberText.pipe(z.int().min(1_000).max(100_000_000)).default(2_000_000),
+    '2000000',
+    'fetch_page reads at most this many bytes of a page (decoded) and says when it stopped there; parsing is synchronous, so keep it modest.',
+  ),
+  PHASELINE_FETCH_MAX_REDIRECTS: variable(numberText.pipe(z.int().min(0).max(20)).default(5), '5', 'Redirects fetch_page follows, each hop checked against the address rules.'),
+  PHASELINE_FETCH_TOKEN_BUDGET: variable(
+    numberText.pipe(z.int().min(100).max(100_000)).default(4_000),
+    '4000',
+    "Estimated tokens of a page's readable text given to the model; the full text is kept as an artifact.",
+  ),
+  PHASELINE_FETCH_ALLOWED_ADDRESSES: variable(
+    addressListText.default([]),
+    'unset',
+    'IP addresses and CIDR ranges fetch_page may reach although they are not public (e.g. 127.0.0.1 for local tests). Everything non-public is refused otherwise.',
+  ),
+};
+
 /** The secret's name, for binding it to the step function (firebase-functions' defineSecret). */
 export const MODEL_API_KEY_VARIABLE = 'PHASELINE_MODEL_API_KEY' satisfies keyof typeof MODEL_VARIABLES;
 /** For tools that start the functions with a receiver of their own. */
 export const RECEIVER_URL_VARIABLE = 'PHASELINE_RECEIVER_URL' satisfies keyof typeof RECEIVER_VARIABLES;
+/** The Tavily key's secret name. */
+export const TAVILY_API_KEY_VARIABLE = 'PHASELINE_TAVILY_API_KEY' satisfies keyof typeof TAVILY_VARIABLES;
 
 const SECTIONS = {
   engine: ENGINE_VARIABLES,
@@ -145,6 +212,10 @@ const SECTIONS = {
   offline: OFFLINE_VARIABLES,
   model: MODEL_VARIABLES,
   receiver: RECEIVER_VARIABLES,
+  search: SEARCH_VARIABLES,
+  searxng: SEARXNG_VARIABLES,
+  tavily: TAVILY_VARIABLES,
+  pages: PAGE_VARIABLES,
 } as const;
 
 export interface DeclaredVariable {
@@ -169,7 +240,7 @@ type Parsed<V extends Record<string, Variable>> = z.output<z.ZodObject<Shape<V>>
 
 const MAX_ECHOED_CHARS = 80;
 /** Never echoed in an error message. */
-const SECRET_VARIABLES: ReadonlySet<string> = new Set([MODEL_API_KEY_VARIABLE]);
+const SECRET_VARIABLES: ReadonlySet<string> = new Set([MODEL_API_KEY_VARIABLE, TAVILY_API_KEY_VARIABLE]);
 
 /** Messages in the variables' terms: "must be at least 1", not zod's wording for developers. */
 function describeIssue(issue: z.core.$ZodRawIssue): string | undefined {
@@ -296,4 +367,51 @@ export function receiverConfigFromEnv(env: Environment = process.env): ReceiverC
     timeoutMs: text.PHASELINE_RECEIVER_TIMEOUT_MS,
     unavailableWaitMs: text.PHASELINE_RECEIVER_WAIT_SECONDS * 1000,
   };
+}
+
+export type SearchConfig =
+  | { readonly kind: 'corpus' }
+  | { readonly kind: 'searxng'; readonly baseUrl: string; readonly timeoutMs: number }
+  | { readonly kind: 'tavily'; readonly apiKey: string; readonly baseUrl: string; readonly timeoutMs: number };
+
+export interface PageToolConfig extends PageFetchLimits {
+  readonly tokenBudget: number;
+}
+
+export type ToolsConfig = { readonly search: { readonly kind: 'corpus' } } | { readonly search: Exclude<SearchConfig, { kind: 'corpus' }>; readonly pages: PageToolConfig };
+
+/**
+ * The research tools' settings. The backend's own variables are read only for that backend, and
+ * the fetch_page settings only with a web backend (the corpus toolbox has no fetch_page).
+ */
+export function toolsConfigFromEnv(env: Environment = process.env): ToolsConfig {
+  const { PHASELINE_SEARCH: kind, PHASELINE_SEARCH_TIMEOUT_MS: timeoutMs } = parseSection(SEARCH_VARIABLES, env);
+  if (kind === 'corpus') return { search: { kind } };
+  let search: Exclude<SearchConfig, { kind: 'corpus' }>;
+  if (kind === 'searxng') {
+    search = { kind, baseUrl: parseSection(SEARXNG_VARIABLES, env).PHASELINE_SEARXNG_URL, timeoutMs };
+  } else {
+    const tavily = parseSection(TAVILY_VARIABLES, env);
+    search = { kind, apiKey: tavily.PHASELINE_TAVILY_API_KEY, baseUrl: tavily.PHASELINE_TAVILY_BASE_URL, timeoutMs };
+  }
+  const pages = parseSection(PAGE_VARIABLES, env);
+  return {
+    search,
+    pages: {
+      timeoutMs: pages.PHASELINE_FETCH_TIMEOUT_MS,
+      maxBytes: pages.PHASELINE_FETCH_MAX_BYTES,
+      maxRedirects: pages.PHASELINE_FETCH_MAX_REDIRECTS,
+      tokenBudget: pages.PHASELINE_FETCH_TOKEN_BUDGET,
+      allowedAddresses: pages.PHASELINE_FETCH_ALLOWED_ADDRESSES,
+    },
+  };
+}
+
+/** Whether the step function binds the Tavily key secret; like modelApiKeyNeeded, it never throws. */
+export function tavilyApiKeyNeeded(env: Environment = process.env): boolean {
+  try {
+    return parseSection({ PHASELINE_SEARCH: SEARCH_VARIABLES.PHASELINE_SEARCH }, env).PHASELINE_SEARCH === 'tavily';
+  } catch {
+    return false;
+  }
 }

@@ -1,29 +1,59 @@
 /**
- * The model provider the deployed functions use, chosen by configuration (config/environment.ts):
- * the offline simulator by default (no key, no network), or any Chat Completions-compatible endpoint.
+ * The model provider and research tools the deployed functions use, chosen by configuration
+ * (config/environment.ts): the offline simulator by default (no key, no network), or any Chat
+ * Completions-compatible endpoint; the bundled corpus tools by default, or web search (SearXNG or
+ * Tavily) with fetch_page.
  */
 import { defineSecret } from 'firebase-functions/params';
 import type { ModelProvider } from '../agent/provider';
 import type { Toolbox } from '../agent/tools';
-import { MODEL_API_KEY_VARIABLE, providerConfigFromEnv, type Environment } from '../config/environment';
+import { createMemoryArtifactSink, type ArtifactSink } from '../agent/web/artifacts';
+import { createPageFetcher } from '../agent/web/page-fetcher';
+import { createSearxngBackend, createTavilyBackend, type SearchBackend } from '../agent/web/search';
+import { createWebToolbox } from '../agent/web/toolbox';
+import { MODEL_API_KEY_VARIABLE, TAVILY_API_KEY_VARIABLE, providerConfigFromEnv, toolsConfigFromEnv, type Environment, type SearchConfig } from '../config/environment';
 import type { Clock } from '../core/clock';
 import { createCorpusToolbox, createOfflineProvider } from '../providers/offline';
 import { createOpenAiCompatibleProvider } from '../providers/openai-compatible';
 
 /** Bound to the step function only for the keyed provider; its value reaches the function as an environment variable. */
 export const modelApiKey = defineSecret(MODEL_API_KEY_VARIABLE);
+/** Bound to the step function only when the search backend is Tavily (tavilyApiKeyNeeded). */
+export const tavilyApiKey = defineSecret(TAVILY_API_KEY_VARIABLE);
 
 export interface ConfiguredProvider {
   readonly provider: ModelProvider;
   readonly toolbox: Toolbox;
 }
 
+export interface ConfiguredProviderOptions {
+  /**
+   * Where fetch_page keeps the full text of the pages it reads. In memory unless given: such
+   * artifacts live only as long as the process (Cloud Storage is the durable home).
+   */
+  readonly artifacts?: ArtifactSink;
+}
+
+function searchBackendFor(search: Exclude<SearchConfig, { kind: 'corpus' }>): SearchBackend {
+  return search.kind === 'searxng' ? createSearxngBackend(search) : createTavilyBackend(search);
+}
+
 /** Reads configuration at call time, when a step first needs the provider. */
-export function configuredProvider(clock: Clock, env: Environment = process.env): ConfiguredProvider {
+export function configuredProvider(clock: Clock, env: Environment = process.env, options: ConfiguredProviderOptions = {}): ConfiguredProvider {
   const config = providerConfigFromEnv(env);
+  const tools = toolsConfigFromEnv(env);
   const { settings, seed } = config.offline;
-  // The corpus tools serve both providers: they are the research sources that ship with the project.
-  const toolbox = createCorpusToolbox({ settings, seed });
+  // Either toolbox serves both providers: the corpus ships with the project; the web needs a backend.
+  const toolbox =
+    'pages' in tools
+      ? createWebToolbox({
+          search: searchBackendFor(tools.search),
+          pages: createPageFetcher(tools.pages),
+          artifacts: options.artifacts ?? createMemoryArtifactSink(),
+          clock,
+          pageTokenBudget: tools.pages.tokenBudget,
+        })
+      : createCorpusToolbox({ settings, seed });
   if (config.kind === 'openai-compatible') return { provider: createOpenAiCompatibleProvider(config.model), toolbox };
   return { provider: createOfflineProvider({ seed, settings, clock }), toolbox };
 }

@@ -1,9 +1,9 @@
 import { logger } from 'firebase-functions';
 import { onTaskDispatched } from 'firebase-functions/v2/tasks';
-import { modelApiKeyNeeded } from '../config/environment';
+import { modelApiKeyNeeded, tavilyApiKeyNeeded } from '../config/environment';
 import { systemClock } from '../core/clock';
 import { runStep, type RunnerDeps } from '../engine/runner';
-import { modelApiKey } from '../pipelines/providers';
+import { modelApiKey, tavilyApiKey } from '../pipelines/providers';
 import { JobStore } from '../store/job-store';
 import { firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
@@ -33,7 +33,8 @@ export const runJobStep = onTaskDispatched<unknown>(
     memory: '512MiB',
     // The API key is bound only when a keyed provider is configured (read from functions/.env.<project>
     // at deploy), so the offline default and the emulators need no secret.
-    secrets: modelApiKeyNeeded() ? [modelApiKey] : [],
+    // Each key is bound only when its backend is configured: an unbound secret is not asked for at deploy.
+    secrets: [...(modelApiKeyNeeded() ? [modelApiKey] : []), ...(tavilyApiKeyNeeded() ? [tavilyApiKey] : [])],
   },
   async (request) => {
     const outcome = await runStep(runnerDeps(), request.data);

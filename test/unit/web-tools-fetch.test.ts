@@ -1,0 +1,303 @@
+/**
+ * fetch_page against local servers, no internet: the address guard on the first hop and on every
+ * redirect hop (with the allow-list), the hop, time and size limits, content types, and readable
+ * text cut to a token budget with the full text kept as an artifact.
+ */
+import type { ToolCall } from '../../functions/src/agent/provider';
+import type { ToolResult } from '../../functions/src/agent/tools';
+import { createMemoryArtifactSink, sha256Hex, type MemoryArtifactSink } from '../../functions/src/agent/web/artifacts';
+import { createPageFetcher, type PageFetchLimits, type PageFetchOutcome } from '../../functions/src/agent/web/page-fetcher';
+import type { SearchBackend } from '../../functions/src/agent/web/search';
+import { readableFromHtml } from '../../functions/src/agent/web/readable';
+import { createWebToolbox, FETCH_PAGE_TOOL } from '../../functions/src/agent/web/toolbox';
+import { ManualClock } from '../../functions/src/core/clock';
+import { HUGE_PAGE_BYTES, PLAIN_TEXT, startInternalService, startPageSite, type LocalServer, type PageSite } from '../support/web-servers';
+
+/** Long enough for a loaded machine to answer on loopback, short enough that a stalled page costs little. */
+const SHORT_TIMEOUT_MS = 400;
+const LIMITS: PageFetchLimits = { timeoutMs: 5_000, maxBytes: 1024 * 1024, maxRedirects: 3, allowedAddresses: ['127.0.0.1'] };
+const FETCHED_AT = Date.UTC(2026, 2, 4, 12, 0, 0);
+
+let site: PageSite;
+let internal: LocalServer;
+
+beforeAll(async () => {
+  site = await startPageSite();
+  internal = await startInternalService('127.0.0.2');
+});
+
+afterAll(async () => {
+  await site.close();
+  await internal.close();
+});
+
+function fetchWith(url: string, limits: Partial<PageFetchLimits> = {}, signal = new AbortController().signal): Promise<PageFetchOutcome> {
+  return createPageFetcher({ ...LIMITS, ...limits }).fetch(url, signal);
+}
+
+function refusalOf(outcome: PageFetchOutcome): { kind: string; message: string } {
+  if (outcome.ok) throw new Error(`expected a refusal, got a page from ${outcome.page.url}`);
+  return outcome.refusal;
+}
+
+const noSearch: SearchBackend = {
+  name: 'none',
+  search: () => Promise.reject(new Error('search is not used in these tests')),
+};
+
+function pageToolbox(options: { limits?: Partial<PageFetchLimits>; tokenBudget?: number; artifacts?: MemoryArtifactSink } = {}) {
+  const artifacts = options.artifacts ?? createMemoryArtifactSink();
+  const toolbox = createWebToolbox({
+    search: noSearch,
+    pages: createPageFetcher({ ...LIMITS, ...options.limits }),
+    artifacts,
+    clock: new ManualClock(FETCHED_AT),
+    pageTokenBudget: options.tokenBudget ?? 4_000,
+  });
+  return { toolbox, artifacts };
+}
+
+let callNumber = 0;
+function fetchCall(argumentsText: string): ToolCall {
+  callNumber += 1;
+  return { id: `call_fetch_${callNumber}`, name: FETCH_PAGE_TOOL, arguments: argumentsText };
+}
+
+function contentOf(result: ToolResult): Record<string, unknown> {
+  return JSON.parse(result.content) as Record<string, unknown>;
+}
+
+describe('the address guard', () => {
+  test('a loopback page is refused unless its address is on the allow-list', async () => {
+    expect(refusalOf(await fetchWith(`${site.url}/article`, { allowedAddresses: [] })).kind).toBe('blocked_address');
+    const allowed = await fetchWith(`${site.url}/article`, { allowedAddresses: ['127.0.0.1'] });
+    expect(allowed.ok).toBe(true);
+  });
+
+  test('a host name is checked by the address it resolves to', async () => {
+    const refusal = refusalOf(await fetchWith(`http://localhost:${site.port}/article`, { allowedAddresses: [] }));
+    expect(refusal.kind).toBe('blocked_address');
+    expect(refusal.message).toContain('non-public address');
+  });
+
+  test.each([
+    ['the metadata server', 'http://169.254.169.254/computeMetadata/v1/'],
+    ['IPv6 loopback', 'http://[::1]:9/'],
+    ['a private range', 'http://10.0.0.1/'],
+    ['multicast', 'http://224.0.0.1/'],
+    ['an IPv4-mapped IPv6 loopback', 'http://[::ffff:127.0.0.1]:9/'],
+    ['the unspecified address', 'http://0.0.0.0:9/'],
+  ])('%s is refused before any connection', async (_name, url) => {
+    expect(refusalOf(await fetchWith(url)).kind).toBe('blocked_address');
+  });
+
+  test('a redirect to another loopback address is refused at that hop; the internal service is never reached', async () => {
+    const before = internal.requests.length;
+    const refusal = refusalOf(await fetchWith(`${site.url}/redirect?to=${encodeURIComponent(`${internal.url}/secret`)}`));
+    expect(refusal.kind).toBe('blocked_address');
+    expect(refusal.message).toContain('127.0.0.2');
+    expect(internal.requests.length).toBe(before);
+  });
+
+  test('the same redirect is followed when that address is on the allow-list too', async () => {
+    const outcome = await fetchWith(`${site.url}/redirect?to=${encodeURIComponent(`${internal.url}/secret`)}`, { allowedAddresses: ['127.0.0.1', '127.0.0.0/8'] });
+    if (!outcome.ok) throw new Error(outcome.refusal.message);
+    expect(outcome.page.url).toBe(`${internal.url}/secret`);
+    expect(outcome.page.redirects).toEqual([`${internal.url}/secret`]);
+    expect(outcome.page.body.toString()).toContain('INTERNAL-SECRET');
+  });
+
+  test('a redirect to the metadata server is refused, even with loopback allowed', async () => {
+    const refusal = refusalOf(await fetchWith(`${site.url}/redirect?to=${encodeURIComponent('http://169.254.169.254/latest/meta-data/')}`));
+    expect(refusal.kind).toBe('blocked_address');
+    expect(refusal.message).toContain('169.254.169.254');
+  });
+
+  test('a redirect to a non-web scheme is refused', async () => {
+    const refusal = refusalOf(await fetchWith(`${site.url}/redirect?to=${encodeURIComponent('file:///etc/passwd')}`));
+    expect(refusal).toEqual({ kind: 'invalid_url', message: 'Only http and https URLs can be fetched, not file.' });
+  });
+
+  test('redirects stop at the hop limit', async () => {
+    const refusal = refusalOf(await fetchWith(`${site.url}/loop`, { maxRedirects: 3 }));
+    expect(refusal.kind).toBe('too_many_redirects');
+    expect(site.requests.filter((request) => request.path === '/loop').length).toBeGreaterThanOrEqual(4);
+  });
+});
+
+describe('limits', () => {
+  test('a page that never answers times out', async () => {
+    const started = Date.now();
+    const refusal = refusalOf(await fetchWith(`${site.url}/slow-headers`, { timeoutMs: SHORT_TIMEOUT_MS }));
+    expect(refusal.kind).toBe('timeout');
+    expect(refusal.message).toContain(`within ${SHORT_TIMEOUT_MS} ms`);
+    expect(Date.now() - started).toBeLessThan(SHORT_TIMEOUT_MS + 3_000);
+  });
+
+  test('a body that stalls after its first bytes times out too', async () => {
+    expect(refusalOf(await fetchWith(`${site.url}/slow-body`, { timeoutMs: SHORT_TIMEOUT_MS })).kind).toBe('timeout');
+  });
+
+  test("the caller's abort is thrown, not reported as a refusal", async () => {
+    const controller = new AbortController();
+    const fetching = fetchWith(`${site.url}/slow-headers`, {}, controller.signal);
+    setTimeout(() => controller.abort(new Error('step deadline')), 50);
+    await expect(fetching).rejects.toThrow('step deadline');
+  });
+
+  test('a 20 MB page is cut at the byte limit and the rest is never transferred', async () => {
+    const maxBytes = 1024 * 1024;
+    const sentBefore = site.hugePageBytesSent();
+    const outcome = await fetchWith(`${site.url}/huge`, { maxBytes });
+    if (!outcome.ok) throw new Error(outcome.refusal.message);
+    expect(outcome.page.truncated).toBe(true);
+    expect(outcome.page.body.length).toBe(maxBytes);
+    // Give the server a moment to notice the closed socket and stop writing.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const sent = site.hugePageBytesSent() - sentBefore;
+    // What the server handed to its socket: the part read plus what the loopback buffers held. A
+    // fetcher that read the whole body before cutting it would have taken all 20 MB.
+    expect(sent).toBeLessThan(HUGE_PAGE_BYTES / 2);
+  });
+
+  test('through the toolbox, the cut is said in the result', async () => {
+    const { toolbox } = pageToolbox({ limits: { maxBytes: 64 * 1024 }, tokenBudget: 500 });
+    const result = await toolbox.execute(fetchCall(JSON.stringify({ url: `${site.url}/huge` })), new AbortController().signal);
+    expect(result.ok).toBe(true);
+    const content = contentOf(result);
+    expect(content.truncated).toEqual({ bytes: true, tokens: true });
+    expect(content.notes).toEqual(expect.arrayContaining([expect.stringContaining('only its first 65536 bytes were read')]));
+  });
+});
+
+describe('content types', () => {
+  test('a plain-text answer is read as text', async () => {
+    const { toolbox } = pageToolbox();
+    const result = await toolbox.execute(fetchCall(JSON.stringify({ url: `${site.url}/plain` })), new AbortController().signal);
+    expect(result.ok).toBe(true);
+    expect(contentOf(result)).toMatchObject({ url: `${site.url}/plain`, title: 'Release notes', contentType: 'text/plain', text: PLAIN_TEXT.trim() });
+  });
+
+  test('a JSON answer is read as text', async () => {
+    const { toolbox } = pageToolbox();
+    const result = await toolbox.execute(fetchCall(JSON.stringify({ url: `${site.url}/data.json` })), new AbortController().signal);
+    expect(result.ok).toBe(true);
+    expect(contentOf(result).text).toContain('fixes the lease renewal race');
+  });
+
+  test.each([
+    ['/report.pdf', 'Content-Type application/pdf'],
+    ['/image', 'Content-Type image/png'],
+    ['/untyped', 'no Content-Type'],
+  ])('%s is refused with a message the model can act on', async (path, what) => {
+    const { toolbox, artifacts } = pageToolbox();
+    const result = await toolbox.execute(fetchCall(JSON.stringify({ url: `${site.url}${path}` })), new AbortController().signal);
+    expect(result.ok).toBe(false);
+    expect(result.sources).toBeUndefined();
+    const content = contentOf(result);
+    expect(content.reason).toBe('unsupported_content');
+    expect(content.error).toContain(what);
+    expect(content.error).toContain('reads only HTML and text pages');
+    expect(artifacts.list()).toEqual([]);
+  });
+
+  test('an HTTP error status is reported', async () => {
+    expect(refusalOf(await fetchWith(`${site.url}/missing`))).toEqual({ kind: 'http_error', message: `${site.url}/missing answered HTTP 404 Not Found.` });
+  });
+
+  test('a gzip-encoded page is decoded', async () => {
+    const outcome = await fetchWith(`${site.url}/gzip`);
+    if (!outcome.ok) throw new Error(outcome.refusal.message);
+    expect(outcome.page.body.toString()).toContain('<title>Leases and fencing tokens');
+  });
+});
+
+describe('readable text', () => {
+  test('the article is extracted from a realistic page, without navigation, scripts, asides or footer', async () => {
+    const { toolbox, artifacts } = pageToolbox();
+    const url = `${site.url}/redirect?to=%2Farticle`;
+    const result = await toolbox.execute(fetchCall(JSON.stringify({ url })), new AbortController().signal);
+    expect(result.ok).toBe(true);
+    const content = contentOf(result);
+    const text = String(content.text);
+    expect(content).toMatchObject({ id: `${site.url}/article`, url: `${site.url}/article`, requestedUrl: url, contentType: 'text/html', fetchedAt: '2026-03-04T12:00:00.000Z' });
+    expect(content.title).toContain('Leases and fencing tokens');
+    expect(text).toContain('A lease gives a worker the right to act on a resource until a deadline.');
+    expect(text).toContain('refuses writes that carry a smaller one');
+    expect(text).toContain('Make the comparison and the write one atomic step.');
+    // Paragraphs stay apart; source line wrapping inside a paragraph does not.
+    expect(text).toMatch(/cannot observe: after a long garbage-collection pause/);
+    expect(text).toMatch(/took it over\.\n\nThe fix is a fencing token/);
+    for (const clutter of ['NAVIGATION-LINK-TEXT', 'TRACKING-SCRIPT-TEXT', 'ADVERTISEMENT-TEXT', 'FOOTER-TEXT', 'font-family']) expect(text).not.toContain(clutter);
+    expect(content.truncated).toEqual({ bytes: false, tokens: false });
+
+    const artifact = artifacts.list()[0];
+    expect(artifacts.list()).toHaveLength(1);
+    expect(Buffer.from(artifact!.bytes).toString('utf8')).toBe(text);
+    expect(content.artifact).toEqual({ ref: artifact!.ref, sha256: sha256Hex(artifact!.bytes), size: artifact!.bytes.byteLength });
+    expect(result.sources).toEqual([
+      { url: `${site.url}/article`, title: content.title, passage: expect.stringContaining('fencing token') as unknown, fetchedAt: '2026-03-04T12:00:00.000Z', artifact: content.artifact },
+    ]);
+  });
+
+  test('a page too big for Readability gets the linear walk: the article text, without navigation or footer', () => {
+    const links = '<li><a href="/elsewhere">NAVIGATION-LINK-TEXT</a></li>'.repeat(2_000);
+    const paragraphs = Array.from({ length: 500 }, (_, index) => `<p>Paragraph ${index} of a long
+      report.</p>`).join('');
+    const html = `<html><head><title>Long report</title></head><body><nav><ul>${links}</ul></nav><article><h1>Long report</h1>${paragraphs}</article><footer>FOOTER-TEXT</footer></body></html>`;
+    const started = Date.now();
+    const page = readableFromHtml(html);
+    expect(Date.now() - started).toBeLessThan(2_000);
+    expect(page.title).toBe('Long report');
+    expect(page.text.startsWith('Long report\n\nParagraph 0 of a long report.\n\nParagraph 1 of a long report.')).toBe(true);
+    expect(page.text).toContain('Paragraph 499 of a long report.');
+    expect(page.text).not.toContain('NAVIGATION-LINK-TEXT');
+    expect(page.text).not.toContain('FOOTER-TEXT');
+  });
+
+  test('text over the token budget is cut for the model; the artifact keeps all of it', async () => {
+    const { toolbox, artifacts } = pageToolbox({ tokenBudget: 100 });
+    const result = await toolbox.execute(fetchCall(JSON.stringify({ url: `${site.url}/article` })), new AbortController().signal);
+    const content = contentOf(result);
+    const shown = String(content.text);
+    expect(shown.length).toBeLessThanOrEqual(100 * 4 + 2);
+    expect(shown.endsWith('…')).toBe(true);
+    const full = Buffer.from(artifacts.list()[0]!.bytes).toString('utf8');
+    expect(full.length).toBeGreaterThan(shown.length);
+    expect(full).toContain('advice does not stop a stale writer');
+    expect(shown).not.toContain('advice does not stop a stale writer');
+    expect(content.truncated).toEqual({ bytes: false, tokens: true });
+    expect(content.notes).toEqual([expect.stringContaining(`the full text is kept as artifact ${(content.artifact as { ref: string }).ref}`)]);
+  });
+});
+
+describe('malformed calls get a readable ok:false result', () => {
+  test.each([
+    ['not JSON', '{url: ', 'Arguments for fetch_page are not valid JSON.'],
+    ['no url', '{}', 'Invalid arguments for fetch_page'],
+    ['an extra field', JSON.stringify({ url: 'https://example.org', depth: 2 }), 'Invalid arguments for fetch_page'],
+    ['a number for url', JSON.stringify({ url: 42 }), 'Invalid arguments for fetch_page'],
+    ['not a URL', JSON.stringify({ url: 'see the second hit' }), '"see the second hit" is not a URL.'],
+    ['a file URL', JSON.stringify({ url: 'file:///etc/passwd' }), 'Only http and https URLs can be fetched, not file.'],
+    ['credentials in the URL', JSON.stringify({ url: 'http://admin:pw@127.0.0.1:9/' }), 'URLs with a user name or password are not fetched.'],
+  ])('%s', async (_name, argumentsText, message) => {
+    const { toolbox } = pageToolbox();
+    const result = await toolbox.execute(fetchCall(argumentsText), new AbortController().signal);
+    expect(result.ok).toBe(false);
+    expect(String(contentOf(result).error)).toContain(message);
+  });
+
+  test('an unknown tool names the tools there are', async () => {
+    const { toolbox } = pageToolbox();
+    const result = await toolbox.execute({ id: 'call_x', name: 'read', arguments: '{"id":"a"}' }, new AbortController().signal);
+    expect(result).toEqual({ ok: false, content: JSON.stringify({ error: 'Unknown tool "read". Available tools: search, fetch_page.' }) });
+  });
+
+  test('the tool specs describe both tools with JSON Schema arguments', () => {
+    const { toolbox } = pageToolbox({ tokenBudget: 1234 });
+    expect(toolbox.specs.map((spec) => spec.name)).toEqual(['search', 'fetch_page']);
+    const fetchSpec = toolbox.specs[1]!;
+    expect(fetchSpec.description).toContain('about 1234 tokens');
+    expect(fetchSpec.parameters).toMatchObject({ type: 'object', required: ['url'], additionalProperties: false });
+  });
+});
