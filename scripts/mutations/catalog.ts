@@ -298,4 +298,20 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '  const legacyFanOut = false as boolean;\n',
     tests: [{ files: ['test/emulator/unit-heartbeat.test.ts'], names: 'bug 16: a unit of a fan-out recorded without unit IDs' }],
   },
+  {
+    name: 'key-range-covers-every-id',
+    removes: 'the exact upper bound of the per-step section and transcript range (prefix + U+F8FF misses IDs that go on with an emoji or a full-width letter)',
+    file: 'functions/src/store/checkpoint-reads.ts',
+    search: "'<', prefixSuccessor(prefix))",
+    replace: "'<', `${prefix}\\uf8ff`)",
+    tests: [{ files: ['test/emulator/conditioned-commits.test.ts'], names: 'bug 17:' }],
+  },
+  {
+    name: 'no-op-owner-commit-reads',
+    removes: 'the read before an owner commit with nothing to write (a remembered record answers for a claim that is gone)',
+    file: 'functions/src/store/job-store.ts',
+    search: "          if (!('fresh' in view)) {\n",
+    replace: '          if (false as boolean) {\n',
+    tests: [{ files: ['test/emulator/conditioned-commits.test.ts'], names: 'bug 18:' }],
+  },
 ];

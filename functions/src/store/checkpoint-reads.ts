@@ -27,14 +27,22 @@ export async function readTranscriptDocuments(store: JobStore, jobId: string, ph
   return readByKeyPrefix(store, `${JOBS}/${jobId}/transcripts`, sectionKeyPrefix(phase, unit));
 }
 
-/** Documents whose IDs start with `prefix`: a range on document IDs, which needs no index and reads nothing outside it. */
+/**
+ * Documents whose IDs start with `prefix`: a range on document IDs, which needs no index and reads
+ * nothing outside it. The range ends at the prefix's successor (its last character plus one), not
+ * at prefix + U+F8FF: IDs compare as UTF-8 bytes, and an ID going on with an emoji or a full-width
+ * letter sorts above U+F8FF.
+ */
 async function readByKeyPrefix(store: JobStore, collection: string, prefix: string): Promise<StoredDocument[]> {
-  const snapshot = await store.db
-    .collection(collection)
-    .where(FieldPath.documentId(), '>=', prefix)
-    .where(FieldPath.documentId(), '<', `${prefix}\uf8ff`)
-    .get();
+  const snapshot = await store.db.collection(collection).where(FieldPath.documentId(), '>=', prefix).where(FieldPath.documentId(), '<', prefixSuccessor(prefix)).get();
   return snapshot.docs.map((doc) => ({ id: doc.id, data: doc.data() }));
+}
+
+/** The least string above every string that starts with `prefix` (section key prefixes end in `~`, so no carry is needed). */
+export function prefixSuccessor(prefix: string): string {
+  const last = prefix.charCodeAt(prefix.length - 1);
+  if (prefix.length === 0 || last >= 0xd800) throw new Error(`no simple successor for key prefix ${JSON.stringify(prefix)}`);
+  return prefix.slice(0, -1) + String.fromCharCode(last + 1);
 }
 
 /** The unit documents of one fan-out epoch of a job (read outside any transaction). */

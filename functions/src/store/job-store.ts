@@ -238,20 +238,27 @@ export class JobStore {
     const ref = this.jobRef(jobId);
     return this.retryingWrite(`job ${jobId}`, async () => {
       for (let attempt = 1; ; attempt += 1) {
-        const view = (holder && this.ownerView(holder)) ?? (await this.readVersion(ref));
+        const view: OwnerView | { fresh: true; record: JobRecord; updateTime: Timestamp | undefined } = (holder && this.ownerView(holder)) ?? (await this.readVersion(ref));
         const refusal = check(view.record);
         if (refusal !== null) throw new OwnershipLostError(refusal);
         const writer = new CountingBatch(this.db.batch());
         const { next, events = [], value } = await body({ tx: writer, job: view.record });
         // Every other write of the commit is fenced by the job's precondition: with none of its own, the job is rewritten as it is.
         const committed = next ?? (writer.writes > 0 ? view.record : null);
-        if (committed === null) return value;
+        if (committed === null) {
+          // Nothing to commit, so no precondition proves anything: a decision made from a remembered record is made again from a read.
+          if (!('fresh' in view)) {
+            this.ownerViews.delete(jobId);
+            continue;
+          }
+          return value;
+        }
         const record = this.commitJob(writer, { ref, updateTime: view.updateTime }, view.record, committed, events);
         let results;
         try {
           results = await writer.batch.commit();
         } catch (error) {
-          this.ownerViews.delete(jobId);
+          this.forgetOwnerView(jobId, view.updateTime);
           if (!isFailedPrecondition(error)) throw error;
           if (attempt >= MAX_JOB_COMMIT_ATTEMPTS) throw new CheckpointWriteError(`job ${jobId} kept changing under ${attempt} conditioned commits`, error);
           continue;
@@ -303,6 +310,8 @@ export class JobStore {
 
   private rememberOwnerView(before: JobRecord, record: JobRecord, updateTime: Timestamp | undefined): void {
     const previous = this.ownerViews.get(record.id);
+    // A late answer of an older commit leaves a newer view alone.
+    if (previous && updateTime && previous.updateTime.valueOf() > updateTime.valueOf()) return;
     this.ownerViews.delete(record.id);
     const epoch = heldJobEpoch(record);
     if (epoch === null || updateTime === undefined) return;
@@ -313,10 +322,16 @@ export class JobStore {
     if (this.ownerViews.size > MAX_OWNER_VIEWS) this.ownerViews.delete(this.ownerViews.keys().next().value as string);
   }
 
-  private async readVersion(ref: DocumentReference): Promise<{ record: JobRecord; updateTime: Timestamp | undefined }> {
+  /** Drops the remembered view a failed commit was conditioned on; a newer one (another claimer's win) stays. */
+  private forgetOwnerView(jobId: string, usedUpdateTime: Timestamp | undefined): void {
+    const view = this.ownerViews.get(jobId);
+    if (view && (usedUpdateTime === undefined || view.updateTime.isEqual(usedUpdateTime))) this.ownerViews.delete(jobId);
+  }
+
+  private async readVersion(ref: DocumentReference): Promise<{ fresh: true; record: JobRecord; updateTime: Timestamp | undefined }> {
     const snapshot = await ref.get();
     if (!snapshot.exists) throw new OwnershipLostError(`Job ${ref.id} does not exist`);
-    return { record: decodeJob(ref.id, snapshot.data()), updateTime: snapshot.updateTime };
+    return { fresh: true, record: decodeJob(ref.id, snapshot.data()), updateTime: snapshot.updateTime };
   }
 
   /** Owner-checked transaction for the holder of a unit claim: the unit and its job are both read and checked. */

@@ -100,7 +100,11 @@ export function durableWrites(running: Running, owner: SectionOwner, session: Cl
           batch.set(transcriptRef(sectionId), { phase, unit, id: sectionId, transcript, epoch: owner.claim.epoch, savedAtMs: store.clock.now() }),
         ),
       );
-      if (transcripts !== null) (await transcripts).set(sectionId, transcript);
+      // The save has landed whatever the step's transcript read does: a failed read is made again at the next load.
+      await transcripts?.then(
+        (loaded) => loaded.set(sectionId, transcript),
+        () => undefined,
+      );
     },
     effects: effectLedgerOf(store, {
       jobId: owner.claim.jobId,
