@@ -39,6 +39,16 @@ function commit(snapshot: DocumentSnapshot): number {
 }
 
 /** The tool call IDs answered in a stored transcript (`transcript.messages`); tolerant of any shape. */
+/**
+ * What one stored transcript document holds: a whole transcript (a document from before the
+ * append-only log) or one save of the log, whose messages are only those it appended.
+ */
+export function savedTranscriptOf(data: Record<string, unknown> | undefined): Record<string, unknown> | null {
+  if (data === undefined) return null;
+  if (typeof data.save !== 'number') return record(data.transcript);
+  return { ...(record(data.head) ?? {}), messages: Array.isArray(data.messages) ? data.messages : [] };
+}
+
 export function toolResultIds(transcript: unknown): string[] {
   const messages = record(transcript)?.messages;
   if (!Array.isArray(messages)) return [];
@@ -129,7 +139,7 @@ async function collectJob(db: Firestore, snapshot: DocumentSnapshot, messages: r
     ),
     checkpoints: docs(checkpoints).map((doc): CheckpointDoc => ({ phase: doc.id, epoch: num(doc.get('epoch'), -1), commitUs: commit(doc) })),
     transcripts: docs(transcripts).map((doc): TranscriptDoc => {
-      const transcript = record(doc.get('transcript'));
+      const transcript = savedTranscriptOf(doc.data());
       const tally = record(transcript?.tally);
       return {
         id: doc.id,

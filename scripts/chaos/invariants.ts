@@ -592,10 +592,14 @@ function statistics(observed: Observed): SoakStats {
     if (!(collected.job.status === 'completed' && collected.job.outcome === 'complete')) {
       notWhole.push({ jobId: collected.id, pipeline: collected.job.pipeline, state: label, reason: reasonOf(collected) });
     }
+    // A section's transcript is a log of saves: counted once, recomputed when any save says so.
+    const recomputedBySection = new Map<string, boolean>();
     for (const transcript of collected.transcripts) {
-      sectionsTotal += 1;
-      if (transcript.wastedModelCalls > 0 || transcript.generation > 0) sectionsRecomputed += 1;
+      const key = `${transcript.phase}\u0000${transcript.unit ?? ''}\u0000${transcript.sectionId}`;
+      recomputedBySection.set(key, (recomputedBySection.get(key) ?? false) || transcript.wastedModelCalls > 0 || transcript.generation > 0);
     }
+    sectionsTotal += recomputedBySection.size;
+    sectionsRecomputed += [...recomputedBySection.values()].filter(Boolean).length;
     const cost = collected.job.cost;
     modelCalls += cost.modelCalls ?? 0;
     toolCalls += cost.toolCalls ?? 0;

@@ -11,7 +11,7 @@
 import { readFile } from 'node:fs/promises';
 import type { Firestore, QuerySnapshot } from 'firebase-admin/firestore';
 import { parseToolExecutionLog } from '../../functions/src/providers/offline/execution-log';
-import { micros, toolResultIds } from './collect';
+import { micros, savedTranscriptOf, toolResultIds } from './collect';
 import type { ToolExecution, ToolResultSeen } from './model';
 
 export interface ToolResultWatch {
@@ -35,7 +35,7 @@ export function watchToolResults(db: Firestore, log: (line: string) => void): To
       const doc = change.doc;
       const jobId = doc.ref.parent.parent?.id ?? '';
       const commitUs = micros(doc.updateTime);
-      for (const callId of toolResultIds(doc.get('transcript'))) {
+      for (const callId of toolResultIds(savedTranscriptOf(doc.data()))) {
         const key = `${jobId}\u0000${callId}`;
         const known = earliest.get(key);
         if (known === undefined || commitUs < known.commitUs) earliest.set(key, { jobId, transcript: doc.id, callId, commitUs });

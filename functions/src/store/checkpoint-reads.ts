@@ -4,7 +4,7 @@
  */
 import { FieldPath, type QueryDocumentSnapshot } from 'firebase-admin/firestore';
 import type { JobStore } from './job-store';
-import { JOBS, sectionKeyPrefix, unitsPath } from './paths';
+import { JOBS, sectionKey, sectionKeyPrefix, unitsPath } from './paths';
 
 export interface StoredDocument {
   readonly id: string;
@@ -25,6 +25,17 @@ export async function readSectionDocuments(store: JobStore, jobId: string, phase
 /** The transcripts one phase and unit saved, as stored: read once per step, not once per section. */
 export async function readTranscriptDocuments(store: JobStore, jobId: string, phase: string, unit: string | null): Promise<StoredDocument[]> {
   return readByKeyPrefix(store, `${JOBS}/${jobId}/transcripts`, sectionKeyPrefix(phase, unit));
+}
+
+/**
+ * One section's transcript documents: its log's saves (`{key}~{save}`) and a whole-transcript
+ * document from before the log (`{key}`). The range may hold another section's documents whose
+ * key goes on past this one's; the caller groups by the `id` field.
+ */
+export async function readSectionTranscriptDocuments(store: JobStore, jobId: string, phase: string, unit: string | null, sectionId: string): Promise<StoredDocument[]> {
+  const key = sectionKey(phase, unit, sectionId);
+  const snapshot = await store.db.collection(`${JOBS}/${jobId}/transcripts`).where(FieldPath.documentId(), '>=', key).where(FieldPath.documentId(), '<', prefixSuccessor(`${key}~`)).get();
+  return snapshot.docs.map((doc) => ({ id: doc.id, data: doc.data() }));
 }
 
 /**

@@ -12,8 +12,9 @@ export function sectionRef(store: JobStore, jobId: string, phase: string, unit: 
   return store.db.doc(sectionPath(jobId, sectionKey(phase, unit, sectionId)));
 }
 
-export function transcriptRef(store: JobStore, jobId: string, phase: string, unit: string | null, sectionId: string): DocumentReference {
-  return store.db.doc(transcriptPath(jobId, sectionKey(phase, unit, sectionId)));
+/** One save of a section's transcript log (store/transcript-log.ts): the section's key and the save's number. */
+export function transcriptSaveRef(store: JobStore, jobId: string, phase: string, unit: string | null, sectionId: string, save: number): DocumentReference {
+  return store.db.doc(transcriptPath(jobId, `${sectionKey(phase, unit, sectionId)}~${String(save).padStart(6, '0')}`));
 }
 
 /** Where a job's answer is published: its conversation's message, or `jobs/{id}/results/final`. The ID is the job's own. */

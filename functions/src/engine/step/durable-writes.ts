@@ -3,9 +3,10 @@ import { OwnershipLostError } from '../../core/errors';
 import { type SectionRecord } from '../../core/pipeline';
 import type { ClaimSession } from '../../store/claim-session';
 import { isAlreadyExists, type EventDraft } from '../../store/job-store';
-import { readTranscriptDocuments } from '../../store/checkpoint-reads';
+import { readSectionTranscriptDocuments, readTranscriptDocuments } from '../../store/checkpoint-reads';
+import { EMPTY_LOG, encodeSave, groupBySection, replaySaves, type SectionLogState } from '../../store/transcript-log';
 import { effectLedgerOf } from '../../store/effect-access';
-import { sectionRef, transcriptRef as transcriptDocument } from '../../store/job-documents';
+import { sectionRef, transcriptSaveRef } from '../../store/job-documents';
 import { type DurableWrites } from '../context';
 import type { Running, SectionOwner } from './running';
 
@@ -19,10 +20,14 @@ export const PROGRESS_RESETS_POISON: EventDraft = {
  * conditioned on the claim slot (ClaimSession), no read while the claim holds. The first section
  * recorded after a lost worker goes through an owner-checked transaction instead, because it also
  * resets the poison count on the job or unit record (see the README's quarantine rule).
+ *
+ * Transcripts are append-only logs (store/transcript-log.ts), read once per step when the phase
+ * (or unit) has no section recorded yet, so that only sections in flight have any; once some are
+ * recorded, each section's log is read on its own, so finished sections' logs are not read again.
  */
-export function durableWrites(running: Running, owner: SectionOwner, session: ClaimSession, phase: string, unit: string | null): DurableWrites {
+export function durableWrites(running: Running, owner: SectionOwner, session: ClaimSession, phase: string, unit: string | null, resumed: boolean): DurableWrites {
   const { store } = running.deps;
-  const transcriptRef = (sectionId: string) => transcriptDocument(store, owner.claim.jobId, phase, unit, sectionId);
+  const { jobId } = owner.claim;
   let poisonCountToReset = running.staleReclaimsAtClaim > 0;
   const stopOnLoss = async <T>(write: Promise<T>): Promise<T> => {
     try {
@@ -79,32 +84,52 @@ export function durableWrites(running: Running, owner: SectionOwner, session: Cl
       ),
     );
   };
-  /** This step's transcripts, by section ID: one query when the first section starts, kept in step with this holder's own saves. */
-  let transcripts: Promise<Map<string, unknown>> | null = null;
-  const stepTranscripts = (): Promise<Map<string, unknown>> => {
-    transcripts ??= readTranscriptDocuments(store, owner.claim.jobId, phase, unit).then(
-      (documents) => new Map(documents.map((document) => [String((document.data as { id?: unknown }).id), (document.data as { transcript?: unknown }).transcript ?? null])),
+  type LoadedLog = { transcript: unknown; state: SectionLogState };
+  /** Every log of this phase (and unit), by section ID: one query, made only for a step with nothing recorded yet. */
+  let stepLogs: Promise<Map<string, LoadedLog>> | null = null;
+  const readStepLogs = (): Promise<Map<string, LoadedLog>> => {
+    stepLogs ??= readTranscriptDocuments(store, jobId, phase, unit).then(
+      (documents) => new Map([...groupBySection(documents)].map(([id, saves]) => [id, replaySaves(saves)])),
       (error: unknown) => {
-        transcripts = null;
+        stepLogs = null;
         throw error;
       },
     );
-    return transcripts;
+    return stepLogs;
   };
+  const readLog = async (sectionId: string): Promise<LoadedLog> => {
+    if (!resumed) return (await readStepLogs()).get(sectionId) ?? { transcript: null, state: EMPTY_LOG };
+    const documents = await readSectionTranscriptDocuments(store, jobId, phase, unit, sectionId);
+    return replaySaves(groupBySection(documents).get(sectionId) ?? []);
+  };
+  /** Where each section's log stands, as this holder last read or wrote it: the next save appends to it. */
+  const logStates = new Map<string, SectionLogState>();
   return {
     writeSection,
-    loadTranscript: async (sectionId) => (await stepTranscripts()).get(sectionId) ?? null,
+    loadTranscript: async (sectionId) => {
+      const loaded = await readLog(sectionId);
+      logStates.set(sectionId, loaded.state);
+      return loaded.transcript;
+    },
     saveTranscript: async (sectionId, transcript) => {
+      const previous = logStates.get(sectionId) ?? (await readLog(sectionId)).state;
+      let next: SectionLogState = previous;
       await stopOnLoss(
-        session.commit(`transcript ${sectionId}`, (batch) =>
-          batch.set(transcriptRef(sectionId), { phase, unit, id: sectionId, transcript, epoch: owner.claim.epoch, savedAtMs: store.clock.now() }),
-        ),
+        session.commit(`transcript ${sectionId}`, (batch) => {
+          // Built from the state before this save each time the session builds the commit: a retried commit writes the same save.
+          const encoded = encodeSave(previous, transcript);
+          next = encoded.next;
+          batch.set(transcriptSaveRef(store, jobId, phase, unit, sectionId, encoded.next.save), {
+            ...encoded.document,
+            phase,
+            unit,
+            id: sectionId,
+            epoch: owner.claim.epoch,
+            savedAtMs: store.clock.now(),
+          });
+        }),
       );
-      // The save has landed whatever the step's transcript read does: a failed read is made again at the next load.
-      await transcripts?.then(
-        (loaded) => loaded.set(sectionId, transcript),
-        () => undefined,
-      );
+      logStates.set(sectionId, next);
     },
     effects: effectLedgerOf(store, {
       jobId: owner.claim.jobId,

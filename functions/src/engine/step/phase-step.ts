@@ -37,7 +37,7 @@ export async function runPhase(
     states,
     sections: loaded.sections,
     flusher,
-    durable: durableWrites(running, { kind: 'job', claim }, store.jobSession(claim), phase.name, null),
+    durable: durableWrites(running, { kind: 'job', claim }, store.jobSession(claim), phase.name, null, loaded.sections.length + loaded.refused.length > 0),
   });
 
   let outcome: Awaited<ReturnType<NonNullable<typeof phase.run>>>;

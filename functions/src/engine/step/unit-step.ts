@@ -92,7 +92,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
     states: loaded.states,
     sections: sections.sections,
     flusher,
-    durable: durableWrites(running, { kind: 'unit', claim }, session, phase.name, unit.unit),
+    durable: durableWrites(running, { kind: 'unit', claim }, session, phase.name, unit.unit, sections.sections.length + sections.refused.length > 0),
   });
 
   let outcome: Awaited<ReturnType<typeof fanOut.runUnit>>;
