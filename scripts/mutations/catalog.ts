@@ -314,4 +314,12 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '          if (false as boolean) {\n',
     tests: [{ files: ['test/emulator/conditioned-commits.test.ts'], names: 'bug 18:' }],
   },
+  {
+    name: 'corrupt-transcript-log-refused',
+    removes: 'refusing a transcript save that keeps more messages than the log holds (a tampered log loads as a shorter, wrong transcript)',
+    file: 'functions/src/store/transcript-log.ts',
+    search: "typeof save.keep !== 'number' || save.keep > kept.length ||",
+    replace: "typeof save.keep !== 'number' ||",
+    tests: [{ files: ['test/emulator/transcript-log.test.ts'], names: 'a save whose document was tampered with' }],
+  },
 ];
