@@ -387,11 +387,16 @@ export function renderMarkdown(results: BenchResults): string {
           row('Commits per agent section (that wrote something: durable writes)', (summary) => fmt(summary.commitsPerSection, 1)),
           row('Round trips per agent section: for durable writes / in all', (summary) => `${fmt(summary.writeRoundTripsPerSection, 1)} / ${fmt(summary.roundTripsPerSection, 1)}`),
           row('**Round trips per durable write** (1 when every durable write is a single round trip)', (summary) => `**${fmt(summary.roundTripsPerDurableWrite, 2)}**`),
+          row(
+            'Transcript bytes written per agent section: append-only log / whole transcript rewritten at each save',
+            (summary) => `${fmt(summary.transcriptBytesPerSection.appendOnly)} / ${fmt(summary.transcriptBytesPerSection.wholeRewrite)}`,
+          ),
         ],
       ),
       '',
       'A round trip is one RPC to Firestore (a get, a query, a commit, a rollback). Those for durable writes are every commit RPC (failed ones too) and the reads and rollbacks of transactions: ' +
-        'a plain commit, or a transaction that reads nothing, is one; a transaction that reads before it writes is at least two per attempt.',
+        'a plain commit, or a transaction that reads nothing, is one; a transaction that reads before it writes is at least two per attempt. ' +
+        'Transcript bytes are the JSON size of the transcript documents the job wrote (each save of the append-only log holds only what it appended), against the JSON size of the whole transcript as it stood after each of the same saves (one document per section rewritten on every save, the scheme before the log): an estimate of stored bytes, the same for both.',
       '',
       slow
         ? `At ${fmt(slow.latencyMs)} ms a model call the bookkeeping is measured, not extrapolated: ${fmt(slow.addedMsPerSection)} ms per agent section, ` +

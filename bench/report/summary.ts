@@ -170,6 +170,8 @@ export interface OverheadSummary {
   readonly roundTripsPerDurableWrite: number;
   /** (Phaseline − in-process) wall time per agent section. */
   readonly addedMsPerSection: number;
+  /** Transcript bytes per agent section: as written (append-only log), and the whole transcript rewritten at each save. */
+  readonly transcriptBytesPerSection: { readonly appendOnly: number; readonly wholeRewrite: number };
 }
 
 /** A count that results written before it was measured lack: NaN then. */
@@ -208,6 +210,10 @@ export function summarizeOverhead(samples: readonly JobSample[], latencyMs: numb
     writeRoundTripsPerSection: perSection(writeRoundTrips),
     roundTripsPerDurableWrite: perRepeat(phaseline, (sample) => counted(sample, writeRoundTrips) / counted(sample, durableCommits)),
     addedMsPerSection: (phaselineWallMs - inMemoryWallMs) / sections,
+    transcriptBytesPerSection: {
+      appendOnly: perRepeat(phaseline, (sample) => (sample.transcriptBytes ? sample.transcriptBytes.appendOnly / sample.sections : Number.NaN)),
+      wholeRewrite: perRepeat(phaseline, (sample) => (sample.transcriptBytes ? sample.transcriptBytes.wholeRewrite / sample.sections : Number.NaN)),
+    },
   };
 }
 

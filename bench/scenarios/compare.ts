@@ -20,6 +20,7 @@ import { resolveEngineOptions } from '../../functions/src/core/options';
 import type { ResearchInput } from '../../functions/src/pipelines/research';
 import { jobPath } from '../../functions/src/store/paths';
 import { firestoreCircuit } from '../../functions/src/store/provider-circuit';
+import { groupBySection, replaySaves } from '../../functions/src/store/transcript-log';
 import { BaselineRunner, type BaselineKind } from '../lib/baselines';
 import { billedReads, type FirestoreCounts } from '../lib/counting';
 import type { Fault, FaultEvent } from '../lib/faults';
@@ -70,6 +71,8 @@ export interface JobSample {
   readonly taskMs?: number | null;
   /** Phaseline: writes by document kind (`job`, a subcollection of the job, or a top-level collection); null for the baselines. */
   readonly writesByDocument?: Readonly<Record<string, number>> | null;
+  /** Transcript bytes the job wrote (append-only log), and what rewriting the whole transcript at each of the same saves would have written. */
+  readonly transcriptBytes?: { readonly appendOnly: number; readonly wholeRewrite: number } | null;
   readonly zombieOutcomes: readonly string[];
   readonly faultEvents: readonly FaultEvent[];
 }
@@ -101,6 +104,28 @@ function documentKind(path: string, jobId: string): string {
   if (path.startsWith(`${job}/`)) return path.slice(job.length + 1).split('/')[0] ?? '?';
   const [collection] = path.split('/');
   return `${collection ?? '?'} (outside the job)`;
+}
+
+/**
+ * Bytes of the job's transcript documents as JSON (an estimate of what Firestore stores, close
+ * enough to compare two schemes): the saves as written, append-only, and the whole transcript as
+ * it stood after each of the same saves, which is what one document per section rewritten on
+ * every save would have written. Read through the uncounted client.
+ */
+async function transcriptBytes(project: ProjectClients, jobId: string): Promise<{ appendOnly: number; wholeRewrite: number }> {
+  const snapshot = await project.inspector.collection(`${jobPath(jobId)}/transcripts`).get();
+  const documents = snapshot.docs.map((doc) => ({ id: doc.id, data: doc.data() }));
+  let appendOnly = 0;
+  let wholeRewrite = 0;
+  for (const document of documents) appendOnly += JSON.stringify(document.data).length;
+  for (const saves of groupBySection(documents).values()) {
+    const ordered = [...saves].sort((a, b) => a.id.localeCompare(b.id));
+    ordered.forEach((save, index) => {
+      const { phase, unit, id, epoch, savedAtMs } = save.data as Record<string, unknown>;
+      wholeRewrite += JSON.stringify({ phase, unit, id, transcript: replaySaves(ordered.slice(0, index + 1)).transcript, epoch, savedAtMs }).length;
+    });
+  }
+  return { appendOnly, wholeRewrite };
 }
 
 async function runPhaseline(config: CompareConfig, driver: PhaselineDriver, input: ResearchInput, faulted: boolean): Promise<Omit<JobSample, 'repeat' | 'input' | 'implementation' | 'faulted'>> {
@@ -140,6 +165,7 @@ async function runPhaseline(config: CompareConfig, driver: PhaselineDriver, inpu
     recoveries: run.recoveries.map((recovery) => ({ fault: recovery.fault, waitMs: recovery.waitMs, by: recovery.by })),
     taskMs: run.taskMs,
     writesByDocument,
+    transcriptBytes: await transcriptBytes(project, run.jobId),
     zombieOutcomes: run.zombieOutcomes,
     faultEvents: [...kit.provider.events],
   };
