@@ -8,7 +8,7 @@
  */
 import type { Firestore } from 'firebase-admin/firestore';
 import { ManualClock } from '../../functions/src/core/clock';
-import type { JobRecord, JobStatus } from '../../functions/src/core/job';
+import { newQueuedJob, type JobRecord, type JobStatus } from '../../functions/src/core/job';
 import { resolveEngineOptions } from '../../functions/src/core/options';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { encodeJob } from '../../functions/src/store/codec';
@@ -36,37 +36,8 @@ const NOW_MS = Date.UTC(2026, 5, 1, 12, 0, 0);
 const BATCH = 500;
 
 function jobRecord(id: string, status: JobStatus, index: number): JobRecord {
-  const base: JobRecord = {
-    id,
-    owner: `user-${index % 97}`,
-    pipeline: 'research',
-    input: { question: `Seeded job ${index}`, experts: 2, sections: 3, wordsPerSection: 80 },
-    conversationId: null,
-    idempotencyKey: null,
-    status,
-    outcome: null,
-    phase: null,
-    epoch: 1,
-    lease: null,
-    step: 1,
-    dispatch: 0,
-    attempts: 0,
-    staleReclaims: 0,
-    nextRunAtMs: NOW_MS - 3_600_000,
-    progress: {},
-    cost: {},
-    lastError: null,
-    waiting: null,
-    quarantine: null,
-    decisions: {},
-    cancellation: null,
-    fanout: null,
-    claimTally: null,
-    eventSeq: 1,
-    createdAtMs: NOW_MS - 7_200_000,
-    updatedAtMs: NOW_MS - 60_000,
-    finishedAtMs: null,
-  };
+  const request = { id, owner: `user-${index % 97}`, pipeline: 'research', input: { question: `Seeded job ${index}`, experts: 2, sections: 3, wordsPerSection: 80 }, conversationId: null, idempotencyKey: null };
+  const base: JobRecord = { ...newQueuedJob(request, NOW_MS - 7_200_000), status, epoch: 1, step: 1, nextRunAtMs: NOW_MS - 3_600_000, updatedAtMs: NOW_MS - 60_000 };
   switch (status) {
     case 'running':
       return { ...base, lease: { epoch: 1, worker: 'seeded', expiresAtMs: NOW_MS + 120_000 } };

@@ -6,7 +6,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { UnitView } from '../../functions/src/core/invariants';
-import type { JobRecord } from '../../functions/src/core/job';
+import { newQueuedJob, type JobRecord } from '../../functions/src/core/job';
 import { createCorpusToolbox } from '../../functions/src/providers/offline/toolbox';
 import { checkInvariants, checkTimelines, ownedWrites, UNIT_EVENT_ID, type InvariantName, type InvariantResult } from '../../scripts/chaos/invariants';
 import type { CollectedJob, EffectDoc, EventDoc, JobDoc, Observed, ReceiverView, Submission, ToolExecution, ToolResultSeen } from '../../scripts/chaos/model';
@@ -32,33 +32,13 @@ const jobDoc = (overrides: Partial<JobDoc> = {}): JobDoc => ({
 
 /** The job as the engine decodes it (for the stranded-job check): completed unless told otherwise. */
 const jobRecord = (id: string, overrides: Partial<JobRecord> = {}): JobRecord => ({
-  id,
-  owner: 'user-1',
-  pipeline: 'research',
-  input: {},
-  conversationId: null,
-  idempotencyKey: null,
+  ...newQueuedJob({ id, owner: 'user-1', pipeline: 'research', input: {}, conversationId: null, idempotencyKey: null }, 0),
   status: 'completed',
   outcome: 'complete',
-  phase: null,
   epoch: 5,
-  lease: null,
   step: 4,
-  dispatch: 0,
-  attempts: 0,
-  staleReclaims: 0,
   nextRunAtMs: 1_000,
-  progress: {},
-  cost: {},
-  lastError: null,
-  waiting: null,
-  quarantine: null,
-  decisions: {},
-  cancellation: null,
-  fanout: null,
-  claimTally: null,
   eventSeq: 12,
-  createdAtMs: 0,
   updatedAtMs: 1_000,
   finishedAtMs: 1_000,
   ...overrides,

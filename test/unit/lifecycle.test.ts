@@ -14,7 +14,7 @@ import {
   TerminalError,
   toPhaselineError,
 } from '../../functions/src/core/errors';
-import { JOB_STATUSES, type JobRecord } from '../../functions/src/core/job';
+import { JOB_STATUSES, newQueuedJob, type JobRecord } from '../../functions/src/core/job';
 import { backoffDelayMs, decideAfterError, decideClaim, decideExpiredLease } from '../../functions/src/core/lifecycle';
 import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions } from '../../functions/src/core/options';
 
@@ -28,38 +28,8 @@ const constant =
     value;
 
 function job(overrides: Partial<JobRecord> = {}): JobRecord {
-  return {
-    id: 'job-1',
-    owner: 'user-1',
-    pipeline: 'two-phase',
-    input: { sections: 3 },
-    conversationId: null,
-    idempotencyKey: null,
-    decisions: {},
-    cancellation: null,
-    status: 'queued',
-    outcome: null,
-    phase: null,
-    epoch: 0,
-    lease: null,
-    step: 0,
-    dispatch: 0,
-    attempts: 0,
-    staleReclaims: 0,
-    nextRunAtMs: NOW,
-    progress: {},
-    cost: {},
-    lastError: null,
-    waiting: null,
-    quarantine: null,
-    fanout: null,
-    claimTally: null,
-    eventSeq: 0,
-    createdAtMs: NOW - 60_000,
-    updatedAtMs: NOW - 60_000,
-    finishedAtMs: null,
-    ...overrides,
-  };
+  const request = { id: 'job-1', owner: 'user-1', pipeline: 'two-phase', input: { sections: 3 }, conversationId: null, idempotencyKey: null };
+  return { ...newQueuedJob(request, NOW - 60_000), nextRunAtMs: NOW, eventSeq: 0, ...overrides };
 }
 
 describe('decideClaim', () => {

@@ -4,7 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { JOB_STATUSES, type JobRecord, type JobStatus, type UnitRecord } from '../../functions/src/core/job';
+import { JOB_STATUSES, newQueuedJob, type JobRecord, type JobStatus, type UnitRecord } from '../../functions/src/core/job';
 import { resolveEngineOptions } from '../../functions/src/core/options';
 import {
   allowedJobMove,
@@ -42,38 +42,8 @@ const options = resolveEngineOptions();
 const input = { step: 2, worker: 'w-new', options };
 
 function job(overrides: Partial<JobRecord> = {}): JobRecord {
-  return {
-    id: 'job-1',
-    owner: 'user-1',
-    pipeline: 'p',
-    input: {},
-    conversationId: null,
-    idempotencyKey: null,
-    status: 'queued',
-    outcome: null,
-    phase: 'draft',
-    epoch: 3,
-    lease: null,
-    step: 2,
-    dispatch: 1,
-    attempts: 1,
-    staleReclaims: 1,
-    nextRunAtMs: NOW,
-    progress: {},
-    cost: {},
-    lastError: null,
-    waiting: null,
-    quarantine: null,
-    decisions: {},
-    cancellation: null,
-    fanout: null,
-    claimTally: null,
-    eventSeq: 4,
-    createdAtMs: 0,
-    updatedAtMs: 0,
-    finishedAtMs: null,
-    ...overrides,
-  };
+  const request = { id: 'job-1', owner: 'user-1', pipeline: 'p', input: {}, conversationId: null, idempotencyKey: null };
+  return { ...newQueuedJob(request, 0), phase: 'draft', epoch: 3, step: 2, dispatch: 1, attempts: 1, staleReclaims: 1, nextRunAtMs: NOW, eventSeq: 4, ...overrides };
 }
 
 const running = (overrides: Partial<JobRecord> = {}) => job({ status: 'running', lease: { epoch: 3, worker: 'w-old', expiresAtMs: NOW + 60_000, renewedAtMs: NOW - 1_000 }, ...overrides });

@@ -97,6 +97,39 @@ export interface JobRecord {
   readonly finishedAtMs: number | null;
 }
 
+/** What a job is asked to do, and by whom: the fields a submit sets. */
+export type JobRequest = Pick<JobRecord, 'id' | 'owner' | 'pipeline' | 'input' | 'conversationId' | 'idempotencyKey'>;
+
+/** A job as it is first written: queued for step 0, due at once, its `submitted` event the first in its timeline. */
+export function newQueuedJob(request: JobRequest, nowMs: number): JobRecord {
+  return {
+    ...request,
+    status: 'queued',
+    outcome: null,
+    phase: null,
+    epoch: 0,
+    lease: null,
+    step: 0,
+    dispatch: 0,
+    attempts: 0,
+    staleReclaims: 0,
+    nextRunAtMs: nowMs,
+    progress: {},
+    cost: {},
+    lastError: null,
+    waiting: null,
+    quarantine: null,
+    decisions: {},
+    cancellation: null,
+    fanout: null,
+    claimTally: null,
+    eventSeq: 1,
+    createdAtMs: nowMs,
+    updatedAtMs: nowMs,
+    finishedAtMs: null,
+  };
+}
+
 /** A stopped job's effect ledger, counted by entry state (see effect-ledger.ts). */
 export interface StoppedEffects {
   readonly counts: EffectCounts;

@@ -10,7 +10,7 @@ import type { DocumentData, DocumentReference, DocumentSnapshot, Firestore, Prec
 import pRetry, { AbortError } from 'p-retry';
 import type { Clock } from '../core/clock';
 import { CheckpointWriteError, OwnershipLostError, PhaselineError } from '../core/errors';
-import type { FanOutState, JobRecord } from '../core/job';
+import { newQueuedJob, type FanOutState, type JobRecord } from '../core/job';
 import type { EngineOptions } from '../core/options';
 import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from './codec';
 import { readFanOutUnits } from './checkpoint-reads';
@@ -182,37 +182,10 @@ export class JobStore {
       if (conversation?.snapshot.exists && conversation.snapshot.get('owner') !== request.owner) {
         throw new PhaselineError('invalid_input', false, 'That conversation belongs to someone else.');
       }
-      const job: JobRecord = {
-        id: ref.id,
-        owner: request.owner,
-        pipeline: request.pipeline,
-        input: request.input,
-        conversationId: request.conversationId,
-        idempotencyKey: request.idempotencyKey,
-        status: 'queued',
-        outcome: null,
-        phase: null,
-        epoch: 0,
-        lease: null,
-        step: 0,
-        dispatch: 0,
-        attempts: 0,
-        staleReclaims: 0,
-        nextRunAtMs: nowMs,
-        progress: {},
-        cost: {},
-        lastError: null,
-        waiting: null,
-        quarantine: null,
-        decisions: {},
-        cancellation: null,
-        fanout: null,
-        claimTally: null,
-        eventSeq: 1,
-        createdAtMs: nowMs,
-        updatedAtMs: nowMs,
-        finishedAtMs: null,
-      };
+      const job = newQueuedJob(
+        { id: ref.id, owner: request.owner, pipeline: request.pipeline, input: request.input, conversationId: request.conversationId, idempotencyKey: request.idempotencyKey },
+        nowMs,
+      );
       tx.create(ref, { ...encodeJob(job), requestFingerprint: fingerprint });
       tx.create(this.db.doc(eventPath(ref.id, eventId(1))), eventDocument(job, { kind: 'submitted', message: `Submitted to ${job.pipeline}` }, nowMs));
       if (conversation && !conversation.snapshot.exists) tx.create(conversation.ref, { owner: request.owner, createdAtMs: nowMs });
