@@ -458,7 +458,9 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     // allows for a request sent just before the stop that is still on its way). None can be on its way after the
     // quiet period; one that were would show as a misreported effect (applied, ledger says failed).
     const settleReports: SettleStoppedReport[] = [];
-    for (const aheadMs of [DEFAULT_SETTLE_GRACE_MS + 1_000, MAX_SETTLE_RECHECK_MS + DEFAULT_SETTLE_GRACE_MS + 1_000]) {
+    // Dated past the longest recheck as well: a check the sweeper moved on because the receiver could not answer
+    // during the faults (settleRecheckAtMs: as long again as the job had been stopped, at most an hour) is only due then.
+    for (const aheadMs of [MAX_SETTLE_RECHECK_MS + DEFAULT_SETTLE_GRACE_MS + 1_000, 2 * MAX_SETTLE_RECHECK_MS + DEFAULT_SETTLE_GRACE_MS + 1_000]) {
       const settle = await activeSweeper.settleStoppedAt(Date.now() + aheadMs).catch((error: unknown) => {
         runProblems.push(`the final pass over stopped jobs' effects failed: ${error instanceof Error ? error.message : String(error)}`);
         return null;
