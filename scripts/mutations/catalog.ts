@@ -322,4 +322,12 @@ export const MUTANTS: readonly Mutant[] = [
     replace: "typeof save.keep !== 'number' ||",
     tests: [{ files: ['test/emulator/transcript-log.test.ts'], names: 'a save whose document was tampered with' }],
   },
+  {
+    name: 'circuit-read-expires',
+    removes: 'the expiry of a process\'s remembered circuit (a circuit another worker opened is never seen)',
+    file: 'functions/src/store/provider-circuit.ts',
+    search: 'nowMs - known.atMs < freshnessMs',
+    replace: '(true as boolean)',
+    tests: [{ files: ['test/emulator/provider-circuit.test.ts'], names: 'another worker opens the circuit' }],
+  },
 ];

@@ -27,9 +27,15 @@ export interface CircuitPolicy {
   readonly failureThreshold: number;
   readonly windowMs: number;
   readonly coolDownMs: number;
+  /**
+   * How long one process trusts the circuit as it last read or wrote it before reading it again
+   * (0 or absent: every check reads). A circuit another worker opened meanwhile is seen at most
+   * this late, or at this worker's own next outage.
+   */
+  readonly readFreshnessMs?: number;
 }
 
-export const DEFAULT_CIRCUIT_POLICY: CircuitPolicy = { failureThreshold: 3, windowMs: 60_000, coolDownMs: 60_000 };
+export const DEFAULT_CIRCUIT_POLICY: CircuitPolicy = { failureThreshold: 3, windowMs: 60_000, coolDownMs: 60_000, readFreshnessMs: 5_000 };
 
 export interface CircuitRecord {
   readonly state: 'closed' | 'open';

@@ -29,28 +29,41 @@ function decode(data: unknown): CircuitRecord {
 
 export function firestoreCircuit(db: Firestore, providerName: string, policy: CircuitPolicy = DEFAULT_CIRCUIT_POLICY): ProviderCircuit {
   const ref = db.doc(circuitPath(providerName.replace(/[^A-Za-z0-9_-]/g, '_')));
+  const freshnessMs = policy.readFreshnessMs ?? 0;
+  /** The circuit as this process last read or wrote it: steps that start within the freshness window do not read it again. */
+  let known: { record: CircuitRecord; atMs: number } | null = null;
+  const remember = (record: CircuitRecord, atMs: number): void => {
+    known = freshnessMs > 0 ? { record, atMs } : null;
+  };
   return {
     async check(nowMs) {
+      if (known !== null && nowMs >= known.atMs && nowMs - known.atMs < freshnessMs) return circuitState(known.record, nowMs);
       const snapshot = await ref.get();
-      return circuitState(snapshot.exists ? decode(snapshot.data()) : CLOSED_CIRCUIT, nowMs);
+      const record = snapshot.exists ? decode(snapshot.data()) : CLOSED_CIRCUIT;
+      remember(record, nowMs);
+      return circuitState(record, nowMs);
     },
-    recordOutage(nowMs, detail) {
-      return db.runTransaction(async (tx) => {
+    async recordOutage(nowMs, detail) {
+      const next = await db.runTransaction(async (tx) => {
         const snapshot = await tx.get(ref);
-        const next = afterOutage(snapshot.exists ? decode(snapshot.data()) : CLOSED_CIRCUIT, nowMs, policy, detail.slice(0, 500));
-        tx.set(ref, { ...next, provider: providerName, updatedAtMs: nowMs });
-        return circuitState(next, nowMs);
+        const record = afterOutage(snapshot.exists ? decode(snapshot.data()) : CLOSED_CIRCUIT, nowMs, policy, detail.slice(0, 500));
+        tx.set(ref, { ...record, provider: providerName, updatedAtMs: nowMs });
+        return record;
       });
+      remember(next, nowMs);
+      return circuitState(next, nowMs);
     },
     async recordSuccess(nowMs) {
       const snapshot = await ref.get();
       if (!snapshot.exists || !needsCloseOnSuccess(decode(snapshot.data()))) return;
-      await db.runTransaction(async (tx) => {
+      const closed = await db.runTransaction(async (tx) => {
         const current = await tx.get(ref);
-        if (!current.exists || !needsCloseOnSuccess(decode(current.data()))) return;
-        const record = decode(current.data());
-        tx.set(ref, { ...CLOSED_CIRCUIT, opens: record.opens, provider: providerName, updatedAtMs: nowMs });
+        if (!current.exists || !needsCloseOnSuccess(decode(current.data()))) return null;
+        const record: CircuitRecord = { ...CLOSED_CIRCUIT, opens: decode(current.data()).opens };
+        tx.set(ref, { ...record, provider: providerName, updatedAtMs: nowMs });
+        return record;
       });
+      if (closed !== null) remember(closed, nowMs);
     },
   };
 }
