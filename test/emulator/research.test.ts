@@ -87,10 +87,28 @@ test('a research job completes offline: every section in the report, spent cost 
   expect(job.cost.spentUsd).toBeGreaterThan(0);
   expect(job.cost.wastedModelCalls).toBe(0);
   const markdown = await report(jobId);
-  expect(markdown.match(/^## /gm)).toHaveLength(2);
+  expect(markdown.match(/^## /gm)).toHaveLength(3);
   expect(markdown).toContain('Offline simulator');
   expect(markdown).not.toContain('Missing from this report');
   expect((await db().collection(`${JOBS}/${jobId}/sections`).where('phase', '==', 'expert-content').get()).size).toBe(4);
+
+  // Citations: the sections cite [n], the report ends with one definition per number, 1..N, each a corpus URL.
+  const [body = '', references = ''] = markdown.split('\n## References\n');
+  const definitions = references.trim().split('\n');
+  expect(definitions.length).toBeGreaterThan(1);
+  definitions.forEach((line, index) => expect(line).toMatch(new RegExp(`^\\[${index + 1}\\]: <https://corpus\\.phaseline\\.invalid/[a-z0-9-]+> "[^"\\n]+"$`)));
+  const cited = new Set([...body.matchAll(/\[(\d+)\]/g)].map((match) => Number(match[1])));
+  expect([...cited].sort((a, b) => a - b)).toEqual(definitions.map((_line, index) => index + 1));
+  // Each section record keeps what it cites: URL, title, the passage shown, when it was read.
+  const finalSections = await db().collection(`${JOBS}/${jobId}/sections`).where('phase', '==', 'final-document').get();
+  for (const doc of finalSections.docs) {
+    const sources = doc.get('data.sources') as { url: string; title: string; passage: string; fetchedAt: string }[];
+    expect(sources.length).toBeGreaterThan(0);
+    for (const source of sources) {
+      expect(source).toEqual({ url: expect.stringMatching(/^https:\/\/corpus\.phaseline\.invalid\//) as unknown, title: expect.any(String) as unknown, passage: expect.any(String) as unknown, fetchedAt: expect.any(String) as unknown });
+      expect(source.passage.length).toBeGreaterThan(0);
+    }
+  }
 });
 
 test('fault 1: a worker killed right after a tool returns: the resumed section does not call that tool again', async () => {
@@ -112,6 +130,10 @@ test('fault 1: a worker killed right after a tool returns: the resumed section d
   expect(executions.filter(([, count]) => count > 1)).toEqual([]);
   // The only request made twice is the model call the worker died in.
   expect(research.provider.repeatedRequests()).toEqual([crashed.at]);
+  // The resumed section kept the sources of the results recorded before the crash: it cites them.
+  const expertSections = await db().collection(`${JOBS}/${jobId}/sections`).where('phase', '==', 'expert-content').get();
+  expect(expertSections.docs.map((doc) => (doc.get('data.sources') as unknown[]).length > 0)).toEqual(expertSections.docs.map(() => true));
+  expect(await report(jobId)).toMatch(/\n## References\n\n\[1\]: <https:\/\/corpus\.phaseline\.invalid\//);
 });
 
 test('an expert killed mid-way: only its in-flight section runs again; other experts are not repeated', async () => {

@@ -12,7 +12,7 @@ import { DEFAULT_MAX_SERVER_DELAY_SECONDS } from '../../functions/src/core/serve
 import { refusingEffectLedger } from '../../functions/src/effects/ledger';
 import { createStepContext } from '../../functions/src/engine/context';
 import { createResearchPipeline, researchInput, type ResearchDeps, type ResearchInput } from '../../functions/src/pipelines/research';
-import { describeDelay, overLongDelayQuestion } from '../../functions/src/pipelines/research/agent-section';
+import { describeDelay, overLongDelayQuestion, storedTranscriptSchema } from '../../functions/src/pipelines/research/agent-section';
 import { createCorpusToolbox, createOfflineProvider } from '../../functions/src/providers/offline';
 import { createOpenAiCompatibleProvider } from '../../functions/src/providers/openai-compatible';
 
@@ -169,5 +169,53 @@ describe('bug 11: a research section slower than the step ends the phase with a 
     let outcome = first;
     for (let step = 0; step < 5 && outcome?.kind === 'yield'; step += 1) outcome = await r.outline.run?.(r.context());
     expect(outcome).toMatchObject({ kind: 'done' });
+  });
+});
+
+describe('sources in stored transcripts', () => {
+  const slowOffline = (clock: ManualClock) =>
+    createOfflineProvider({
+      seed: 3,
+      clock,
+      settings: { latencyMs: 100_000 },
+      sleep: (ms) => {
+        clock.advance(ms);
+        return Promise.resolve();
+      },
+    });
+  type Saved = { messages: { role: string; sources?: { url: string; number: number }[] }[] };
+
+  test('the sources of tool results saved in one step are still on them after the next steps load, validate and continue the transcript', async () => {
+    const r = rig(slowOffline);
+    expect(await r.outline.run?.(r.context())).toEqual({ kind: 'yield' });
+    const firstResults = (r.transcripts.get('outline') as Saved).messages.filter((message) => message.role === 'tool');
+    expect(firstResults.length).toBeGreaterThan(0);
+    expect(firstResults.every((message) => (message.sources?.length ?? 0) > 0)).toBe(true);
+    expect(firstResults[0]?.sources?.[0]).toMatchObject({ url: expect.stringMatching(/^https:\/\/corpus\.phaseline\.invalid\//) as unknown, number: 1 });
+
+    let outcome: unknown = { kind: 'yield' };
+    for (let step = 0; step < 5 && (outcome as { kind: string }).kind === 'yield'; step += 1) outcome = await r.outline.run?.(r.context());
+    expect(outcome).toMatchObject({ kind: 'done' });
+    expect(r.notes.filter((note) => note.startsWith('transcript-refused'))).toEqual([]);
+    const finalResults = (r.transcripts.get('outline') as Saved).messages.filter((message) => message.role === 'tool');
+    expect(finalResults.slice(0, firstResults.length)).toEqual(firstResults);
+  });
+
+  test('a transcript saved before sources were recorded still validates; one with sources keeps them', () => {
+    const old = {
+      generation: 0,
+      messages: [
+        { role: 'system', content: 's' },
+        { role: 'user', content: 'p', promptId: 'outline' },
+        { role: 'assistant', content: null, toolCalls: [{ id: 'c1', name: 'search', arguments: '{}' }] },
+        { role: 'tool', toolCallId: 'c1', name: 'search', content: 'r' },
+      ],
+      attempts: { warm: 0, cold: 0 },
+      tally: { modelCalls: 1, toolCalls: 1, inputTokens: 0, outputTokens: 0, usd: 0, wastedModelCalls: 0, wastedToolCalls: 0, wastedInputTokens: 0, wastedOutputTokens: 0, wastedUsd: 0 },
+    };
+    expect(storedTranscriptSchema.parse(old)).toEqual(old);
+    const sources = [{ url: 'https://a.example/', title: 'A', passage: 'p', fetchedAt: '2026-01-01T00:00:00.000Z', artifact: { ref: 'x', sha256: 'y', size: 3 }, number: 1 }];
+    const withSources = { ...old, messages: [...old.messages.slice(0, 3), { ...old.messages[3], sources }] };
+    expect(storedTranscriptSchema.parse(withSources)).toEqual(withSources);
   });
 });

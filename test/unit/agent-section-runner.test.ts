@@ -16,6 +16,8 @@ import {
   type ChatRequest,
   type ChatResponse,
   type ModelProvider,
+  type NumberedSource,
+  type Source,
   type ToolCall,
 } from '../../functions/src/agent/provider';
 import {
@@ -32,6 +34,7 @@ import {
   type UsageEntry,
 } from '../../functions/src/agent/section-runner';
 import type { Toolbox, ToolResult } from '../../functions/src/agent/tools';
+import { citationKey, CITATION_KEY_HEADING } from '../../functions/src/agent/transcript';
 import { ManualTimers } from '../support/timers';
 
 // ---------------------------------------------------------------- fakes
@@ -82,6 +85,8 @@ class CountingToolbox implements Toolbox {
   readonly specs = [{ name: 'search', description: 'Searches the web', parameters: { type: 'object' } }];
   readonly executions = new Map<string, number>();
   readonly contents = new Map<string, string>();
+  /** The sources a call's result carries (none when unset). */
+  readonly sources = new Map<string, Source[]>();
   readonly throwFor = new Set<string>();
   beforeExecute: (call: ToolCall) => void = () => undefined;
   /** The worker dies as this call starts: execute never returns and nothing runs (as for a killed process). */
@@ -95,7 +100,9 @@ class CountingToolbox implements Toolbox {
     this.beforeExecute(call);
     this.executions.set(call.id, (this.executions.get(call.id) ?? 0) + 1);
     if (this.throwFor.has(call.id)) return Promise.reject(new Error(`search backend crashed on ${call.id}`));
-    return Promise.resolve({ ok: true, content: this.contents.get(call.id) ?? `result of ${call.id}` });
+    const sources = this.sources.get(call.id);
+    const content = this.contents.get(call.id) ?? `result of ${call.id}`;
+    return Promise.resolve(sources === undefined ? { ok: true, content } : { ok: true, content, sources });
   }
 
   total(): number {
@@ -246,6 +253,7 @@ describe('runSection: first attempt', () => {
     expect(outcome).toEqual({
       kind: 'written',
       text: 'Recycling recovers 95% of cobalt.',
+      sources: [],
       tally: tally({ modelCalls: 3, toolCalls: 3, inputTokens: 400, outputTokens: 70, usd: 1 }),
       attempts: { warm: 0, cold: 0, generation: 0 },
     });
@@ -291,6 +299,7 @@ describe('runSection: crash resume', () => {
     expect(outcome).toEqual({
       kind: 'written',
       text: 'Done.',
+      sources: [],
       tally: tally({ modelCalls: 2, toolCalls: 1, inputTokens: 200, outputTokens: 50, usd: 0.5 }),
       attempts: { warm: 0, cold: 0, generation: 0 },
     });
@@ -327,7 +336,7 @@ describe('runSection: crash resume', () => {
     const before = stored([SYSTEM, PROMPT, ask('c1'), result('c1'), say('The recorded section.')], { attempts: { warm: 1, cold: 0 } });
     const h = harness([], { stored: before });
     const outcome = await runSection(spec, h.deps);
-    expect(outcome).toEqual({ kind: 'written', text: 'The recorded section.', tally: before.tally, attempts: { warm: 1, cold: 0, generation: 0 } });
+    expect(outcome).toEqual({ kind: 'written', text: 'The recorded section.', sources: [], tally: before.tally, attempts: { warm: 1, cold: 0, generation: 0 } });
     expect(h.provider.calls).toBe(0);
     expect(h.transcripts.saves).toEqual([]);
   });
@@ -341,6 +350,7 @@ describe('runSection: crash resume', () => {
     expect(outcome).toEqual({
       kind: 'written',
       text: 'Done cold.',
+      sources: [],
       tally: tally({ modelCalls: 2, toolCalls: 1, inputTokens: 200, outputTokens: 50, usd: 0.5, wastedModelCalls: 1, wastedToolCalls: 2 }),
       attempts: { warm: 0, cold: 0, generation: 1 },
     });
@@ -798,5 +808,93 @@ describe('the tool-round limit holds across steps', () => {
       stored = run.transcripts.last;
     }
     expect(outcomes).toContain('skipped');
+  });
+});
+
+describe('runSection: sources', () => {
+  const source = (name: string, passage = `What ${name} says.`): Source => ({
+    url: `https://example.com/${name}`,
+    title: `Page ${name}`,
+    passage,
+    fetchedAt: '2026-01-01T00:00:00.000Z',
+  });
+  const numbered = (name: string, number: number, passage?: string): NumberedSource => ({ ...source(name, passage), number });
+  /** A recorded result with sources: the key in its text, the numbered sources beside it. */
+  const sourcedResult = (id: string, sources: NumberedSource[]): ChatMessage => ({
+    role: 'tool',
+    toolCallId: id,
+    name: 'search',
+    content: `result of ${id}${citationKey(sources)}`,
+    sources,
+  });
+  const hasSourcesField = (messages: readonly ChatMessage[]): boolean => messages.some((message) => Object.hasOwn(message, 'sources'));
+
+  test('recorded with each result, numbered by first appearance (a URL seen again keeps its number), shown as a key, never sent as a field', async () => {
+    const h = harness([toolTurn('c1'), toolTurn('c2'), answer('Cobalt is recovered [1], at scale [3].')]);
+    h.toolbox.sources.set('c1', [source('a'), source('b'), source('a')]);
+    h.toolbox.sources.set('c2', [source('b', 'A longer passage from b.'), source('c')]);
+
+    const outcome = await runSection(spec, h.deps);
+
+    const saved = h.transcripts.last.messages;
+    expect(saved[3]).toEqual(sourcedResult('c1', [numbered('a', 1), numbered('b', 2)]));
+    expect(saved[5]).toEqual(sourcedResult('c2', [numbered('b', 2, 'A longer passage from b.'), numbered('c', 3)]));
+    expect(String(saved[3]?.content)).toContain(`${CITATION_KEY_HEADING}\n[1] Page a <https://example.com/a>\n[2] Page b <https://example.com/b>`);
+    // One per URL, its latest record, by number.
+    expect(outcome).toMatchObject({ kind: 'written', sources: [numbered('a', 1), numbered('b', 2, 'A longer passage from b.'), numbered('c', 3)] });
+    // The provider reads the key in the text; the field itself never reaches it.
+    expect(h.provider.received.every((messages) => !hasSourcesField(messages))).toBe(true);
+    expect(h.provider.received[2]?.[5]).toEqual({ role: 'tool', toolCallId: 'c2', name: 'search', content: saved[5]?.content });
+  });
+
+  test("the prompt's own sources are numbered first and listed under the prompt; a tool result's repeat keeps that number", async () => {
+    const h = harness([toolTurn('c1'), answer('Done [1] [2].')]);
+    h.toolbox.sources.set('c1', [source('note'), source('new')]);
+
+    const outcome = await runSection({ ...spec, sources: [source('note')] }, h.deps);
+
+    const prompt = h.transcripts.last.messages[1];
+    expect(prompt).toEqual({ role: 'user', content: `${spec.prompt}${citationKey([numbered('note', 1)])}`, promptId: spec.promptId, sources: [numbered('note', 1)] });
+    expect(h.transcripts.last.messages[3]).toMatchObject({ sources: [numbered('note', 1), numbered('new', 2)] });
+    expect(outcome).toMatchObject({ sources: [numbered('note', 1), numbered('new', 2)] });
+    expect(h.provider.received.every((messages) => !hasSourcesField(messages))).toBe(true);
+  });
+
+  test('a crash resume keeps the recorded sources: the tool is not run again, new numbers continue after them', async () => {
+    const before = stored([SYSTEM, PROMPT, ask('c1'), sourcedResult('c1', [numbered('a', 1), numbered('b', 2)])]);
+    const h = harness([toolTurn('c2'), answer('Done [3].')], { stored: before });
+    h.toolbox.sources.set('c2', [source('b'), source('c')]);
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(h.toolbox.executions.get('c1')).toBeUndefined();
+    expect(h.transcripts.last.messages[3]).toEqual(before.messages[3]);
+    expect(h.transcripts.last.messages[5]).toMatchObject({ sources: [numbered('b', 2), numbered('c', 3)] });
+    expect(outcome).toMatchObject({ kind: 'written', sources: [numbered('a', 1), numbered('b', 2), numbered('c', 3)] });
+  });
+
+  test('an answer recorded before the crash comes back with the sources of its thread', async () => {
+    const before = stored([SYSTEM, PROMPT, ask('c1'), sourcedResult('c1', [numbered('a', 1)]), say('Recorded [1].')]);
+    const outcome = await runSection(spec, harness([], { stored: before }).deps);
+    expect(outcome).toMatchObject({ kind: 'written', text: 'Recorded [1].', sources: [numbered('a', 1)] });
+  });
+
+  test('a warm retry keeps the kept messages with their sources; what it drops goes with its sources', async () => {
+    const h = harness([toolTurn('c1'), new MalformedResponseError('garbled'), answer('Done [1].')]);
+    h.toolbox.sources.set('c1', [source('a')]);
+    const outcome = await runSection(spec, h.deps);
+    expect(outcome).toMatchObject({ kind: 'written', attempts: { warm: 1, cold: 0, generation: 0 }, sources: [numbered('a', 1)] });
+    expect(h.transcripts.last.messages[3]).toEqual(sourcedResult('c1', [numbered('a', 1)]));
+  });
+
+  test('a clean thread drops the sources with the messages and numbers from 1 again', async () => {
+    const before = stored([SYSTEM, result('ghost'), PROMPT, ask('c1'), sourcedResult('c1', [numbered('a', 1), numbered('b', 2)])]);
+    const h = harness([toolTurn('c2'), answer('Done cold [1].')], { stored: before });
+    h.toolbox.sources.set('c2', [source('c')]);
+
+    const outcome = await runSection(spec, h.deps);
+
+    expect(outcome).toMatchObject({ kind: 'written', attempts: { generation: 1 }, sources: [numbered('c', 1)] });
+    expect(h.transcripts.saves[0]?.messages).toEqual([SYSTEM, COLD_PROMPT]);
   });
 });

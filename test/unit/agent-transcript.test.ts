@@ -2,8 +2,9 @@
  * Transcript soundness, warm-retry repair and compaction, over many transcript shapes. Every case
  * states the exact kept and dropped messages (or the exact refusal reason).
  */
-import type { ChatMessage, ToolCall } from '../../functions/src/agent/provider';
+import type { ChatMessage, NumberedSource, ToolCall } from '../../functions/src/agent/provider';
 import {
+  citationKey,
   compactionStub,
   compactTranscript,
   describeProblem,
@@ -11,7 +12,11 @@ import {
   findProblems,
   findResumeProblems,
   openToolCalls,
+  numberSources,
   repairForWarmRetry,
+  splitCitationKey,
+  threadSources,
+  withoutSources,
   type WarmRepair,
 } from '../../functions/src/agent/transcript';
 
@@ -383,5 +388,48 @@ describe('compactTranscript', () => {
     const before = structuredClone(messages);
     compactTranscript(messages, 50);
     expect(messages).toEqual(before);
+  });
+});
+
+describe('citation numbering in a thread', () => {
+  const source = (number: number, url: string, title = `Title ${number}`): NumberedSource => ({ url, title, passage: 'p', fetchedAt: '2026-01-01T00:00:00.000Z', number });
+  const sourced = (id: string, sources: NumberedSource[]): ChatMessage => ({ role: 'tool', toolCallId: id, name: 'search', content: `result of ${id}${citationKey(sources)}`, sources });
+
+  test('compaction replaces text, not sources: numbering goes on from the highest recorded number, a URL seen before (fragment aside) keeps its number', () => {
+    const thread = [S, P, ask(call('c1')), sourced('c1', [source(1, 'https://a.example/'), source(2, 'https://b.example/')]), ask(call('c2')), sourced('c2', [source(3, 'https://c.example/')])];
+    const compacted = compactTranscript(thread, estimateTokens(thread) - 30);
+    expect(compacted).not.toBeNull();
+    expect(compacted?.find((message) => message.role === 'tool' && message.toolCallId === 'c2')).toMatchObject({ sources: [source(3, 'https://c.example/')] });
+    const next = numberSources(compacted ?? [], [{ url: 'https://c.example/#part', title: 'C again', passage: 'q', fetchedAt: 'x' }, { url: 'https://d.example/', title: 'D', passage: 'q', fetchedAt: 'x' }]);
+    expect(next.map((entry) => [entry.url, entry.number])).toEqual([
+      ['https://c.example/#part', 3],
+      ['https://d.example/', 4],
+    ]);
+  });
+
+  test('warm repair keeps the kept results with their sources', () => {
+    const T = sourced('c1', [source(1, 'https://a.example/')]);
+    const repaired = repairForWarmRetry([S, P, ask(call('c1')), T, user('stray')], 'p1');
+    expect(repaired.sound && repaired.messages[3]).toBe(T);
+    expect(threadSources(repaired.sound ? repaired.messages : [])).toEqual([source(1, 'https://a.example/')]);
+  });
+
+  test('the key survives titles and URLs that would break a line, and parses back', () => {
+    const awkward = [source(1, 'https://a.example/x y<z>', 'Two\nlines "quoted" <b>'), source(2, 'https://b.example/(p)')];
+    const content = `{"results":[]}${citationKey(awkward)}`;
+    expect(splitCitationKey(content)).toEqual({
+      body: '{"results":[]}',
+      entries: [
+        { number: 1, title: 'Two lines "quoted" <b>', url: 'https://a.example/x%20y%3Cz%3E' },
+        { number: 2, title: 'Title 2', url: 'https://b.example/(p)' },
+      ],
+    });
+    expect(splitCitationKey('no key here')).toEqual({ body: 'no key here', entries: [] });
+  });
+
+  test('withoutSources leaves only what a provider may see', () => {
+    const T = sourced('c1', [source(1, 'https://a.example/')]);
+    expect(withoutSources(T)).toEqual({ role: 'tool', toolCallId: 'c1', name: 'search', content: T.content });
+    expect(withoutSources(P)).toBe(P);
   });
 });

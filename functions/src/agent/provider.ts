@@ -12,12 +12,32 @@ export interface ToolCall {
   readonly arguments: string;
 }
 
+/** What a citation needs of one source a tool result (or a prompt) drew on; `fetchedAt` is ISO 8601. */
+export interface Source {
+  readonly url: string;
+  readonly title: string;
+  /** The part of the source the result showed (a snippet, an excerpt). */
+  readonly passage: string;
+  readonly fetchedAt: string;
+  /** Where the full text was kept, when the result carries only part of it. */
+  readonly artifact?: { readonly ref: string; readonly sha256: string; readonly size: number };
+}
+
+/** A source as recorded in a thread, with the number the model was shown for citing it (`[n]`). */
+export interface NumberedSource extends Source {
+  readonly number: number;
+}
+
+/**
+ * `sources` records, beside the text, what the message showed the model as numbered sources. It
+ * is bookkeeping for citations and never part of a provider request (the runner strips it).
+ */
 export type ChatMessage =
   | { readonly role: 'system'; readonly content: string }
   /** `promptId` marks the exact prompt of a section; warm repair keeps everything up to it. */
-  | { readonly role: 'user'; readonly content: string; readonly promptId?: string }
+  | { readonly role: 'user'; readonly content: string; readonly promptId?: string; readonly sources?: readonly NumberedSource[] }
   | { readonly role: 'assistant'; readonly content: string | null; readonly toolCalls?: readonly ToolCall[] }
-  | { readonly role: 'tool'; readonly toolCallId: string; readonly name: string; readonly content: string };
+  | { readonly role: 'tool'; readonly toolCallId: string; readonly name: string; readonly content: string; readonly sources?: readonly NumberedSource[] };
 
 export interface ToolSpec {
   readonly name: string;

@@ -18,6 +18,9 @@
  *   context), then an explicit `skipped` outcome naming the last error.
  * - Every model and tool call is counted as spent; calls whose output is thrown away are also
  *   counted as wasted.
+ * - The sources each tool result drew on are recorded with it, numbered for citing (transcript.ts
+ *   says how), so they live and die with the messages: a warm retry keeps them, a clean thread
+ *   drops them. They are never sent to the provider; a written section returns its thread's sources.
  *
  * Pure core: no Firebase imports. Persistence is the TranscriptPort's job.
  */
@@ -32,9 +35,22 @@ import {
   type ChatMessage,
   type ChatResponse,
   type ModelProvider,
+  type NumberedSource,
+  type Source,
 } from './provider';
-import type { Toolbox } from './tools';
-import { compactTranscript, estimateTokens, findResumeProblems, openToolCalls, repairForWarmRetry, toolRoundsSincePrompt } from './transcript';
+import type { ToolResult, Toolbox } from './tools';
+import {
+  citationKey,
+  compactTranscript,
+  estimateTokens,
+  findResumeProblems,
+  numberSources,
+  openToolCalls,
+  repairForWarmRetry,
+  threadSources,
+  toolRoundsSincePrompt,
+  withoutSources,
+} from './transcript';
 
 export interface CostTally {
   readonly modelCalls: number;
@@ -105,6 +121,8 @@ export interface SectionSpec {
   readonly coldContext: string;
   /** Model turns with tool calls one attempt may take before it counts as failed. */
   readonly maxToolRounds: number;
+  /** Sources the prompt itself shows (for example notes written earlier): numbered first, listed after the prompt. */
+  readonly sources?: readonly Source[];
 }
 
 export interface SectionPolicy {
@@ -194,7 +212,15 @@ export interface SectionAttempts {
 }
 
 export type SectionOutcome =
-  | { readonly kind: 'written'; readonly text: string; readonly tally: CostTally; readonly attempts: SectionAttempts }
+  | {
+      readonly kind: 'written';
+      /** May cite `[n]`, where n is the `number` of one of `sources`. */
+      readonly text: string;
+      /** Every source the final thread showed the model, one per URL, by number. */
+      readonly sources: readonly NumberedSource[];
+      readonly tally: CostTally;
+      readonly attempts: SectionAttempts;
+    }
   | { readonly kind: 'skipped'; readonly reason: string; readonly tally: CostTally; readonly attempts: SectionAttempts }
   /** The step's time ran out first. The transcript is saved: run the section again in a new step and it goes on. */
   | { readonly kind: 'out-of-time'; readonly reason: string; readonly tally: CostTally; readonly attempts: SectionAttempts };
@@ -270,7 +296,7 @@ class SectionRun {
       let failure: unknown;
       try {
         const text = await this.attempt();
-        return { kind: 'written', text, tally: this.tally, attempts: this.outcomeAttempts() };
+        return this.written(text);
       } catch (error) {
         this.signal.throwIfAborted();
         if (error instanceof OutOfTimeError) return { kind: 'out-of-time', reason: error.message, tally: this.tally, attempts: this.outcomeAttempts() };
@@ -290,7 +316,7 @@ class SectionRun {
     this.messages = [...stored.messages];
 
     const recorded = recordedAnswer(stored.messages, this.spec.promptId);
-    if (recorded !== null) return { kind: 'written', text: recorded, tally: this.tally, attempts: this.outcomeAttempts() };
+    if (recorded !== null) return this.written(recorded);
 
     const repaired = repairForWarmRetry(stored.messages, this.spec.promptId);
     if (repaired.sound) {
@@ -355,16 +381,20 @@ class SectionRun {
   private async runOpenCalls(): Promise<void> {
     for (const call of openToolCalls(this.messages)) {
       this.signal.throwIfAborted();
-      let content: string;
+      let result: ToolResult;
       try {
-        content = (await this.deps.toolbox.execute(call, this.signal)).content;
+        result = await this.deps.toolbox.execute(call, this.signal);
       } catch (error) {
         this.signal.throwIfAborted();
         this.count('tool_call', { toolCalls: 1, wastedToolCalls: 1 }, call.name);
         throw new SectionAttemptError(`tool ${call.name} (${call.id}) threw: ${describeError(error)}`, { cause: error });
       }
       this.count('tool_call', { toolCalls: 1 }, call.name);
-      this.messages.push({ role: 'tool', toolCallId: call.id, name: call.name, content });
+      const sources = numberSources(this.messages, result.sources ?? []);
+      const content = result.content + citationKey(sources);
+      this.messages.push(
+        sources.length === 0 ? { role: 'tool', toolCallId: call.id, name: call.name, content } : { role: 'tool', toolCallId: call.id, name: call.name, content, sources },
+      );
       await this.save();
     }
   }
@@ -442,10 +472,12 @@ class SectionRun {
       if (this.spec.coldContext.trim() !== '') parts.push(this.spec.coldContext);
       parts.push(freshStartNote(this.generation));
     }
-    const content = parts.join('\n\n');
+    const sources = numberSources([], this.spec.sources ?? []);
+    const content = parts.join('\n\n') + citationKey(sources);
+    const promptId = this.spec.promptId;
     return [
       { role: 'system', content: this.spec.system },
-      { role: 'user', content, promptId: this.spec.promptId },
+      sources.length === 0 ? { role: 'user', content, promptId } : { role: 'user', content, promptId, sources },
     ];
   }
 
@@ -456,7 +488,8 @@ class SectionRun {
    * backs off from), so a failing provider is never mistaken for a slow step.
    */
   private async callModel(): Promise<ChatResponse> {
-    const messages = [...this.messages];
+    // Sources are the pipeline's bookkeeping: the model reads them in the message text (the key).
+    const messages = this.messages.map(withoutSources);
     let lastFailure: PhaselineError | null = null;
     for (let attemptNumber = 1; ; attemptNumber += 1) {
       const leftMs = this.remainingMs();
@@ -562,6 +595,10 @@ class SectionRun {
       attempts: { ...this.attempts },
       tally: this.tally,
     });
+  }
+
+  private written(text: string): SectionOutcome {
+    return { kind: 'written', text, sources: threadSources(this.messages), tally: this.tally, attempts: this.outcomeAttempts() };
   }
 
   private outcomeAttempts(): SectionAttempts {

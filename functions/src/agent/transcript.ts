@@ -9,7 +9,7 @@
  *
  * Pure functions only: no I/O, no Firebase, no clock.
  */
-import type { ChatMessage, ToolCall } from './provider';
+import type { ChatMessage, NumberedSource, Source, ToolCall } from './provider';
 
 type AssistantMessage = Extract<ChatMessage, { role: 'assistant' }>;
 type ToolMessage = Extract<ChatMessage, { role: 'tool' }>;
@@ -332,4 +332,113 @@ function verified(messages: ChatMessage[]): ChatMessage[] | null {
 export function toolRoundsSincePrompt(messages: readonly ChatMessage[], promptId: string): number {
   const promptIndex = messages.findLastIndex((message) => message.role === 'user' && message.promptId === promptId);
   return messages.slice(promptIndex + 1).filter((message) => message.role === 'assistant' && (message.toolCalls?.length ?? 0) > 0).length;
+}
+
+// ---- Citations ------------------------------------------------------------------------------------
+//
+// Sources are numbered per thread in the order the thread first shows them (the prompt's own
+// sources first, then each tool result's), a URL keeping the number it was first given, and every
+// message that shows sources ends its text with a key of `[n] Title <url>` lines. Why this scheme:
+// the model cites a number printed right beside the evidence, with no counting and no long URLs to
+// copy; the numbers are recorded with the messages (`sources`), so a resumed thread keeps them and
+// a compacted result loses its text but not what its numbers meant; a clean thread drops them with
+// its messages and starts again from 1. The report renumbers once for the whole document.
+
+/** The line that opens a citation key; the key is always the last part of a message's text. */
+export const CITATION_KEY_HEADING = 'Sources (cite as [n]):';
+const CITATION_KEY_SEPARATOR = `\n\n${CITATION_KEY_HEADING}\n`;
+const KEY_TITLE_CHARS = 200;
+
+/** What two citations of the same source share: the URL as parsed, without its fragment. */
+export function sourceKey(url: string): string {
+  try {
+    const parsed = new URL(url.trim());
+    parsed.hash = '';
+    return parsed.href;
+  } catch {
+    return url.trim();
+  }
+}
+
+/** A URL that cannot end a line early or break out of `<...>`: whitespace, `<` and `>` percent-encoded. */
+export function urlForText(url: string): string {
+  return url.trim().replace(/[\s<>]/g, (character) => `%${character.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`);
+}
+
+/** A title on one line, of a sane length. */
+export function titleForText(title: string, maxChars = KEY_TITLE_CHARS): string {
+  const line = title.replace(/\s+/g, ' ').trim();
+  return line.length <= maxChars ? line : `${line.slice(0, maxChars - 1).trimEnd()}…`;
+}
+
+/** Every numbered source the thread shows, one per number (its latest record), by number. */
+export function threadSources(messages: readonly ChatMessage[]): NumberedSource[] {
+  const byNumber = new Map<number, NumberedSource>();
+  for (const message of messages) {
+    if (message.role !== 'user' && message.role !== 'tool') continue;
+    for (const source of message.sources ?? []) byNumber.set(source.number, source);
+  }
+  return [...byNumber.values()].sort((left, right) => left.number - right.number);
+}
+
+/**
+ * Numbers the sources a new message shows, continuing the thread's numbering: a source the thread
+ * already numbered keeps its number, a new one takes the next. Repeats within `fresh` are dropped.
+ */
+export function numberSources(messages: readonly ChatMessage[], fresh: readonly Source[]): NumberedSource[] {
+  const known = new Map<string, number>();
+  let highest = 0;
+  for (const source of threadSources(messages)) {
+    if (!known.has(sourceKey(source.url))) known.set(sourceKey(source.url), source.number);
+    highest = Math.max(highest, source.number);
+  }
+  const numbered: NumberedSource[] = [];
+  const shown = new Set<string>();
+  for (const source of fresh) {
+    const key = sourceKey(source.url);
+    if (shown.has(key)) continue;
+    shown.add(key);
+    let number = known.get(key);
+    if (number === undefined) {
+      highest += 1;
+      number = highest;
+      known.set(key, number);
+    }
+    const { url, title, passage, fetchedAt, artifact } = source;
+    numbered.push(artifact === undefined ? { url, title, passage, fetchedAt, number } : { url, title, passage, fetchedAt, artifact, number });
+  }
+  return numbered;
+}
+
+/** The text a message ends with to show its numbered sources; empty for none. */
+export function citationKey(sources: readonly NumberedSource[]): string {
+  if (sources.length === 0) return '';
+  return `${CITATION_KEY_SEPARATOR}${sources.map((source) => `[${source.number}] ${titleForText(source.title) || 'Untitled'} <${urlForText(source.url)}>`).join('\n')}`;
+}
+
+export interface CitationKeyEntry {
+  readonly number: number;
+  readonly title: string;
+  readonly url: string;
+}
+
+/** A message text split into what came before its citation key and the key's entries (none without a key). */
+export function splitCitationKey(content: string): { readonly body: string; readonly entries: CitationKeyEntry[] } {
+  const at = content.lastIndexOf(CITATION_KEY_SEPARATOR);
+  if (at < 0) return { body: content, entries: [] };
+  const entries = content
+    .slice(at + CITATION_KEY_SEPARATOR.length)
+    .split('\n')
+    .flatMap((line) => {
+      const match = /^\[(\d+)\] (.*) <([^<>\s]+)>$/.exec(line);
+      return match?.[1] === undefined || match[2] === undefined || match[3] === undefined ? [] : [{ number: Number(match[1]), title: match[2], url: match[3] }];
+    });
+  return { body: content.slice(0, at), entries };
+}
+
+/** The message as a provider may see it: the `sources` bookkeeping left out. */
+export function withoutSources(message: ChatMessage): ChatMessage {
+  if ((message.role !== 'user' && message.role !== 'tool') || message.sources === undefined) return message;
+  const { sources: _recorded, ...visible } = message;
+  return visible;
 }

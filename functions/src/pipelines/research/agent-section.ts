@@ -30,11 +30,21 @@ export interface ProviderWait {
 }
 
 const toolCall = z.object({ id: z.string(), name: z.string(), arguments: z.string() });
+/** Fields in the order the runner writes them, so a loaded message serializes as it was saved. */
+const numberedSource = z.object({
+  url: z.string(),
+  title: z.string(),
+  passage: z.string(),
+  fetchedAt: z.string(),
+  artifact: z.object({ ref: z.string(), sha256: z.string(), size: z.number() }).optional(),
+  number: z.number().int().positive(),
+});
+// `sources` is optional: transcripts saved before sources were recorded still load.
 const chatMessage = z.discriminatedUnion('role', [
   z.object({ role: z.literal('system'), content: z.string() }),
-  z.object({ role: z.literal('user'), content: z.string(), promptId: z.string().optional() }),
+  z.object({ role: z.literal('user'), content: z.string(), promptId: z.string().optional(), sources: z.array(numberedSource).optional() }),
   z.object({ role: z.literal('assistant'), content: z.string().nullable(), toolCalls: z.array(toolCall).optional() }),
-  z.object({ role: z.literal('tool'), toolCallId: z.string(), name: z.string(), content: z.string() }),
+  z.object({ role: z.literal('tool'), toolCallId: z.string(), name: z.string(), content: z.string(), sources: z.array(numberedSource).optional() }),
 ]);
 const tallySchema = z.object({
   modelCalls: z.number(),
@@ -48,7 +58,7 @@ const tallySchema = z.object({
   wastedOutputTokens: z.number(),
   wastedUsd: z.number(),
 });
-const storedTranscriptSchema = z.object({
+export const storedTranscriptSchema = z.object({
   generation: z.number().int().nonnegative(),
   messages: z.array(chatMessage),
   attempts: z.object({ warm: z.number().int().nonnegative(), cold: z.number().int().nonnegative() }),

@@ -3,11 +3,16 @@
  * sections in order, each given a rolling summary of the ones before) → the final document,
  * section by section → publication. Every section is a checkpoint; a section that fails all its
  * attempts is recorded as skipped and named in the report, which then completes as partial.
+ *
+ * Citations: each section records the sources it cites (citations.ts); a final section is shown
+ * its experts' notes with their sources numbered, and the report numbers every source once and
+ * ends with reference definitions.
  */
 import { z } from 'zod';
 import type { SectionOutcome } from '../../agent/section-runner';
 import { defineFanOutPhase, definePhase, definePipeline, type PhaseOutcome, type StepContext, type UnitOutcome } from '../../core/pipeline';
 import { runAgentSection, type ResearchDeps } from './agent-section';
+import { citeSection, numberCitationsAcross, referenceDefinitions, storedSource, type CitedText } from './citations';
 
 export const researchInput = z.strictObject({
   question: z.string().trim().min(10, 'question must be at least 10 characters').max(2_000),
@@ -20,9 +25,15 @@ export const researchInput = z.strictObject({
 });
 export type ResearchInput = z.output<typeof researchInput>;
 
+// Numbers, not titles or URLs: the runner prints a numbered key under every prompt and tool result
+// that shows sources, so the model only copies a short number it can see next to the evidence,
+// and the pipeline maps it back to the recorded source (a number it never showed is dropped).
 const SYSTEM = [
   'You are a careful research assistant working in a pipeline that writes a report section by section.',
-  'Use the search and read tools to find evidence before writing; cite the titles of what you read.',
+  'Use the tools to find evidence before writing.',
+  `A prompt or tool result that shows sources ends with a list headed "Sources (cite as [n]):", one "[n] Title <url>" per line.`,
+  'Cite every claim drawn from a source with its number in square brackets right after the claim, for example [2];',
+  'cite only numbers you were shown and do not write a reference list.',
   'Answer with the section text only.',
 ].join(' ');
 
@@ -34,7 +45,8 @@ const MAX_TOOL_ROUNDS = 6;
 export function listItems(text: string): string[] {
   return text
     .split('\n')
-    .map((line) => /^\s*(?:\d+[.)]|[-*•])\s+(.{3,80})$/.exec(line)?.[1]?.trim())
+    // A heading or a name carries no citation, whatever the model appended.
+    .map((line) => /^\s*(?:\d+[.)]|[-*•])\s+(.{3,80})$/.exec(line)?.[1]?.replace(/\s*\[\d{1,4}\]/g, '').trim())
     .filter((item): item is string => item !== undefined && item.length > 0);
 }
 
@@ -58,15 +70,25 @@ type Expert = { id: string; name: string };
 
 const outlineState = z.object({ title: z.string(), headings: z.array(z.object({ id: z.string(), heading: z.string() })).min(1) });
 const perspectivesState = z.object({ experts: z.array(z.object({ id: z.string(), name: z.string() })).min(1) });
+// `sources` defaults to none: sections recorded before citations still read.
 const expertSection = z.discriminatedUnion('skipped', [
-  z.object({ skipped: z.literal(false), headingId: z.string(), text: z.string().min(1) }),
+  z.object({ skipped: z.literal(false), headingId: z.string(), text: z.string().min(1), sources: z.array(storedSource).default([]) }),
   z.object({ skipped: z.literal(true), headingId: z.string(), reason: z.string() }),
 ]);
 type ExpertSection = z.infer<typeof expertSection>;
 const expertResult = z.object({ sections: z.array(expertSection) });
 type ExpertResult = z.infer<typeof expertResult>;
 const contentState = z.object({ experts: z.record(z.string(), expertResult) });
-const finalSection = z.object({ headingId: z.string(), heading: z.string(), text: z.string(), missing: z.boolean(), note: z.string().nullable() });
+const finalSection = z.object({
+  headingId: z.string(),
+  heading: z.string(),
+  /** `[k]` cites `sources[k-1]`. */
+  text: z.string(),
+  sources: z.array(storedSource).default([]),
+  missing: z.boolean(),
+  note: z.string().nullable(),
+});
+type FinalSection = z.output<typeof finalSection>;
 const documentState = z.object({ sections: z.array(finalSection) });
 
 /** A section outcome that ended in a provider wait becomes the phase's wait. */
@@ -140,7 +162,7 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
           if (outcome.kind === 'out-of-time') return { kind: 'yield' };
           const section: ExpertSection =
             outcome.kind === 'written'
-              ? { skipped: false, headingId: heading.id, text: outcome.text }
+              ? { skipped: false, headingId: heading.id, ...citeSection(outcome.text, outcome.sources) }
               : { skipped: true, headingId: heading.id, reason: outcome.reason };
           await context.recordSection(heading.id, section);
           if (section.skipped) context.note('section-skipped', `${expert.name} · ${heading.heading}: skipped after every retry (${section.reason})`);
@@ -168,15 +190,25 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
         if (context.shouldYield()) return { kind: 'yield' };
         const written = experts.flatMap((expert) => {
           const section = contributions[expert.id]?.sections.find((item) => item.headingId === heading.id);
-          return section && !section.skipped ? [{ expert, text: section.text }] : [];
+          return section && !section.skipped ? [{ expert, cited: { text: section.text, sources: section.sources } }] : [];
         });
-        let record: z.infer<typeof finalSection>;
+        // The experts' notes under one numbering, which the section's prompt shows as its sources.
+        const notes = numberCitationsAcross(written.map(({ cited }) => cited));
+        const noteOf = (index: number): string => notes.texts[index] ?? '';
+        let record: FinalSection;
         if (written.length === 0) {
           const reasons = experts.map((expert) => {
             const section = contributions[expert.id]?.sections.find((item) => item.headingId === heading.id);
             return `${expert.name}: ${section?.skipped ? section.reason : 'no contribution'}`;
           });
-          record = { headingId: heading.id, heading: heading.heading, text: `*No expert produced this section.* ${reasons.join('; ')}.`, missing: true, note: 'no expert contribution' };
+          record = {
+            headingId: heading.id,
+            heading: heading.heading,
+            text: `*No expert produced this section.* ${reasons.join('; ')}.`,
+            sources: [],
+            missing: true,
+            note: 'no expert contribution',
+          };
         } else {
           const outcome = await runAgentSection(context, resolveDeps(), {
             sectionId: heading.id,
@@ -185,29 +217,26 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
             prompt: [
               `Write the section "${heading.heading}" of the report on "${context.input.question}", about ${context.input.wordsPerSection} words,`,
               'combining these expert notes:',
-              ...written.map(({ expert, text }) => `\n[${expert.name}]\n${firstWords(text, 400)}`),
+              ...written.map(({ expert }, index) => `\n[${expert.name}]\n${firstWords(noteOf(index), 400)}`),
             ].join(' '),
+            sources: notes.references,
             coldContext: `Report so far: ${context.sections().map((section) => (section.data as { heading: string }).heading).join(', ') || 'nothing yet'}.`,
             maxToolRounds: MAX_TOOL_ROUNDS,
           });
           if (outcome.kind === 'provider-wait') return providerWait(outcome);
           if (outcome.kind === 'out-of-time') return { kind: 'yield' };
-          record =
-            outcome.kind === 'written'
-              ? { headingId: heading.id, heading: heading.heading, text: outcome.text, missing: false, note: null }
-              : {
-                  // Synthesis failed: the expert notes themselves stand in, and the report says so.
-                  headingId: heading.id,
-                  heading: heading.heading,
-                  text: `*Synthesis skipped (${outcome.reason}); the experts' notes follow.*\n\n${written.map(({ expert, text }) => `**${expert.name}:** ${text}`).join('\n\n')}`,
-                  missing: false,
-                  note: `synthesis skipped: ${outcome.reason}`,
-                };
+          if (outcome.kind === 'written') {
+            record = { headingId: heading.id, heading: heading.heading, ...citeSection(outcome.text, outcome.sources), missing: false, note: null };
+          } else {
+            // Synthesis failed: the expert notes themselves stand in (with their citations), and the report says so.
+            const fallback = `*Synthesis skipped (${outcome.reason}); the experts' notes follow.*\n\n${written.map(({ expert }, index) => `**${expert.name}:** ${noteOf(index)}`).join('\n\n')}`;
+            record = { headingId: heading.id, heading: heading.heading, ...citeSection(fallback, notes.references), missing: false, note: `synthesis skipped: ${outcome.reason}` };
+          }
         }
         await context.recordSection(heading.id, record);
         context.reportProgress({ documentSectionsDone: context.sections().length, sectionsTotal: total });
       }
-      return { kind: 'done', state: { sections: context.sections().map((section) => section.data as z.infer<typeof finalSection>) } };
+      return { kind: 'done', state: { sections: context.sections().map((section) => section.data as FinalSection) } };
     },
   });
 
@@ -228,17 +257,28 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
         }
       }
       for (const section of sections) if (section.missing) missing.push(`section "${section.heading}"`);
-      const markdown = [
-        `# ${title}`,
-        '',
-        `*Perspectives: ${experts.map((expert) => expert.name).join('; ')}.*`,
-        '',
-        ...sections.flatMap((section) => [`## ${section.heading}`, '', section.text, '']),
-        ...(missing.length > 0 ? ['## Missing from this report', '', ...missing.map((item) => `- ${item}`), ''] : []),
-      ].join('\n');
+      const markdown = composeReport(title, experts, sections, missing);
       return { outcome: missing.length > 0 ? 'partial' : 'complete', title, markdown, missing };
     },
   });
+}
+
+/**
+ * The report's Markdown: sections citing one numbering for the whole report, ending with a
+ * References heading over the definitions (the page lists them there; a terminal shows the lines).
+ */
+export function composeReport(title: string, experts: readonly Expert[], sections: readonly (CitedText & { readonly heading: string })[], missing: readonly string[]): string {
+  const { texts, references } = numberCitationsAcross(sections);
+  const definitions = referenceDefinitions(references);
+  return [
+    `# ${title}`,
+    '',
+    `*Perspectives: ${experts.map((expert) => expert.name).join('; ')}.*`,
+    '',
+    ...sections.flatMap((section, index) => [`## ${section.heading}`, '', texts[index] ?? section.text, '']),
+    ...(missing.length > 0 ? ['## Missing from this report', '', ...missing.map((item) => `- ${item}`), ''] : []),
+    ...(definitions.length > 0 ? ['## References', '', ...definitions, ''] : []),
+  ].join('\n');
 }
 
 async function writeExpertSection(

@@ -1,7 +1,9 @@
 /**
  * The scripted research agent behind the offline provider. Not a language model: it searches the
  * corpus with keywords from the section prompt, reads the best documents, and answers with
- * sentences copied from what it read, naming the documents as sources.
+ * sentences copied from what it read, citing each document as a model is asked to: by the number
+ * the citation key under the read result gives it (`[n]`). Like a model, it sees only message text;
+ * a transcript without keys gets the documents named in a closing "Sources:" line instead.
  *
  * `nextAgentTurn` is a pure function of (seed, transcript, offered tools). It derives its state
  * from the transcript alone (which planned searches were answered, which documents were read),
@@ -10,6 +12,8 @@
  */
 import type { ChatMessage, ToolCall, ToolSpec } from '../../agent/provider';
 import { ProviderRequestError } from '../../agent/provider';
+import { splitCitationKey } from '../../agent/transcript';
+import { corpusDocumentUrl } from './corpus';
 import { READ_TOOL, SEARCH_TOOL, groupCallId, readResultSchema, searchResultSchema } from './toolbox';
 import { countWords, digest, distinctTerms, splitParagraphs, splitSentences, unitInterval } from './text';
 
@@ -40,6 +44,8 @@ interface ReadDocument {
   readonly id: string;
   readonly title: string;
   readonly text: string;
+  /** The number its result's citation key gave it, if the result had one. */
+  readonly citation?: number;
 }
 
 interface Progress {
@@ -161,17 +167,19 @@ function progressOf(after: readonly ChatMessage[]): Progress {
       searchCalls += 1;
       const query = stringArgument(call, 'query');
       if (query !== undefined) searchedQueries.add(normalizeQuery(query));
-      const result = searchResultSchema.safeParse(parseJson(message.content));
+      const result = searchResultSchema.safeParse(parseJson(splitCitationKey(message.content).body));
       if (result.success) {
         for (const hit of result.data.results) scores.set(hit.id, (scores.get(hit.id) ?? 0) + hit.score);
       }
     } else if (name === READ_TOOL) {
       const id = stringArgument(call, 'id');
       if (id !== undefined) attemptedReads.add(id.trim());
-      const result = readResultSchema.safeParse(parseJson(message.content));
+      const { body, entries } = splitCitationKey(message.content);
+      const result = readResultSchema.safeParse(parseJson(body));
       if (result.success && !reads.some((read) => read.id === result.data.id)) {
         attemptedReads.add(result.data.id);
-        reads.push(result.data);
+        const citation = entries.find((entry) => entry.url === corpusDocumentUrl(result.data.id))?.number;
+        reads.push(citation === undefined ? result.data : { ...result.data, citation });
       }
     }
   }
@@ -190,7 +198,10 @@ interface Candidate {
   readonly tieBreak: number;
 }
 
-/** The final answer: the note, one paragraph of copied sentences per source that contributed, and the sources. */
+/**
+ * The final answer: the note, then one paragraph of copied sentences per source that contributed,
+ * each ending with the source's citation; a source without a number is named in a "Sources:" line.
+ */
 export function composeAnswer(seed: number, plan: Pick<Plan, 'prompt' | 'terms' | 'targetWords'>, reads: readonly ReadDocument[]): string {
   if (reads.length === 0) {
     return `${OFFLINE_NOTE}\n\nThe bundled corpus has no document that matches this prompt, so there is nothing to report from it.`;
@@ -224,14 +235,14 @@ export function composeAnswer(seed: number, plan: Pick<Plan, 'prompt' | 'terms' 
   for (const candidate of byMerit) take(candidate);
 
   const paragraphs: string[] = [];
-  const titles: string[] = [];
+  const uncited: string[] = [];
   reads.forEach((read, source) => {
     const sentences = candidates.filter((candidate) => candidate.source === source && chosen.has(candidate)).map((candidate) => candidate.sentence);
     if (sentences.length === 0) return;
-    paragraphs.push(sentences.join(' '));
-    titles.push(read.title);
+    if (read.citation === undefined) uncited.push(read.title);
+    paragraphs.push(read.citation === undefined ? sentences.join(' ') : `${sentences.join(' ')} [${read.citation}]`);
   });
-  return [OFFLINE_NOTE, ...paragraphs, `Sources: ${titles.join('; ')}.`].join('\n\n');
+  return [OFFLINE_NOTE, ...paragraphs, ...(uncited.length > 0 ? [`Sources: ${uncited.join('; ')}.`] : [])].join('\n\n');
 }
 
 function toolCallsFor(seed: number, messages: readonly ChatMessage[], prompt: string, calls: readonly { name: string; arguments: Record<string, unknown> }[]): ToolCall[] {
@@ -249,7 +260,8 @@ export function nextAgentTurn(seed: number, messages: readonly ChatMessage[], to
   const promptIndex = lastPromptIndex(messages);
   const promptMessage = messages[promptIndex];
   if (promptMessage?.role !== 'user') throw new ProviderRequestError('Transcript has no user message to answer');
-  const plan = planFor(seed, promptMessage.content);
+  // The prompt's citation key lists sources to cite, not words of the subject.
+  const plan = planFor(seed, splitCitationKey(promptMessage.content).body);
   const progress = progressOf(messages.slice(promptIndex + 1));
   const canSearch = tools.some((tool) => tool.name === SEARCH_TOOL);
   const canRead = tools.some((tool) => tool.name === READ_TOOL);

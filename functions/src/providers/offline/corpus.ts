@@ -9,6 +9,17 @@ export interface CorpusDocument {
   readonly text: string;
 }
 
+/**
+ * Where a citation of a bundled document points: a stable https URL on a host that cannot exist
+ * (`.invalid` is reserved for that), so a report cites the corpus like the web without linking
+ * anywhere real.
+ */
+export const CORPUS_URL_BASE = 'https://corpus.phaseline.invalid/';
+
+export function corpusDocumentUrl(id: string): string {
+  return `${CORPUS_URL_BASE}${encodeURIComponent(id)}`;
+}
+
 export const CORPUS: readonly CorpusDocument[] = [
   {
     id: 'idempotency-keys',

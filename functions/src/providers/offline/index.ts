@@ -1,5 +1,5 @@
 /** The offline provider: a scripted research agent over a bundled corpus, with replayable simulated faults. */
-export { CORPUS, type CorpusDocument } from './corpus';
+export { CORPUS, CORPUS_URL_BASE, corpusDocumentUrl, type CorpusDocument } from './corpus';
 export {
   DEFAULT_OFFLINE_SETTINGS,
   activeErrorWave,

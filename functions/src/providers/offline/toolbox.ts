@@ -5,13 +5,15 @@
  *
  * Tool results are JSON text: `{"query","results":[{"id","title","snippet","score"}]}` for a
  * search, `{"id","title","text"}` for a read, `{"error"}` for a failure. The offline agent parses
- * them back; a real model reads them as they are.
+ * them back; a real model reads them as they are. Each hit and each document read is also a
+ * source (its corpus URL, title, the snippet or opening shown, when it was read), for citations.
  */
 import { z } from 'zod';
 import type { ToolCall, ToolSpec } from '../../agent/provider';
 import type { ToolResult, Toolbox } from '../../agent/tools';
+import { systemClock, type Clock } from '../../core/clock';
 import { RetryableError } from '../../core/errors';
-import { CORPUS, type CorpusDocument } from './corpus';
+import { CORPUS, corpusDocumentUrl, type CorpusDocument } from './corpus';
 import { appendToolExecution } from './execution-log';
 import { parseOfflineSettings, type OfflineSettingsInput } from './settings';
 import { contentTerms, distinctTerms, splitParagraphs, splitSentences, unitInterval } from './text';
@@ -22,6 +24,8 @@ export const READ_TOOL = 'read';
 export const DEFAULT_SEARCH_LIMIT = 5;
 export const MAX_SEARCH_LIMIT = 10;
 const SNIPPET_CHARS = 220;
+/** The opening of a document read that its source records as the passage shown. */
+const READ_PASSAGE_CHARS = 400;
 
 export const searchArgumentsSchema = z.strictObject({
   query: z.string().trim().min(1).max(500).describe('Words to look for in document titles and text.'),
@@ -89,6 +93,8 @@ export interface CorpusToolboxOptions {
   readonly seed?: number;
   /** Another corpus (tests); defaults to the bundled one. */
   readonly documents?: readonly CorpusDocument[];
+  /** Stamps `fetchedAt` on sources; the system clock by default. */
+  readonly clock?: Clock;
 }
 
 interface IndexedDocument {
@@ -217,6 +223,7 @@ class CorpusToolboxImpl implements CorpusToolbox {
     private readonly seed: number,
     /** Test instrumentation (execution-log.ts); undefined: nothing is written. */
     private readonly executionLog: string | undefined,
+    private readonly clock: Clock,
   ) {
     this.index = new CorpusIndex(documents);
   }
@@ -261,18 +268,26 @@ class CorpusToolboxImpl implements CorpusToolbox {
         const parsed = argumentsOf(searchArgumentsSchema, call);
         if (!parsed.ok) return parsed.result;
         const results = this.index.search(parsed.value.query, parsed.value.limit ?? DEFAULT_SEARCH_LIMIT);
-        return { ok: true, content: JSON.stringify({ query: parsed.value.query, results }) };
+        const fetchedAt = this.fetchedAt();
+        const sources = results.map((hit) => ({ url: corpusDocumentUrl(hit.id), title: hit.title, passage: hit.snippet, fetchedAt }));
+        return { ok: true, content: JSON.stringify({ query: parsed.value.query, results }), sources };
       }
       case READ_TOOL: {
         const parsed = argumentsOf(readArgumentsSchema, call);
         if (!parsed.ok) return parsed.result;
         const document = this.index.find(parsed.value.id);
         if (document === undefined) return errorResult(`No document with id "${parsed.value.id}". Use search to find document ids.`);
-        return { ok: true, content: JSON.stringify({ id: document.id, title: document.title, text: document.text }) };
+        const passage = truncate(splitParagraphs(document.text)[0] ?? '', READ_PASSAGE_CHARS);
+        const source = { url: corpusDocumentUrl(document.id), title: document.title, passage, fetchedAt: this.fetchedAt() };
+        return { ok: true, content: JSON.stringify({ id: document.id, title: document.title, text: document.text }), sources: [source] };
       }
       default:
         return errorResult(`Unknown tool "${call.name}". Available tools: ${SEARCH_TOOL}, ${READ_TOOL}.`);
     }
+  }
+
+  private fetchedAt(): string {
+    return new Date(this.clock.now()).toISOString();
   }
 
   private logExecution(call: ToolCall, startedAtMs: number, delivered: boolean): void {
@@ -283,5 +298,5 @@ class CorpusToolboxImpl implements CorpusToolbox {
 /** The toolbox over the bundled corpus (or `documents`), with partial-result faults from `settings`. */
 export function createCorpusToolbox(options: CorpusToolboxOptions = {}): CorpusToolbox {
   const settings = parseOfflineSettings(options.settings ?? {});
-  return new CorpusToolboxImpl(options.documents ?? CORPUS, settings.partialToolResultsRate, options.seed ?? 0, settings.toolExecutionLog);
+  return new CorpusToolboxImpl(options.documents ?? CORPUS, settings.partialToolResultsRate, options.seed ?? 0, settings.toolExecutionLog, options.clock ?? systemClock);
 }
