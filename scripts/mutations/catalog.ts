@@ -120,8 +120,8 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'tool-result-saved',
     removes: 'saving each tool result before the next call',
     file: 'functions/src/agent/section-runner.ts',
-    search: "      this.messages.push({ role: 'tool', toolCallId: call.id, name: call.name, content });\n      await this.save();\n",
-    replace: "      this.messages.push({ role: 'tool', toolCallId: call.id, name: call.name, content });\n",
+    search: "content, sources },\n      );\n      await this.save();\n",
+    replace: "content, sources },\n      );\n",
     tests: [
       { files: ['test/unit/agent-section-runner.test.ts'], names: 'every step saved|bug 3: a worker killed after each tool result' },
       { files: ['test/emulator/research.test.ts'], names: 'fault 1:' },
