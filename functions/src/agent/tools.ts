@@ -1,4 +1,5 @@
 /** The tool port: what an agent can call, and how a call is executed. */
+import { z } from 'zod';
 import type { ToolCall, ToolSpec } from './provider';
 
 export interface ToolResult {
@@ -22,4 +23,30 @@ export interface ToolResult {
 export interface Toolbox {
   readonly specs: readonly ToolSpec[];
   execute(call: ToolCall, signal: AbortSignal): Promise<ToolResult>;
+}
+
+/** A tool's parameters as the JSON Schema a provider is offered (without the `$schema` key providers reject). */
+export function toolParameters(schema: z.ZodType): Record<string, unknown> {
+  const { $schema: _ignored, ...rest } = z.toJSONSchema(schema) as Record<string, unknown>;
+  return rest;
+}
+
+/** A tool failure the model reads and can act on (never thrown). */
+export function toolError(message: string, details: Record<string, unknown> = {}): ToolResult {
+  return { ok: false, content: JSON.stringify({ error: message, ...details }) };
+}
+
+/** A call's arguments parsed against the tool's schema, or the failure the model reads. */
+export function toolArguments<T>(schema: z.ZodType<T>, call: ToolCall): { ok: true; value: T } | { ok: false; result: ToolResult } {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(call.arguments);
+  } catch {
+    return { ok: false, result: toolError(`Arguments for ${call.name} are not valid JSON.`) };
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) {
+    return { ok: false, result: toolError(`Invalid arguments for ${call.name}: ${z.prettifyError(parsed.error).replace(/\s*\n\s*/g, '; ')}`) };
+  }
+  return { ok: true, value: parsed.data };
 }

@@ -15,7 +15,7 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import type { ToolCall, ToolSpec } from '../provider';
-import type { ToolResult, Toolbox } from '../tools';
+import { toolArguments, toolError, toolParameters, type ToolResult, type Toolbox } from '../tools';
 import type { Clock } from '../../core/clock';
 import type { ArtifactSink } from './artifacts';
 import type { FetchedPage, PageFetcher } from './page-fetcher';
@@ -50,42 +50,19 @@ export interface WebToolboxOptions {
   readonly pageTokenBudget: number;
 }
 
-function jsonSchemaOf(schema: z.ZodType): Record<string, unknown> {
-  const { $schema: _ignored, ...rest } = z.toJSONSchema(schema) as Record<string, unknown>;
-  return rest;
-}
-
 function specsFor(backend: string, pageTokenBudget: number): readonly ToolSpec[] {
   return [
     {
       name: WEB_SEARCH_TOOL,
       description: `Search the web (${backend}). Returns URLs, titles and snippets, best first; use fetch_page to read a hit.`,
-      parameters: jsonSchemaOf(webSearchArgumentsSchema),
+      parameters: toolParameters(webSearchArgumentsSchema),
     },
     {
       name: FETCH_PAGE_TOOL,
       description: `Fetch a public web page (HTML or text) and return its readable text, cut to about ${pageTokenBudget} tokens.`,
-      parameters: jsonSchemaOf(fetchPageArgumentsSchema),
+      parameters: toolParameters(fetchPageArgumentsSchema),
     },
   ];
-}
-
-function errorResult(message: string, details: Record<string, unknown> = {}): ToolResult {
-  return { ok: false, content: JSON.stringify({ error: message, ...details }) };
-}
-
-function argumentsOf<T>(schema: z.ZodType<T>, call: ToolCall): { ok: true; value: T } | { ok: false; result: ToolResult } {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(call.arguments);
-  } catch {
-    return { ok: false, result: errorResult(`Arguments for ${call.name} are not valid JSON.`) };
-  }
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) {
-    return { ok: false, result: errorResult(`Invalid arguments for ${call.name}: ${z.prettifyError(parsed.error).replace(/\s*\n\s*/g, '; ')}`) };
-  }
-  return { ok: true, value: parsed.data };
 }
 
 function artifactName(url: string): string {
@@ -103,15 +80,15 @@ class WebToolbox implements Toolbox {
     signal.throwIfAborted();
     switch (call.name) {
       case WEB_SEARCH_TOOL: {
-        const parsed = argumentsOf(webSearchArgumentsSchema, call);
+        const parsed = toolArguments(webSearchArgumentsSchema, call);
         return parsed.ok ? this.search(parsed.value.query, parsed.value.limit ?? DEFAULT_SEARCH_LIMIT, signal) : parsed.result;
       }
       case FETCH_PAGE_TOOL: {
-        const parsed = argumentsOf(fetchPageArgumentsSchema, call);
+        const parsed = toolArguments(fetchPageArgumentsSchema, call);
         return parsed.ok ? this.fetchPage(parsed.value.url, signal) : parsed.result;
       }
       default:
-        return errorResult(`Unknown tool "${call.name}". Available tools: ${WEB_SEARCH_TOOL}, ${FETCH_PAGE_TOOL}.`);
+        return toolError(`Unknown tool "${call.name}". Available tools: ${WEB_SEARCH_TOOL}, ${FETCH_PAGE_TOOL}.`);
     }
   }
 
@@ -122,7 +99,7 @@ class WebToolbox implements Toolbox {
       hits = await this.options.search.search(query, limit, signal);
     } catch (error) {
       if (signal.aborted) throw signal.reason;
-      if (error instanceof SearchFailedError) return errorResult(error.message, { query, backend });
+      if (error instanceof SearchFailedError) return toolError(error.message, { query, backend });
       throw error;
     }
     const fetchedAt = this.now();
@@ -133,14 +110,14 @@ class WebToolbox implements Toolbox {
 
   private async fetchPage(url: string, signal: AbortSignal): Promise<ToolResult> {
     const outcome = await this.options.pages.fetch(url, signal);
-    if (!outcome.ok) return errorResult(outcome.refusal.message, { url, reason: outcome.refusal.kind });
+    if (!outcome.ok) return toolError(outcome.refusal.message, { url, reason: outcome.refusal.kind });
     const { page } = outcome;
     let readable: ReadablePage;
     try {
       const text = decodeBody(page.body, page.kind, page.charset);
       readable = page.kind === 'html' ? readableFromHtml(text) : readableFromText(text);
     } catch (error) {
-      return errorResult(`${page.url} could not be turned into text: ${error instanceof Error ? error.message : String(error)}`, { url, reason: 'unreadable' });
+      return toolError(`${page.url} could not be turned into text: ${error instanceof Error ? error.message : String(error)}`, { url, reason: 'unreadable' });
     }
     const fetchedAt = this.now();
     const artifact = await this.options.artifacts.put(artifactName(page.url), Buffer.from(readable.text, 'utf8'), 'text/plain; charset=utf-8');

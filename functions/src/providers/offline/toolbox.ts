@@ -10,7 +10,7 @@
  */
 import { z } from 'zod';
 import type { ToolCall, ToolSpec } from '../../agent/provider';
-import type { ToolResult, Toolbox } from '../../agent/tools';
+import { toolArguments, toolError, toolParameters, type ToolResult, type Toolbox } from '../../agent/tools';
 import { systemClock, type Clock } from '../../core/clock';
 import { RetryableError } from '../../core/errors';
 import { CORPUS, corpusDocumentUrl, type CorpusDocument } from './corpus';
@@ -104,41 +104,18 @@ interface IndexedDocument {
   readonly sentences: readonly string[];
 }
 
-function jsonSchemaOf(schema: z.ZodType): Record<string, unknown> {
-  const { $schema: _ignored, ...rest } = z.toJSONSchema(schema) as Record<string, unknown>;
-  return rest;
-}
-
 export const CORPUS_TOOL_SPECS: readonly ToolSpec[] = [
   {
     name: SEARCH_TOOL,
     description: 'Search the bundled corpus of notes on durable computing. Returns document ids, titles and snippets, best first.',
-    parameters: jsonSchemaOf(searchArgumentsSchema),
+    parameters: toolParameters(searchArgumentsSchema),
   },
   {
     name: READ_TOOL,
     description: 'Read the full text of one corpus document by its id.',
-    parameters: jsonSchemaOf(readArgumentsSchema),
+    parameters: toolParameters(readArgumentsSchema),
   },
 ];
-
-function errorResult(message: string): ToolResult {
-  return { ok: false, content: JSON.stringify({ error: message }) };
-}
-
-function argumentsOf<T>(schema: z.ZodType<T>, call: ToolCall): { ok: true; value: T } | { ok: false; result: ToolResult } {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(call.arguments);
-  } catch {
-    return { ok: false, result: errorResult(`Arguments for ${call.name} are not valid JSON.`) };
-  }
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) {
-    return { ok: false, result: errorResult(`Invalid arguments for ${call.name}: ${z.prettifyError(parsed.error).replace(/\s*\n\s*/g, '; ')}`) };
-  }
-  return { ok: true, value: parsed.data };
-}
 
 function truncate(text: string, maxChars: number): string {
   if (text.length <= maxChars) return text;
@@ -265,7 +242,7 @@ class CorpusToolboxImpl implements CorpusToolbox {
 
     switch (call.name) {
       case SEARCH_TOOL: {
-        const parsed = argumentsOf(searchArgumentsSchema, call);
+        const parsed = toolArguments(searchArgumentsSchema, call);
         if (!parsed.ok) return parsed.result;
         const results = this.index.search(parsed.value.query, parsed.value.limit ?? DEFAULT_SEARCH_LIMIT);
         const fetchedAt = this.fetchedAt();
@@ -273,16 +250,16 @@ class CorpusToolboxImpl implements CorpusToolbox {
         return { ok: true, content: JSON.stringify({ query: parsed.value.query, results }), sources };
       }
       case READ_TOOL: {
-        const parsed = argumentsOf(readArgumentsSchema, call);
+        const parsed = toolArguments(readArgumentsSchema, call);
         if (!parsed.ok) return parsed.result;
         const document = this.index.find(parsed.value.id);
-        if (document === undefined) return errorResult(`No document with id "${parsed.value.id}". Use search to find document ids.`);
+        if (document === undefined) return toolError(`No document with id "${parsed.value.id}". Use search to find document ids.`);
         const passage = truncate(splitParagraphs(document.text)[0] ?? '', READ_PASSAGE_CHARS);
         const source = { url: corpusDocumentUrl(document.id), title: document.title, passage, fetchedAt: this.fetchedAt() };
         return { ok: true, content: JSON.stringify({ id: document.id, title: document.title, text: document.text }), sources: [source] };
       }
       default:
-        return errorResult(`Unknown tool "${call.name}". Available tools: ${SEARCH_TOOL}, ${READ_TOOL}.`);
+        return toolError(`Unknown tool "${call.name}". Available tools: ${SEARCH_TOOL}, ${READ_TOOL}.`);
     }
   }
 
