@@ -112,6 +112,11 @@ interface WireRead {
   readonly newTransaction?: unknown;
 }
 
+interface EmptyQueryWire {
+  readonly parent?: string;
+  readonly structuredQuery?: { readonly from?: readonly { readonly collectionId?: string }[] };
+}
+
 interface WireWrite {
   readonly update?: { readonly name?: string };
   readonly delete?: string;
@@ -132,6 +137,8 @@ export class FirestoreCounter {
   counts: FirestoreCounts = emptyCounts();
   /** Every committed write with its time, while `recordWrites` is on (the write-rate scenario). */
   readonly writeLog: WriteRecord[] = [];
+  /** The document path of every billed read (an empty query: its collection), while `recordWrites` is on. */
+  readonly readLog: string[] = [];
   recordWrites = false;
 
   constructor(readonly db: Firestore) {
@@ -178,16 +185,19 @@ export class FirestoreCounter {
       // Every chunk a consumer gets passes through emit('data'), whether it iterates or pipes.
       stream.emit = (event: string | symbol, ...args: unknown[]): boolean => {
         if (event === 'data') {
-          const chunk = args[0] as { found?: unknown; missing?: unknown; document?: unknown } | undefined;
+          const chunk = args[0] as { found?: { name?: string }; missing?: string; document?: { name?: string } } | undefined;
           if (chunk?.found || chunk?.document) {
             this.counts.documentsRead += 1;
             delivered += 1;
+            if (this.recordWrites) this.readLog.push(documentPath(chunk.found?.name ?? chunk.document?.name));
           } else if (chunk?.missing) {
             this.counts.missingReads += 1;
             delivered += 1;
+            if (this.recordWrites) this.readLog.push(documentPath(chunk.missing));
           }
         } else if (event === 'end' && method === 'runQuery' && delivered === 0) {
           this.counts.emptyQueries += 1;
+          if (this.recordWrites) this.readLog.push(`${documentPath((body as EmptyQueryWire | null)?.parent)}/${(body as EmptyQueryWire | null)?.structuredQuery?.from?.[0]?.collectionId ?? '?'}`);
         } else if (event === 'error' && codeOf(args[0]) === 10) {
           this.counts.aborted += 1;
         }
@@ -217,5 +227,6 @@ export class FirestoreCounter {
   reset(): void {
     this.counts = emptyCounts();
     this.writeLog.length = 0;
+    this.readLog.length = 0;
   }
 }

@@ -20,6 +20,12 @@ export function fmt(value: number, digits = 0): string {
   return value.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 }
 
+/** `kind 1.2, kind 0.4` by count, largest first: where the reads or writes of a section go; `n/a` when not recorded. */
+function byDocument(perSection: Readonly<Record<string, number>>): string {
+  const rows = Object.entries(perSection).filter(([, count]) => count > 0).sort((a, b) => b[1] - a[1]);
+  return rows.length === 0 ? 'n/a' : rows.map(([kind, count]) => `${kind} ${fmt(count, 1)}`).join(', ');
+}
+
 const seconds = (ms: number, digits = 0): string => `${fmt(ms / 1000, digits)} s`;
 
 /** A wall-time ratio as the time it adds: `+3.04 %`, `+15.8 %`, `+958 %` (more digits near the 3 % target). */
@@ -382,7 +388,9 @@ export function renderMarkdown(results: BenchResults): string {
           row('**Phaseline against in-process**', ratio),
           row('Added time per agent section', (summary) => `${fmt(summary.addedMsPerSection)} ms (over ${fmt(summary.sectionsPerJob)} sections)`),
           row('Firestore reads per agent section (billed)', (summary) => fmt(summary.readsPerSection, 1)),
+          row('… of which, by document', (summary) => byDocument(summary.readsPerSectionByDocument)),
           row('Firestore writes per agent section', (summary) => fmt(summary.writesPerSection, 1)),
+          row('… of which, by document', (summary) => byDocument(summary.writesPerSectionByDocument)),
           row('Transactions per agent section', (summary) => `${fmt(summary.transactionsPerSection, 1)} (${fmt(summary.transactionAttemptsPerSection, 1)} attempts)`),
           row('Commits per agent section (that wrote something: durable writes)', (summary) => fmt(summary.commitsPerSection, 1)),
           row('Round trips per agent section: for durable writes / in all', (summary) => `${fmt(summary.writeRoundTripsPerSection, 1)} / ${fmt(summary.roundTripsPerSection, 1)}`),

@@ -172,6 +172,16 @@ export interface OverheadSummary {
   readonly addedMsPerSection: number;
   /** Transcript bytes per agent section: as written (append-only log), and the whole transcript rewritten at each save. */
   readonly transcriptBytesPerSection: { readonly appendOnly: number; readonly wholeRewrite: number };
+  /** Billed reads and writes per agent section by document kind (`job`, a subcollection of the job, or a collection outside it); empty when not recorded. */
+  readonly readsPerSectionByDocument: Readonly<Record<string, number>>;
+  readonly writesPerSectionByDocument: Readonly<Record<string, number>>;
+}
+
+/** Per agent section, by document kind, from samples that recorded the breakdown (median over repeats). */
+function perSectionByDocument(samples: readonly JobSample[], breakdown: (sample: JobSample) => Readonly<Record<string, number>> | null | undefined): Record<string, number> {
+  const recorded = samples.filter((sample) => breakdown(sample));
+  const kinds = [...new Set(recorded.flatMap((sample) => Object.keys(breakdown(sample) ?? {})))];
+  return Object.fromEntries(kinds.map((kind) => [kind, perRepeat(recorded, (sample) => (breakdown(sample)?.[kind] ?? 0) / sample.sections)]));
 }
 
 /** A count that results written before it was measured lack: NaN then. */
@@ -214,6 +224,8 @@ export function summarizeOverhead(samples: readonly JobSample[], latencyMs: numb
       appendOnly: perRepeat(phaseline, (sample) => (sample.transcriptBytes ? sample.transcriptBytes.appendOnly / sample.sections : Number.NaN)),
       wholeRewrite: perRepeat(phaseline, (sample) => (sample.transcriptBytes ? sample.transcriptBytes.wholeRewrite / sample.sections : Number.NaN)),
     },
+    readsPerSectionByDocument: perSectionByDocument(phaseline, (sample) => sample.readsByDocument),
+    writesPerSectionByDocument: perSectionByDocument(phaseline, (sample) => sample.writesByDocument),
   };
 }
 

@@ -71,6 +71,8 @@ export interface JobSample {
   readonly taskMs?: number | null;
   /** Phaseline: writes by document kind (`job`, a subcollection of the job, or a top-level collection); null for the baselines. */
   readonly writesByDocument?: Readonly<Record<string, number>> | null;
+  /** Billed reads by the document (or the collection of an empty query) they were of, as `writesByDocument`. */
+  readonly readsByDocument?: Readonly<Record<string, number>> | null;
   /** Transcript bytes the job wrote (append-only log), and what rewriting the whole transcript at each of the same saves would have written. */
   readonly transcriptBytes?: { readonly appendOnly: number; readonly wholeRewrite: number } | null;
   readonly zombieOutcomes: readonly string[];
@@ -145,6 +147,11 @@ async function runPhaseline(config: CompareConfig, driver: PhaselineDriver, inpu
     const kind = documentKind(write.path, run.jobId);
     writesByDocument[kind] = (writesByDocument[kind] ?? 0) + 1;
   }
+  const readsByDocument: Record<string, number> = {};
+  for (const path of project.counter.readLog) {
+    const kind = documentKind(path, run.jobId);
+    readsByDocument[kind] = (readsByDocument[kind] ?? 0) + 1;
+  }
   return {
     sections: agentSections(input),
     status: run.status,
@@ -165,6 +172,7 @@ async function runPhaseline(config: CompareConfig, driver: PhaselineDriver, inpu
     recoveries: run.recoveries.map((recovery) => ({ fault: recovery.fault, waitMs: recovery.waitMs, by: recovery.by })),
     taskMs: run.taskMs,
     writesByDocument,
+    readsByDocument,
     transcriptBytes: await transcriptBytes(project, run.jobId),
     zombieOutcomes: run.zombieOutcomes,
     faultEvents: [...kit.provider.events],
@@ -199,6 +207,7 @@ async function runBaseline(config: CompareConfig, kind: BaselineKind, input: Res
     recoveries: run.recoveries.map((recovery) => ({ ...recovery, by: 'redelivery' })),
     taskMs: null,
     writesByDocument: null,
+    readsByDocument: null,
     zombieOutcomes: run.zombieOutcomes,
     faultEvents: [...kit.provider.events],
   };
