@@ -57,6 +57,12 @@ export interface ChatRequest {
    * throws ProviderTimeoutError; absent, only its own timeout applies.
    */
   readonly timeoutMs?: number;
+  /**
+   * Asks for the answer as it is written: called with the answer's text so far, each time more of
+   * it arrives. Only for showing a draft; what the call returns is still the complete answer, and
+   * a call that fails midway returns nothing (the draft it showed is not an answer).
+   */
+  readonly onText?: (textSoFar: string) => void;
 }
 
 export interface Usage {

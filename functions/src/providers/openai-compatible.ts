@@ -6,7 +6,14 @@
  *
  * The API key goes in the Authorization header and nowhere else: it is never logged, and any
  * error text that happens to echo it is redacted.
+ *
+ * When the caller asks for the text as it is written (`onText`), the request streams
+ * (server-sent events, parsed by eventsource-parser: our transport, error translation and
+ * validation stay ours, where the official client would bring its own retries and types). The
+ * deltas are assembled into the same complete answer; a stream that ends before the answer is
+ * finished is an unavailable provider, never a shorter answer.
  */
+import { createParser } from 'eventsource-parser';
 import { z } from 'zod';
 import {
   ContextWindowError,
@@ -75,6 +82,41 @@ const completionSchema = z.looseObject({
     })
     .nullish(),
 });
+
+const streamChunkSchema = z.looseObject({
+  choices: z
+    .array(
+      z.looseObject({
+        delta: z
+          .looseObject({
+            content: z.string().nullish(),
+            tool_calls: z
+              .array(
+                z.looseObject({
+                  index: z.int().min(0),
+                  id: z.string().nullish(),
+                  function: z.looseObject({ name: z.string().nullish(), arguments: z.string().nullish() }).nullish(),
+                }),
+              )
+              .nullish(),
+          })
+          .nullish(),
+        finish_reason: z.string().nullish(),
+      }),
+    )
+    .nullish(),
+  usage: z.looseObject({ prompt_tokens: z.int().min(0), completion_tokens: z.int().min(0) }).nullish(),
+  error: z.unknown().optional(),
+});
+
+/** The answer as far as the stream has delivered it. */
+interface StreamedAnswer {
+  content: string | null;
+  readonly toolCalls: { id: string; name: string; arguments: string }[];
+  finishReason: string | null;
+  usage: { prompt_tokens: number; completion_tokens: number } | null;
+  done: boolean;
+}
 
 const errorBodySchema = z.looseObject({
   error: z.union([
@@ -149,7 +191,13 @@ class OpenAiCompatibleProvider implements ModelProvider {
     // An empty `tools` array is rejected by OpenAI itself: leave the field out instead.
     if (request.tools.length > 0) body['tools'] = toWireTools(request.tools);
     if (request.maxOutputTokens !== undefined) body['max_tokens'] = request.maxOutputTokens;
-    const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
+    const streaming = request.onText !== undefined;
+    if (streaming) {
+      body['stream'] = true;
+      // Without it a stream carries no token counts; servers that do not know the option ignore it.
+      body['stream_options'] = { include_usage: true };
+    }
+    const headers: Record<string, string> = { 'content-type': 'application/json', accept: streaming ? 'text/event-stream' : 'application/json' };
     if (this.config.apiKey !== undefined) headers['authorization'] = `Bearer ${this.config.apiKey}`;
 
     const bodyText = JSON.stringify(body);
@@ -158,23 +206,120 @@ class OpenAiCompatibleProvider implements ModelProvider {
     const timeoutMs = Math.max(1, Math.floor(Math.min(this.config.timeoutMs, callerLimitMs)));
     const timeout = AbortSignal.timeout(timeoutMs);
     const signal = AbortSignal.any([request.signal, timeout]);
-    let status: number;
-    let responseHeaders: Headers;
+    const failed = (error: unknown): Error => {
+      // The caller's abort wins: it is theirs to interpret (cancellation, lost claim), not a provider fault.
+      if (request.signal.aborted) return request.signal.reason as Error;
+      if (timeout.aborted) return new ProviderTimeoutError(`${this.name}: no answer within ${timeoutMs} ms`, { cause: error });
+      return new ProviderUnavailableError(`${this.name}: request failed: ${this.redact(error instanceof Error ? error.message : String(error))}`, { cause: error });
+    };
+    let response: Response;
+    try {
+      response = await this.fetchImpl(this.url, { method: 'POST', headers, body: bodyText, signal });
+    } catch (error) {
+      throw failed(error);
+    }
+    const isEventStream = (response.headers.get('content-type') ?? '').toLowerCase().startsWith('text/event-stream');
+    if (request.onText !== undefined && response.status >= 200 && response.status < 300 && isEventStream && response.body !== null) {
+      let answer: StreamedAnswer;
+      try {
+        answer = await this.readStream(response.body, request.onText);
+      } catch (error) {
+        throw error instanceof MalformedResponseError || error instanceof ProviderUnavailableError ? error : failed(error);
+      }
+      return this.streamedCompletion(answer, bodyText.length);
+    }
     let text: string;
     try {
-      const response = await this.fetchImpl(this.url, { method: 'POST', headers, body: bodyText, signal });
-      status = response.status;
-      responseHeaders = response.headers;
       text = await response.text();
     } catch (error) {
-      // The caller's abort wins: it is theirs to interpret (cancellation, lost claim), not a provider fault.
-      if (request.signal.aborted) throw request.signal.reason as Error;
-      if (timeout.aborted) throw new ProviderTimeoutError(`${this.name}: no answer within ${timeoutMs} ms`, { cause: error });
-      throw new ProviderUnavailableError(`${this.name}: request failed: ${this.redact(error instanceof Error ? error.message : String(error))}`, { cause: error });
+      throw failed(error);
     }
-
-    if (status < 200 || status >= 300) throw this.httpError(status, responseHeaders, text);
+    if (response.status < 200 || response.status >= 300) throw this.httpError(response.status, response.headers, text);
+    // A server that does not stream answers with one JSON body: the same answer, with no draft shown.
     return this.parseCompletion(text, bodyText.length);
+  }
+
+  /** Reads a Chat Completions event stream to its end, reporting the text so far after each piece of it. */
+  private async readStream(body: ReadableStream<Uint8Array>, onText: (textSoFar: string) => void): Promise<StreamedAnswer> {
+    const answer: StreamedAnswer = { content: null, toolCalls: [], finishReason: null, usage: null, done: false };
+    // Set inside the parser's callback; an object, so that the reading loop sees the change.
+    const failure: { problem: Error | null } = { problem: null };
+    const parser = createParser({
+      onEvent: (event) => {
+        if (failure.problem !== null || answer.done) return;
+        if (event.data.trim() === '[DONE]') {
+          answer.done = true;
+          return;
+        }
+        let json: unknown;
+        try {
+          json = JSON.parse(event.data);
+        } catch (error) {
+          failure.problem = new MalformedResponseError(`${this.name}: a streamed event is not JSON`, { cause: error });
+          return;
+        }
+        const chunk = streamChunkSchema.safeParse(json);
+        if (!chunk.success) {
+          failure.problem = new MalformedResponseError(`${this.name}: a streamed event is not a chat completion chunk: ${z.prettifyError(chunk.error).replace(/\s*\n\s*/g, '; ')}`);
+          return;
+        }
+        if (chunk.data.error !== undefined && chunk.data.error !== null) {
+          // An error after the 200: the answer is unusable, and a later call may well succeed.
+          failure.problem = new ProviderUnavailableError(`${this.name}: the stream reported an error: ${this.redact(JSON.stringify(chunk.data.error).slice(0, MAX_ERROR_DETAIL_CHARS))}`);
+          return;
+        }
+        if (chunk.data.usage) answer.usage = chunk.data.usage;
+        const choice = chunk.data.choices?.[0];
+        if (choice === undefined) return;
+        const delta = choice.delta;
+        for (const call of delta?.tool_calls ?? []) {
+          const slot = (answer.toolCalls[call.index] ??= { id: '', name: '', arguments: '' });
+          if (call.id) slot.id = call.id;
+          if (call.function?.name) slot.name += call.function.name;
+          if (call.function?.arguments) slot.arguments += call.function.arguments;
+        }
+        if (typeof delta?.content === 'string' && delta.content !== '') {
+          answer.content = (answer.content ?? '') + delta.content;
+          try {
+            onText(answer.content);
+          } catch {
+            // Showing a draft must never cost the answer.
+          }
+        }
+        if (choice.finish_reason) answer.finishReason = choice.finish_reason;
+      },
+    });
+    const decoder = new TextDecoder();
+    const reader = body.getReader();
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        parser.feed(decoder.decode(value, { stream: true }));
+        if (failure.problem !== null || answer.done) break;
+      }
+      parser.feed(decoder.decode());
+    } finally {
+      await reader.cancel().catch(() => undefined);
+    }
+    if (failure.problem !== null) throw failure.problem;
+    if (answer.finishReason === null) {
+      throw new ProviderUnavailableError(`${this.name}: the stream ended before the answer was finished`);
+    }
+    return answer;
+  }
+
+  private streamedCompletion(answer: StreamedAnswer, requestChars: number): ChatResponse {
+    const toolCalls: ToolCall[] = [];
+    for (let index = 0; index < answer.toolCalls.length; index += 1) {
+      const call = answer.toolCalls[index];
+      // A hole or a nameless call means deltas went missing: the calls cannot be trusted.
+      if (call === undefined || call.id === '' || call.name === '') {
+        throw new MalformedResponseError(`${this.name}: streamed tool call ${index} arrived without its ID or name`);
+      }
+      toolCalls.push({ id: call.id, name: call.name, arguments: call.arguments });
+    }
+    return this.assemble(answer.content, toolCalls, answer.finishReason, answer.usage, requestChars);
   }
 
   private parseCompletion(text: string, requestChars: number): ChatResponse {
@@ -190,21 +335,30 @@ class OpenAiCompatibleProvider implements ModelProvider {
     }
     const choice = parsed.data.choices[0];
     if (choice === undefined) throw new MalformedResponseError(`${this.name}: response has no choices`);
-    if (choice.finish_reason === 'content_filter') {
+    const toolCalls: ToolCall[] = (choice.message.tool_calls ?? []).map((call) => ({ id: call.id, name: call.function.name, arguments: call.function.arguments }));
+    return this.assemble(choice.message.content ?? null, toolCalls, choice.finish_reason ?? null, parsed.data.usage ?? null, requestChars);
+  }
+
+  /** The port's answer from what the wire delivered, whether in one body or streamed. */
+  private assemble(
+    content: string | null,
+    toolCalls: ToolCall[],
+    finishReason: string | null,
+    usage: { prompt_tokens: number; completion_tokens: number } | null,
+    requestChars: number,
+  ): ChatResponse {
+    if (finishReason === 'content_filter') {
       throw new ProviderRequestError(`${this.name}: the provider's content filter stopped the answer`);
     }
-    const toolCalls: ToolCall[] = (choice.message.tool_calls ?? []).map((call) => ({ id: call.id, name: call.function.name, arguments: call.function.arguments }));
-    const content = choice.message.content ?? null;
     if (content === null && toolCalls.length === 0) {
       throw new MalformedResponseError(`${this.name}: the message has neither content nor tool calls`);
     }
-    const usage = parsed.data.usage;
     // Some compatible servers omit usage: estimate at four characters a token rather than report zero.
     const inputTokens = usage?.prompt_tokens ?? Math.ceil(requestChars / 4);
     const outputTokens = usage?.completion_tokens ?? Math.ceil(((content ?? '').length + toolCalls.reduce((sum, call) => sum + call.name.length + call.arguments.length, 0)) / 4);
     return {
       message: toolCalls.length > 0 ? { role: 'assistant', content, toolCalls } : { role: 'assistant', content },
-      finishReason: finishReasonOf(choice.finish_reason, toolCalls.length > 0),
+      finishReason: finishReasonOf(finishReason, toolCalls.length > 0),
       usage: { inputTokens, outputTokens },
       costUsd: (inputTokens / 1000) * this.config.inputUsdPer1kTokens + (outputTokens / 1000) * this.config.outputUsdPer1kTokens,
     };
