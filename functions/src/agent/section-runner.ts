@@ -203,6 +203,8 @@ export interface SectionDeps {
   readonly remainingMs?: () => number;
   /** Called for every model call, tool call and discard as it happens, so cost can be flushed live. */
   readonly onUsage?: (entry: UsageEntry) => void;
+  /** Given the text of the answer being written, as it grows (the provider streams); absent, nothing streams. */
+  readonly onDraft?: (text: string) => void;
 }
 
 export interface SectionAttempts {
@@ -501,7 +503,8 @@ class SectionRun {
       const timeoutMs = Math.floor(Math.min(this.policy.callTimeoutMs, leftMs));
       let response: ChatResponse;
       try {
-        response = await this.deps.provider.chat({ messages, tools: this.deps.toolbox.specs, signal: this.signal, timeoutMs });
+        const onText = this.deps.onDraft;
+        response = await this.deps.provider.chat({ messages, tools: this.deps.toolbox.specs, signal: this.signal, timeoutMs, ...(onText ? { onText } : {}) });
       } catch (error) {
         // A failed call may still have been billed; its (unknown) output is thrown away.
         this.count('model_call', { modelCalls: 1, wastedModelCalls: 1 }, `${this.deps.provider.name} failed: ${describeError(error)}`);

@@ -45,6 +45,11 @@ export interface StepContext<TInput> {
   saveTranscript(sectionId: string, transcript: unknown): Promise<void>;
   /** Appends a line to the job's timeline with the next coalesced write. */
   note(kind: string, message: string): void;
+  /**
+   * Shows the text of a section in flight as it is written (at most about one write a second per
+   * section, never through the job document). A view only: nothing durable depends on it.
+   */
+  showDraft(sectionId: string, text: string): void;
   /** True once most of this step's time budget is used: finish the section at hand, then yield. */
   shouldYield(): boolean;
   /**

@@ -1,5 +1,6 @@
 /** The StepContext a phase or unit sees, built over the flusher and an owner-checked section writer. */
 import type { Clock, RandomSource } from '../core/clock';
+import type { DraftThrottle } from '../core/draft-throttle';
 import type { CoalescingFlusher } from '../core/flusher';
 import type { PhaseDefinition, SectionRecord, StepContext, StepLimits } from '../core/pipeline';
 import { refusingEffectLedger, type EffectLedger } from '../effects/ledger';
@@ -22,6 +23,8 @@ export interface ContextParts<TInput> {
   readonly limits: StepLimits;
   /** Told whenever the step shows progress (something recorded or reported): it keeps the lease alive. */
   readonly onProgress?: () => void;
+  /** Where drafts of sections in flight go; none for contexts that run no sections. */
+  readonly drafts?: DraftThrottle | null;
 }
 
 /** The owner-checked writes a context can make; absent for coordinator, join and publish contexts. */
@@ -92,6 +95,7 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
       progressed();
       parts.flusher?.note(kind, message);
     },
+    showDraft: (sectionId, text) => parts.drafts?.show(sectionId, text),
     shouldYield: () => parts.clock.now() >= parts.deadlineMs - parts.budgetMs * (1 - YIELD_AT_BUDGET_SHARE),
     remainingMs: () => Math.max(0, parts.deadlineMs - parts.clock.now()),
     limits: parts.limits,

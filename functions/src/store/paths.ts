@@ -7,6 +7,8 @@ export const unitPath = (jobId: string, phase: string, unit: string): string => 
 export const checkpointPath = (jobId: string, phase: string): string => `${JOBS}/${jobId}/checkpoints/${phase}`;
 export const sectionPath = (jobId: string, sectionKey: string): string => `${JOBS}/${jobId}/sections/${sectionKey}`;
 export const transcriptPath = (jobId: string, sectionKeyValue: string): string => `${JOBS}/${jobId}/transcripts/${sectionKeyValue}`;
+/** The text of a section in flight as its model writes it: a view for the owner, never state. */
+export const draftPath = (jobId: string, sectionKeyValue: string): string => `${JOBS}/${jobId}/drafts/${sectionKeyValue}`;
 /**
  * Who holds a job's or unit's claim right now: one small document per holder slot ("job", or the
  * unit's `{phase}~{unit}`), written only when the claim changes hands. The holder's own writes are

@@ -9,7 +9,7 @@ import { type PhaseDefinition } from '../../core/pipeline';
 import type { EventDraft, JobClaim } from '../../store/job-store';
 import { checkpointDocumentFor, loadSections } from '../checkpoints';
 import { durableWrites } from './durable-writes';
-import { NoProgressError, Running, StepOutcome, dispatchQuietly, freshLease, lost, progressGated, startFlusher, untilAborted, workingContext } from './running';
+import { NoProgressError, Running, StepOutcome, dispatchQuietly, freshLease, lost, progressGated, startDrafts, startFlusher, untilAborted, workingContext } from './running';
 import { giveBack, settleError } from './settle';
 
 export async function runPhase(
@@ -30,6 +30,7 @@ export async function runPhase(
       return Promise.resolve({ next: { ...applied.next, lease: freshLease(running, claim.epoch) }, events: applied.notes, value: undefined });
     }),
   ));
+  const drafts = startDrafts(running, claim.jobId, phase.name, null, claim.epoch);
   const context = workingContext(running, {
     jobId: claim.jobId,
     unit: null,
@@ -37,6 +38,7 @@ export async function runPhase(
     states,
     sections: loaded.sections,
     flusher,
+    drafts,
     durable: durableWrites(running, { kind: 'job', claim }, store.jobSession(claim), phase.name, null, loaded.sections.length + loaded.refused.length > 0),
   });
 
@@ -44,11 +46,13 @@ export async function runPhase(
   try {
     outcome = await untilAborted((phase.run as NonNullable<typeof phase.run>)(context), running.controller.signal);
   } catch (error) {
+    drafts.stop();
     const pending = await flusher.stop();
     if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'job', claim }, running.controller.signal.reason, pending);
     if (running.controller.signal.aborted || error instanceof OwnershipLostError) return lost(running, error);
     return settleError(running.deps, claim, toPhaselineError(error), pending, notes);
   }
+  drafts.stop();
   const pending = await flusher.stop();
   if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'job', claim }, running.controller.signal.reason, pending);
   if (running.controller.signal.aborted) return lost(running, running.controller.signal.reason);

@@ -3,7 +3,8 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { RandomSource } from '../../core/clock';
 import { describeError, PhaselineError } from '../../core/errors';
-import { addCounts, CoalescingFlusher, type FlushPayload, type Timers } from '../../core/flusher';
+import { DraftThrottle } from '../../core/draft-throttle';
+import { addCounts, CoalescingFlusher, realTimers, type FlushPayload, type Timers } from '../../core/flusher';
 import { type JobRecord, type Lease, type StepTask } from '../../core/job';
 import { type Dispatch } from '../../core/transitions';
 import { type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, type StepContext, type StepLimits } from '../../core/pipeline';
@@ -11,6 +12,7 @@ import type { EngineOptions } from '../../core/options';
 import { type UnitRecord } from '../../store/codec';
 import type { JobClaim, JobStore, UnitClaim } from '../../store/job-store';
 import { addRejectedTask } from '../../store/job-documents';
+import { writeDraft } from '../../store/drafts';
 import type { TaskQueuePort } from '../../store/task-queue';
 import { createStepContext, noDurableWrites, type ContextParts } from '../context';
 
@@ -132,6 +134,17 @@ export function startFlusher(running: Running, write: (payload: FlushPayload) =>
   return flusher;
 }
 
+/** Drafts of this step's sections in flight, paced like progress; stop it when the step ends. */
+export function startDrafts(running: Running, jobId: string, phase: string, unit: string | null, epoch: number): DraftThrottle {
+  const { store } = running.deps;
+  return new DraftThrottle((sectionId, text) => writeDraft(store, jobId, { phase, unit, id: sectionId, text, epoch }), {
+    minIntervalMs: store.options.progressFlushMs,
+    clock: store.clock,
+    timers: running.deps.timers ?? realTimers,
+    onWriteError: (error) => running.deps.log?.('draft write failed; the next text replaces it', { error: describeError(error) }),
+  });
+}
+
 export function lost(running: Running, reason: unknown): StepOutcome {
   running.deps.log?.('step stopped: ownership lost', { reason: describeError(reason) });
   return { kind: 'ownership-lost', reason: describeError(reason) };
@@ -163,7 +176,7 @@ function claimParts(running: Running, jobId: string) {
  */
 export function workingContext(
   running: Running,
-  parts: Pick<ContextParts<unknown>, 'jobId' | 'unit' | 'phase' | 'states' | 'sections' | 'flusher' | 'durable'>,
+  parts: Pick<ContextParts<unknown>, 'jobId' | 'unit' | 'phase' | 'states' | 'sections' | 'flusher' | 'durable' | 'drafts'>,
 ): StepContext<unknown> {
   const { store } = running.deps;
   const budgetMs = store.options.stepBudgetSeconds * 1000;

@@ -10,7 +10,7 @@ import type { UnitClaim } from '../../store/job-store';
 import { loadCheckpoints, loadSections } from '../checkpoints';
 import { durableWrites } from './durable-writes';
 import { JoinFailedError, finishUnit } from './fan-out';
-import { NoProgressError, RunnerDeps, Running, StepOutcome, chargeUnit, defaultWorkerName, dispatchQuietly, freshLease, lost, newRunning, progressGated, startFlusher, untilAborted, workingContext } from './running';
+import { NoProgressError, RunnerDeps, Running, StepOutcome, chargeUnit, defaultWorkerName, dispatchQuietly, freshLease, lost, newRunning, progressGated, startDrafts, startFlusher, untilAborted, workingContext } from './running';
 import { failJobFromUnit, giveBack, settleUnitError } from './settle';
 
 export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string, phaseName: string): Promise<StepOutcome> {
@@ -85,6 +85,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
     });
     held = next;
   }));
+  const drafts = startDrafts(running, job.id, phase.name, unit.unit, claim.epoch);
   const context = workingContext(running, {
     jobId: job.id,
     unit: unit.unit,
@@ -92,6 +93,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
     states: loaded.states,
     sections: sections.sections,
     flusher,
+    drafts,
     durable: durableWrites(running, { kind: 'unit', claim }, session, phase.name, unit.unit, sections.sections.length + sections.refused.length > 0),
   });
 
@@ -99,11 +101,13 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   try {
     outcome = await untilAborted(fanOut.runUnit(context, unit.unit), running.controller.signal);
   } catch (error) {
+    drafts.stop();
     const pending = await flusher.stop();
     if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'unit', claim }, running.controller.signal.reason, pending);
     if (running.controller.signal.aborted || error instanceof OwnershipLostError) return lost(running, error);
     return settleUnitError(deps, claim, toPhaselineError(error), pending);
   }
+  drafts.stop();
   const pending = await flusher.stop();
   if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'unit', claim }, running.controller.signal.reason, pending);
   if (running.controller.signal.aborted) return lost(running, running.controller.signal.reason);

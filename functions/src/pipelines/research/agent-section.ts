@@ -166,6 +166,7 @@ export async function runAgentSection<TInput>(
         save: (sectionId, transcript) => context.saveTranscript(sectionId, storable(transcript)),
       },
       onUsage: (entry) => context.addCost(costIncrements(entry)),
+      onDraft: (text) => context.showDraft(spec.sectionId, text),
     });
     if (outcome.kind === 'out-of-time') {
       context.note('section-yielded', `${spec.sectionId}: the step's time ran out mid-section (${outcome.reason}); its transcript is saved and the next step goes on`);
