@@ -22,6 +22,7 @@ import { systemClock } from '../../functions/src/core/clock';
 import type { JobRecord } from '../../functions/src/core/job';
 import { resolveEngineOptions } from '../../functions/src/core/options';
 import { jobIdForIdempotencyKey, JobStore } from '../../functions/src/store/job-store';
+import { sectionKey } from '../../functions/src/store/paths';
 import { buildWeb, serveWeb, webConfig, type WebServer } from '../../scripts/lib/local-stack';
 import { REPO_ROOT } from '../../scripts/lib/stack';
 import { launchTestBrowser, type LaunchedBrowser } from '../support/browser';
@@ -210,6 +211,43 @@ test('answers the question a waiting job asks: the answer is recorded and the jo
   const kinds = await turn.locator('[data-testid="timeline"] li .kind').allTextContents();
   expect(kinds).toEqual(expect.arrayContaining(['waiting', 'decided', 'completed']));
   expect(kinds.indexOf('decided')).toBeLessThan(kinds.indexOf('completed'));
+});
+
+test('the report appears as it is written: a finished section before the job completes, the section in flight as its draft, then the published report', async () => {
+  // The documents the engine writes mid-job (a running job, a recorded report section, a draft), written here as it would: nothing runs this job.
+  const job = await queuedJob('How do drafts reach the chat page?');
+  await db.doc(`jobs/${job.id}`).update({ status: 'running', phase: 'final-document' });
+  const draftOf = (id: string) => db.doc(`jobs/${job.id}/drafts/${sectionKey('final-document', null, id)}`);
+  await draftOf('h1').set({ phase: 'final-document', unit: null, id: 'h1', text: 'Leases bound how long a worker', epoch: 1, updatedAtMs: Date.now() });
+
+  const turn = await openJob(job.id);
+  await statusShown(turn, 'running');
+  await turn.getByTestId('live-draft').filter({ hasText: 'Leases bound how long a worker' }).waitFor();
+  await expect(turn.getByTestId('reply').isVisible()).resolves.toBe(false);
+
+  // The first section is recorded, the second is being written: the first shows rendered, its draft gives way to the second's.
+  await db.doc(`jobs/${job.id}/sections/${sectionKey('final-document', null, 'h1')}`).set({
+    phase: 'final-document',
+    unit: null,
+    id: 'h1',
+    seq: 0,
+    epoch: 1,
+    recordedAtMs: Date.now(),
+    data: { headingId: 'h1', heading: 'Leases and <b>fencing</b>', text: 'Leases bound how long a worker may hold a job [1].', sources: [], missing: false, note: null },
+  });
+  await draftOf('h2').set({ phase: 'final-document', unit: null, id: 'h2', text: 'Drafts are written at most once a second', epoch: 1, updatedAtMs: Date.now() });
+  const section = turn.getByTestId('live-section');
+  await section.locator('h2').filter({ hasText: 'Leases and <b>fencing</b>' }).waitFor();
+  await expect(section.locator('b').count()).resolves.toBe(0); // model text is escaped, never markup
+  await turn.getByTestId('live-draft').filter({ hasText: 'Drafts are written at most once a second' }).waitFor();
+  await expect(turn.getByTestId('live-draft').count()).resolves.toBe(1);
+  await expect(turn.getAttribute('data-status')).resolves.toBe('running');
+
+  // Completed and published: the report replaces the live sections and drafts.
+  await db.doc(`jobs/${job.id}/results/final`).set({ title: 'Drafts', markdown: '# Drafts\n\n## Leases\n\nThe published text.', outcome: 'complete', missing: [] });
+  await db.doc(`jobs/${job.id}`).update({ status: 'completed', outcome: 'complete' });
+  await turn.locator('[data-testid="reply"] h1').filter({ hasText: 'Drafts' }).waitFor();
+  await expect(turn.getByTestId('live-report').isVisible()).resolves.toBe(false);
 });
 
 test('cancels a queued job: the page shows it cancelled, and an effect that was in flight as being checked', async () => {

@@ -200,6 +200,78 @@ export function readResult(data: unknown): ResultView | null {
   return { title: text(doc.title) ?? '', markdown, outcome: outcomeOf(doc.outcome), missing: strings(doc.missing) };
 }
 
+/** A recorded section (`jobs/{id}/sections`), as much of it as the live report shows. */
+export interface SectionView {
+  readonly phase: string;
+  readonly unit: string | null;
+  readonly id: string;
+  readonly seq: number;
+  /** The report section's heading and text, when the section is one (research's final-document phase). */
+  readonly heading: string | null;
+  readonly text: string | null;
+  readonly missing: boolean;
+}
+
+/** The text of a section in flight (`jobs/{id}/drafts`), as the model writes it. */
+export interface DraftView {
+  readonly phase: string;
+  readonly unit: string | null;
+  readonly id: string;
+  readonly text: string;
+  readonly epoch: number;
+  readonly updatedAtMs: number;
+}
+
+export function readSection(data: unknown): SectionView {
+  const doc = fields(data);
+  const body = fields(doc.data);
+  return {
+    phase: text(doc.phase) ?? '',
+    unit: text(doc.unit),
+    id: text(doc.id) ?? '',
+    seq: count(doc.seq),
+    heading: text(body.heading),
+    text: text(body.text),
+    missing: body.missing === true,
+  };
+}
+
+export function readDraft(data: unknown): DraftView {
+  const doc = fields(data);
+  return { phase: text(doc.phase) ?? '', unit: text(doc.unit), id: text(doc.id) ?? '', text: text(doc.text) ?? '', epoch: count(doc.epoch), updatedAtMs: count(doc.updatedAtMs) };
+}
+
+/** The research pipeline's phase whose sections are the report, in order (functions/src/pipelines/research/pipeline.ts). */
+export const REPORT_PHASE = 'final-document';
+
+export interface LiveReport {
+  /** Finished report sections with text, in report order. */
+  readonly finished: readonly { readonly key: string; readonly heading: string; readonly text: string }[];
+  /** Sections of the current phase being written now: not finished, with text so far. */
+  readonly writing: readonly { readonly key: string; readonly label: string; readonly text: string }[];
+}
+
+const sectionKeyOf = (section: { readonly phase: string; readonly unit: string | null; readonly id: string }): string => `${section.phase}/${section.unit ?? ''}/${section.id}`;
+
+/**
+ * What the page shows while a job runs: the report's finished sections as they are recorded, in
+ * report order (the order they are recorded in), and the drafts (one document per section, a
+ * retry overwriting it) of the current phase's sections that are not finished yet.
+ */
+export function liveReport(job: Pick<JobView, 'status' | 'phase'>, sections: readonly SectionView[], drafts: readonly DraftView[]): LiveReport {
+  const finished = sections
+    .filter((section) => section.phase === REPORT_PHASE && !section.missing && section.text !== null && section.text.trim() !== '')
+    .sort((a, b) => a.seq - b.seq)
+    .map((section) => ({ key: sectionKeyOf(section), heading: section.heading ?? section.id, text: section.text ?? '' }));
+  if (job.status !== 'running') return { finished, writing: [] };
+  const done = new Set(sections.map(sectionKeyOf));
+  const writing = drafts
+    .filter((draft) => draft.phase === job.phase && draft.text.trim() !== '' && !done.has(sectionKeyOf(draft)))
+    .map((draft) => ({ key: sectionKeyOf(draft), label: draft.unit ? `${draft.unit} · ${draft.id}` : draft.id, text: draft.text }))
+    .sort((a, b) => a.key.localeCompare(b.key, 'en', { numeric: true }));
+  return { finished, writing };
+}
+
 /** Where the engine publishes a finished job's answer (the outbox; see functions/src/store/paths.ts). */
 export function outboxPath(job: Pick<JobView, 'id' | 'conversationId'>): string {
   return job.conversationId ? `conversations/${job.conversationId}/messages/${job.id}` : `jobs/${job.id}/results/final`;

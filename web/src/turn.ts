@@ -10,17 +10,22 @@ import {
   ACTIVE_STATUSES,
   describeStatus,
   formatCost,
+  liveReport,
   outboxPath,
+  readDraft,
   readEffect,
   readEvent,
   readJob,
   readResult,
+  readSection,
   readUnit,
   summarizeProgress,
+  type DraftView,
   type EffectView,
   type EventView,
   type JobView,
   type ResultView,
+  type SectionView,
   type UnitView,
 } from './job-model';
 import { renderMarkdown } from './markdown';
@@ -60,6 +65,9 @@ export class Turn {
   private readonly outcomeNote = el('p', { className: 'outcome-note', testId: 'outcome-note' });
   private readonly readError = el('p', { className: 'error', testId: 'read-error' });
   private readonly reply = el('div', { className: 'reply markdown', testId: 'reply' });
+  /** The report as it is written, until the published one replaces it. */
+  private readonly live = el('div', { className: 'live-report', testId: 'live-report' });
+  private readonly liveFinished = new Map<string, HTMLElement>();
   private readonly timelineSummary = el('summary');
   private readonly timelineList = el('ol', { className: 'events' });
   private readonly timeline = el('details', { className: 'timeline', testId: 'timeline' }, this.timelineSummary, this.timelineList);
@@ -70,6 +78,8 @@ export class Turn {
   private units: UnitView[] = [];
   private events: EventView[] = [];
   private unknownEffects: EffectView[] = [];
+  private sections: SectionView[] = [];
+  private drafts: DraftView[] = [];
   private result: ResultView | null = null;
   private watchedOutbox: string | null = null;
   private renderedWait = '';
@@ -93,12 +103,13 @@ export class Turn {
       this.skippedPanel,
       this.outcomeNote,
       this.readError,
+      this.live,
       this.reply,
       el('div', { className: 'actions' }, this.cancelButton, this.actionMessage),
       this.timeline,
     );
     this.card.hidden = true;
-    for (const hidden of [this.readError, this.waitingPanel, this.checkingPanel, this.skippedPanel, this.outcomeNote, this.reply, this.retriesLine]) hidden.hidden = true;
+    for (const hidden of [this.readError, this.waitingPanel, this.checkingPanel, this.skippedPanel, this.outcomeNote, this.reply, this.live, this.retriesLine]) hidden.hidden = true;
     this.cancelButton.addEventListener('click', () => void this.cancel());
     this.element = el(
       'article',
@@ -179,6 +190,22 @@ export class Turn {
           this.render();
         },
         failed('the fan-out units'),
+      ),
+      onSnapshot(
+        collection(db, 'jobs', jobId, 'sections'),
+        (snapshot) => {
+          this.sections = snapshot.docs.map((section) => readSection(section.data()));
+          this.render();
+        },
+        failed('the sections'),
+      ),
+      onSnapshot(
+        collection(db, 'jobs', jobId, 'drafts'),
+        (snapshot) => {
+          this.drafts = snapshot.docs.map((draft) => readDraft(draft.data()));
+          this.render();
+        },
+        failed('the drafts'),
       ),
       onSnapshot(
         query(collection(db, 'jobs', jobId, 'effects'), where('state', '==', 'unknown')),
@@ -291,6 +318,7 @@ export class Turn {
     this.renderChecking();
     this.renderSkipped();
     this.renderOutcome(job);
+    this.renderLive(job);
 
     this.cancelButton.hidden = !active;
 
@@ -308,6 +336,37 @@ export class Turn {
         ),
       ),
     );
+  }
+
+  /** Finished report sections as they are recorded, and the text of sections in flight; gone once the report is published. */
+  private renderLive(job: JobView): void {
+    const published = job.status === 'completed' && this.result !== null;
+    const report = published ? { finished: [], writing: [] } : liveReport(job, this.sections, this.drafts);
+    this.live.hidden = report.finished.length === 0 && report.writing.length === 0;
+    if (this.live.hidden) {
+      this.live.replaceChildren();
+      this.liveFinished.clear();
+      return;
+    }
+    // A finished section never changes: render it once, keep its element.
+    const finished = report.finished.map((section) => {
+      let element = this.liveFinished.get(section.key);
+      if (!element) {
+        element = el('section', { className: 'live-section markdown', testId: 'live-section' });
+        element.innerHTML = renderMarkdown(`## ${section.heading}\n\n${section.text}`); // every piece of text escaped by the renderer
+        this.liveFinished.set(section.key, element);
+      }
+      return element;
+    });
+    const writing = report.writing.map((draft) =>
+      el(
+        'section',
+        { className: 'live-draft', testId: 'live-draft' },
+        el('p', { className: 'draft-label', text: `Writing ${draft.label}…` }),
+        el('p', { className: 'draft-text', text: draft.text }),
+      ),
+    );
+    this.live.replaceChildren(...finished, ...writing);
   }
 
   private renderWaiting(job: JobView): void {

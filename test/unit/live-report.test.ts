@@ -1,0 +1,50 @@
+/** The chat page's live report (web/src/job-model.ts): finished report sections in order, drafts of sections in flight. */
+import { liveReport, readDraft, readSection, type DraftView, type SectionView } from '../../web/src/job-model';
+
+const finalSection = (id: string, seq: number, text: string, missing = false): SectionView =>
+  readSection({ phase: 'final-document', unit: null, id, seq, data: { headingId: id, heading: `Heading ${id}`, text, sources: [], missing, note: null } });
+const expertSection = (unit: string, id: string): SectionView => readSection({ phase: 'expert-content', unit, id, seq: 0, data: { skipped: false, headingId: id, text: 'notes', sources: [] } });
+const draft = (phase: string, unit: string | null, id: string, text: string): DraftView => readDraft({ phase, unit, id, text, epoch: 2, updatedAtMs: 1 });
+
+describe('live report', () => {
+  it('shows finished report sections in the order they were recorded, leaving out missing ones and expert notes', () => {
+    const report = liveReport(
+      { status: 'running', phase: 'final-document' },
+      [finalSection('h3', 2, 'Third'), expertSection('e1', 'h1'), finalSection('h1', 0, 'First'), finalSection('h2', 1, '', true)],
+      [],
+    );
+    expect(report.finished).toEqual([
+      { key: 'final-document//h1', heading: 'Heading h1', text: 'First' },
+      { key: 'final-document//h3', heading: 'Heading h3', text: 'Third' },
+    ]);
+  });
+
+  it('shows the drafts of the current phase for sections not finished yet, in section order', () => {
+    const report = liveReport(
+      { status: 'running', phase: 'expert-content' },
+      [expertSection('e1', 'h1')],
+      [
+        draft('expert-content', 'e1', 'h1', 'finished already'),
+        draft('expert-content', 'e2', 'h10', 'ten'),
+        draft('expert-content', 'e2', 'h2', 'two'),
+        draft('outline', null, 'outline', 'an earlier phase'),
+        draft('expert-content', 'e1', 'h2', '   '),
+      ],
+    );
+    expect(report.writing).toEqual([
+      { key: 'expert-content/e2/h2', label: 'e2 · h2', text: 'two' },
+      { key: 'expert-content/e2/h10', label: 'e2 · h10', text: 'ten' },
+    ]);
+  });
+
+  it('shows no draft once the job is not running', () => {
+    for (const status of ['completed', 'failed', 'cancelled', 'waiting', 'queued'] as const) {
+      expect(liveReport({ status, phase: 'final-document' }, [], [draft('final-document', null, 'h1', 'half')]).writing).toEqual([]);
+    }
+  });
+
+  it('reads defensively: a document of another shape shows nothing and breaks nothing', () => {
+    const odd = readSection({ phase: 'final-document', seq: 'x', data: 'not an object' });
+    expect(liveReport({ status: 'running', phase: 'final-document' }, [odd], [readDraft(null)])).toEqual({ finished: [], writing: [] });
+  });
+});
