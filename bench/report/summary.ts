@@ -155,7 +155,10 @@ export interface OverheadSummary {
   readonly wallTimeRatio: number;
   readonly ratios: readonly number[];
   readonly sectionsPerJob: number;
+  /** Durable writes: every write but the drafts, which are a view of the text in flight (see draftWritesPerSection). */
   readonly writesPerSection: number;
+  /** Writes of drafts (jobs/{id}/drafts): what showing the text as it is written adds. NaN where not recorded. */
+  readonly draftWritesPerSection: number;
   readonly readsPerSection: number;
   readonly transactionsPerSection: number;
   /** Calls of transaction update functions (transactions plus the SDK's retries) per section. */
@@ -184,6 +187,11 @@ function perSectionByDocument(samples: readonly JobSample[], breakdown: (sample:
   return Object.fromEntries(kinds.map((kind) => [kind, perRepeat(recorded, (sample) => (breakdown(sample)?.[kind] ?? 0) / sample.sections)]));
 }
 
+/** Drafts are written one document per commit, outside any transaction: their commits are left out of the durable-write figures. */
+function draftCommits(sample: JobSample): number {
+  return sample.writesByDocument?.drafts ?? 0;
+}
+
 /** A count that results written before it was measured lack: NaN then. */
 function counted(sample: JobSample, figure: (counts: FirestoreCounts) => number): number {
   const value = sample.counts ? figure(sample.counts) : Number.NaN;
@@ -204,6 +212,7 @@ export function summarizeOverhead(samples: readonly JobSample[], latencyMs: numb
   const inMemoryWallMs = perRepeat(memory, (sample) => sample.wallMs);
   const phaselineWallMs = perRepeat(phaseline, (sample) => sample.wallMs);
   const perSection = (figure: (counts: FirestoreCounts) => number): number => perRepeat(phaseline, (sample) => counted(sample, figure) / sample.sections);
+  const perSectionDurable = (figure: (counts: FirestoreCounts) => number): number => perRepeat(phaseline, (sample) => (counted(sample, figure) - draftCommits(sample)) / sample.sections);
   return {
     latencyMs,
     inMemoryWallMs,
@@ -211,14 +220,15 @@ export function summarizeOverhead(samples: readonly JobSample[], latencyMs: numb
     wallTimeRatio: median(ratios),
     ratios,
     sectionsPerJob: sections,
-    writesPerSection: perRepeat(phaseline, (sample) => sample.writes / sample.sections),
+    writesPerSection: perRepeat(phaseline, (sample) => (sample.writes - (sample.writesByDocument?.drafts ?? 0)) / sample.sections),
+    draftWritesPerSection: perRepeat(phaseline, (sample) => (sample.writesByDocument ? (sample.writesByDocument.drafts ?? 0) / sample.sections : Number.NaN)),
     readsPerSection: perRepeat(phaseline, (sample) => sample.reads / sample.sections),
     transactionsPerSection: perRepeat(phaseline, (sample) => (sample.counts?.transactions ?? 0) / sample.sections),
     transactionAttemptsPerSection: perSection((counts) => counts.transactionAttempts),
-    commitsPerSection: perSection(durableCommits),
+    commitsPerSection: perSectionDurable(durableCommits),
     roundTripsPerSection: perSection((counts) => counts.rpcs),
-    writeRoundTripsPerSection: perSection(writeRoundTrips),
-    roundTripsPerDurableWrite: perRepeat(phaseline, (sample) => counted(sample, writeRoundTrips) / counted(sample, durableCommits)),
+    writeRoundTripsPerSection: perSectionDurable(writeRoundTrips),
+    roundTripsPerDurableWrite: perRepeat(phaseline, (sample) => (counted(sample, writeRoundTrips) - draftCommits(sample)) / (counted(sample, durableCommits) - draftCommits(sample))),
     addedMsPerSection: (phaselineWallMs - inMemoryWallMs) / sections,
     transcriptBytesPerSection: {
       appendOnly: perRepeat(phaseline, (sample) => (sample.transcriptBytes ? sample.transcriptBytes.appendOnly / sample.sections : Number.NaN)),
