@@ -28,22 +28,13 @@ const db = () => harness.firestore.db;
 const question = { question: 'How do leases and fencing tokens keep stale workers from corrupting results?', experts: 2, sections: 2, wordsPerSection: 60 };
 
 test('a streaming provider: each section in flight shows a draft apart from the job document; transcripts keep complete answers only', async () => {
-  /** Partial texts shown, and every complete answer returned. */
-  const shown = new Set<string>();
+  // The offline simulator streams when asked: it shows its answer in three growing pieces. Every complete answer is noted here.
   const answers = new Set<string>();
   let streamedCalls = 0;
   research.provider.intercept = async (request, call) => {
+    if (request.onText) streamedCalls += 1;
     const response = await call();
-    const content = response.message.content;
-    if (content !== null && content !== '') answers.add(content);
-    if (request.onText && content) {
-      streamedCalls += 1;
-      const partials = [content.slice(0, Math.ceil(content.length / 3)), content.slice(0, Math.ceil((2 * content.length) / 3))];
-      for (const partial of partials) {
-        request.onText(partial);
-        shown.add(partial);
-      }
-    }
+    if (response.message.content) answers.add(response.message.content);
     return response;
   };
   const jobId = await harness.submit('research', question);
@@ -58,18 +49,19 @@ test('a streaming provider: each section in flight shows a draft apart from the 
   const drafts = await db().collection(`${JOBS}/${jobId}/drafts`).get();
   // One draft per section that wrote text: expert sections (in units) and report sections.
   expect(drafts.size).toBeGreaterThanOrEqual(question.experts * question.sections);
+  let partial = 0;
   for (const draft of drafts.docs) {
     const { phase, unit, id, text, epoch, updatedAtMs } = draft.data() as { phase: string; unit: string | null; id: string; text: string; epoch: number; updatedAtMs: number };
-    expect(typeof phase).toBe('string');
-    expect(unit === null || typeof unit === 'string').toBe(true);
     expect(epoch).toBeGreaterThanOrEqual(1);
     expect(updatedAtMs).toBeGreaterThan(0);
-    // The draft is text the provider showed, not a finished answer, and belongs to a section of the job.
-    expect(shown.has(text)).toBe(true);
-    expect(answers.has(text)).toBe(false);
+    // The draft is the beginning of an answer the model gave, and belongs to a section of the job.
+    expect([...answers].some((answer) => answer.startsWith(text))).toBe(true);
+    if (!answers.has(text)) partial += 1;
     // Phases that end in a checkpoint (the outline) run an agent section without recording it as a section.
     expect(sectionIds.has(`${phase}/${unit ?? ''}/${id}`) || checkpointed.has(phase)).toBe(true);
   }
+  // The clock stands still here, so each section's first piece is written and the rest wait their turn: drafts show text in flight.
+  expect(partial).toBe(drafts.size);
   // The job document carries no draft text.
   expect(JSON.stringify((await db().doc(`${JOBS}/${jobId}`).get()).data())).not.toContain(drafts.docs[0]?.get('text') as string);
 

@@ -494,3 +494,50 @@ describe('offline simulator settings', () => {
   });
 });
 
+
+describe('offline provider: streaming', () => {
+  /** Runs a section's model calls until the answer is text, returning the last request and its plain answer. */
+  async function finalAnswerRequest(): Promise<{ messages: ChatMessage[]; toolbox: Toolbox; plain: ChatResponse }> {
+    const { provider, toolbox } = setup(3);
+    const messages = start();
+    for (let turn = 0; turn < 20; turn += 1) {
+      const response = await provider.chat(chatRequest(messages, toolbox));
+      if (!response.message.toolCalls) return { messages, toolbox, plain: response };
+      messages.push(response.message);
+      for (const call of response.message.toolCalls) messages.push({ role: 'tool', toolCallId: call.id, name: call.name, content: (await toolbox.execute(call, new AbortController().signal)).content });
+    }
+    throw new Error('no text answer in 20 turns');
+  }
+
+  it('asked to stream, shows the answer growing at word boundaries over the same latency, and answers exactly as without streaming', async () => {
+    const { messages, toolbox, plain } = await finalAnswerRequest();
+    const { provider, waits } = setup(3, { latencyMs: 900 });
+    const shown: string[] = [];
+    const streamed = await provider.chat(chatRequest(messages, toolbox, { onText: (text) => shown.push(text) }));
+
+    expect(streamed).toEqual(plain);
+    const content = plain.message.content ?? '';
+    expect(shown).toHaveLength(3);
+    expect(shown.at(-1)).toBe(content);
+    for (const [index, text] of shown.entries()) {
+      expect(content.startsWith(text)).toBe(true);
+      if (index > 0) expect(text.length).toBeGreaterThan(shown[index - 1]?.length ?? 0);
+      if (index < shown.length - 1) expect(content[text.length]).toBe(' ');
+    }
+    // Half the latency before the answer is decided, the rest in three pieces: the same 900 ms in all.
+    expect(waits).toEqual([450, 150, 150, 150]);
+  });
+
+  it('a draft callback that throws costs nothing', async () => {
+    const { messages, toolbox, plain } = await finalAnswerRequest();
+    const { provider } = setup(3);
+    const streamed = await provider.chat(
+      chatRequest(messages, toolbox, {
+        onText: () => {
+          throw new Error('the draft sink broke');
+        },
+      }),
+    );
+    expect(streamed).toEqual(plain);
+  });
+});

@@ -108,6 +108,10 @@ function callerLimitMs(request: ChatRequest): number {
 /** Bounds the memory of requests seen (for attempt numbers) in a long-lived process. */
 const MAX_REMEMBERED_REQUESTS = 10_000;
 
+/** Streaming: the share of the latency before the answer is decided, and the pieces its text arrives in over the rest. */
+const STREAM_DECIDED_AT = 0.5;
+const STREAM_PIECES = 3;
+
 class OfflineProviderImpl implements OfflineProvider {
   readonly name = 'offline';
   readonly contextWindowTokens: number;
@@ -171,7 +175,9 @@ class OfflineProviderImpl implements OfflineProvider {
       throw new ProviderTimeoutError(`Offline simulator: no answer within ${waitedMs} ms`);
     }
 
-    await this.latency(request);
+    // Asked to stream, the answer is decided halfway through the latency and shown as it is "written" over the rest.
+    const streaming = request.onText !== undefined;
+    await this.latency(request, streaming ? STREAM_DECIDED_AT : 1);
     if (settings.malformedRate > 0 && unitInterval(this.seed, 'malformed', key, attempt) < settings.malformedRate) {
       this.faults.malformed += 1;
       throw new MalformedResponseError('Offline simulator: the response body was not a valid chat completion');
@@ -192,6 +198,7 @@ class OfflineProviderImpl implements OfflineProvider {
       content = content.slice(0, maxOutputTokens * 4);
       finishReason = 'length';
     }
+    if (request.onText !== undefined) await this.stream(request, request.onText, content);
     const outputTokens = estimateTokens((content ?? '') + turn.toolCalls.map((call) => call.id + call.name + call.arguments).join(''));
     this.responses += 1;
     return {
@@ -202,8 +209,11 @@ class OfflineProviderImpl implements OfflineProvider {
     };
   }
 
-  /** Waits the simulated latency; an answer slower than the caller's limit is a timeout at that limit, as with a real client. */
-  private async latency(request: ChatRequest): Promise<void> {
+  /**
+   * Waits the simulated latency (or the given share of it); an answer slower than the caller's
+   * limit is a timeout at that limit, as with a real client.
+   */
+  private async latency(request: ChatRequest, share = 1): Promise<void> {
     const latencyMs = this.settings.latencyMs;
     const limitMs = callerLimitMs(request);
     if (latencyMs > limitMs) {
@@ -211,7 +221,23 @@ class OfflineProviderImpl implements OfflineProvider {
       this.faults.timeout += 1;
       throw new ProviderTimeoutError(`Offline simulator: no answer within ${limitMs} ms (the answer takes ${latencyMs} ms)`);
     }
-    if (latencyMs > 0) await this.sleep(latencyMs, request.signal);
+    if (latencyMs * share > 0) await this.sleep(latencyMs * share, request.signal);
+  }
+
+  /** Shows the answer's text growing over the rest of the latency, in STREAM_PIECES steps at word boundaries. */
+  private async stream(request: ChatRequest, onText: (textSoFar: string) => void, content: string | null): Promise<void> {
+    const pieceMs = (this.settings.latencyMs * (1 - STREAM_DECIDED_AT)) / STREAM_PIECES;
+    for (let piece = 1; piece <= STREAM_PIECES; piece += 1) {
+      if (pieceMs > 0) await this.sleep(pieceMs, request.signal);
+      if (content === null || content === '') continue;
+      const cut = piece === STREAM_PIECES ? content.length : content.lastIndexOf(' ', Math.ceil((content.length * piece) / STREAM_PIECES));
+      if (cut <= 0) continue;
+      try {
+        onText(content.slice(0, cut));
+      } catch {
+        // Showing a draft must never cost the answer.
+      }
+    }
   }
 
   /** 0 the first time this instance sees a request, 1 the second, ... */
