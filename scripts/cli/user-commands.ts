@@ -16,6 +16,7 @@ import type { Io } from './io';
 import { userFirestore, type UserFirestore } from './firestore-rest';
 import { describeTarget, type Target } from './target';
 import { eventViewFromData, jobViewFromData, resultPathOf, type EventView, type JobView } from './views';
+import { liveReport, readSection, REPORT_PHASE, type LiveReport } from '../../web/src/job-model';
 
 export interface UserContext {
   readonly target: Target;
@@ -119,6 +120,12 @@ async function readEvents(ctx: UserContext, jobId: string, sinceMs: number): Pro
   return documents.map((document) => eventViewFromData(document.id, document.data)).sort(byTime);
 }
 
+/** The report sections recorded so far (research's final-document phase), in report order, as the chat page shows them. */
+async function readReportSections(ctx: UserContext, jobId: string): Promise<LiveReport['finished']> {
+  const documents = await ctx.firestore.query(jobPath(jobId), { collection: 'sections', where: [{ field: 'phase', op: 'EQUAL', value: REPORT_PHASE }] });
+  return liveReport({ status: 'running', phase: REPORT_PHASE, epoch: 0 }, documents.map((document) => readSection(document.data)), []).finished;
+}
+
 /** Whether `watch` stops here: the job ended, or it waits for a person. A provider wait ends by itself, so watching goes on. */
 export function watchEndsAt(job: Pick<JobView, 'status' | 'waiting'>): boolean {
   return TERMINAL_STATUSES.has(job.status) || (job.status === 'waiting' && job.waiting?.reason === 'decision');
@@ -132,6 +139,8 @@ export function watchEndsAt(job: Pick<JobView, 'status' | 'waiting'>): boolean {
  */
 export async function watch(ctx: UserContext, command: WatchCommand): Promise<number> {
   const shown = new Set<string>();
+  /** With --report: the report sections already printed as they were recorded. */
+  const sectionsShown = new Set<string>();
   let sinceMs = 0;
   for (;;) {
     const job = await readJob(ctx, command.jobId);
@@ -140,6 +149,14 @@ export async function watch(ctx: UserContext, command: WatchCommand): Promise<nu
       shown.add(event.id);
       sinceMs = Math.max(sinceMs, event.atMs);
       ctx.io.out(timelineLine(event, ctx.time));
+    }
+    if (command.report && job.status !== 'completed') {
+      for (const section of await readReportSections(ctx, command.jobId)) {
+        if (sectionsShown.has(section.key)) continue;
+        sectionsShown.add(section.key);
+        // Model-written text, shown as it is recorded: the same terminal-safe rendering as the report.
+        for (const line of reportLines(`\n## ${section.heading}\n\n${section.text}\n`)) ctx.io.out(line);
+      }
     }
     ctx.io.status(statusLine(job, ctx.time));
     if (watchEndsAt(job)) {

@@ -12,7 +12,7 @@ import type { JobRecord } from '../../functions/src/core/job';
 import { createJobActionHandler } from '../../functions/src/http/job-actions-handler';
 import { createSubmitHandler, type HttpRequest, type HttpResponse } from '../../functions/src/http/submit-handler';
 import { encodeJob } from '../../functions/src/store/codec';
-import { jobPath } from '../../functions/src/store/paths';
+import { jobPath, sectionKey } from '../../functions/src/store/paths';
 import { loadSecurityRules } from '../../scripts/lib/firestore-emulator';
 import type { Command } from '../../scripts/cli/args';
 import { functionsClient } from '../../scripts/cli/functions-client';
@@ -214,6 +214,41 @@ describe('submit and watch', () => {
     expect(watching.stdout).toContainEqual(expect.stringMatching(/^Completed in \d+ ms\.$/));
     expect(watching.stdout).toContain(`Report: jobs/${jobId}/results/final`);
     expect(watching.stdout.at(-1)).toBe('total 2'); // --report: the published markdown
+  });
+
+  test('watch --report prints each report section once, as it is recorded, before the job completes', async () => {
+    const jobId = await harness.submit('two-phase', { sections: 1 }, 'user-1');
+    const recordedSection = (id: string, seq: number, heading: string, text: string) =>
+      harness.firestore.db.doc(`${jobPath(jobId)}/sections/${sectionKey('final-document', null, id)}`).set({
+        phase: 'final-document',
+        unit: null,
+        id,
+        seq,
+        epoch: 1,
+        recordedAtMs: harness.clock.now(),
+        data: { headingId: id, heading, text, sources: [], missing: false, note: null },
+      });
+    const watching = bufferedIo();
+    const user = asUser('user-1', watching);
+    let pauses = 0;
+    // The report's sections appear while the job is still running (written here as the engine would), one per wait.
+    const pause = async () => {
+      pauses += 1;
+      if (pauses === 1) await recordedSection('h1', 0, 'Leases', 'A lease bounds how long a worker holds a job.\u001b[31m');
+      if (pauses === 2) await recordedSection('h2', 1, 'Fencing', 'Each claim carries an epoch.');
+      await user.pause();
+    };
+    expect(await watch({ ...user, pause }, watchCommand(jobId, true))).toBe(0);
+
+    const out = watching.stdout;
+    const at = (text: string) => out.findIndex((line) => line.includes(text));
+    const completedAt = out.findIndex((line) => /\bcompleted\b/.test(line));
+    expect(at('Leases')).toBeGreaterThan(-1);
+    expect(at('Fencing')).toBeGreaterThan(at('Leases'));
+    expect(at('Fencing')).toBeLessThan(completedAt);
+    // Each printed once while the job ran, model text made terminal-safe (no raw escape character).
+    expect(out.filter((line) => line.includes('A lease bounds how long')).length).toBe(1);
+    expect(out.join('\n')).not.toContain('\u001b');
   });
 
   test('watch stops at a decision with the command to answer it; a refused answer prints the server\'s message; a valid one lets the job finish', async () => {

@@ -13,7 +13,7 @@ const RULES = readFileSync(join(__dirname, '..', '..', 'firestore.rules'), 'utf8
 const OWNER = 'alice';
 const STRANGER = 'bob';
 /** Every subcollection the engine writes under a job. */
-const SUBCOLLECTIONS = ['events', 'sections', 'units', 'results', 'effects', 'transcripts', 'checkpoints'] as const;
+const SUBCOLLECTIONS = ['events', 'sections', 'units', 'results', 'effects', 'transcripts', 'checkpoints', 'drafts'] as const;
 
 function emulator(): { host: string; port: number } {
   const address = process.env.FIRESTORE_EMULATOR_HOST;

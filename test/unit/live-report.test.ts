@@ -9,7 +9,7 @@ const draft = (phase: string, unit: string | null, id: string, text: string): Dr
 describe('live report', () => {
   it('shows finished report sections in the order they were recorded, leaving out missing ones and expert notes', () => {
     const report = liveReport(
-      { status: 'running', phase: 'final-document' },
+      { status: 'running', phase: 'final-document', epoch: 2 },
       [finalSection('h3', 2, 'Third'), expertSection('e1', 'h1'), finalSection('h1', 0, 'First'), finalSection('h2', 1, '', true)],
       [],
     );
@@ -21,7 +21,7 @@ describe('live report', () => {
 
   it('shows the drafts of the current phase for sections not finished yet, in section order', () => {
     const report = liveReport(
-      { status: 'running', phase: 'expert-content' },
+      { status: 'running', phase: 'expert-content', epoch: 2 },
       [expertSection('e1', 'h1')],
       [
         draft('expert-content', 'e1', 'h1', 'finished already'),
@@ -39,12 +39,21 @@ describe('live report', () => {
 
   it('shows no draft once the job is not running', () => {
     for (const status of ['completed', 'failed', 'cancelled', 'waiting', 'queued'] as const) {
-      expect(liveReport({ status, phase: 'final-document' }, [], [draft('final-document', null, 'h1', 'half')]).writing).toEqual([]);
+      expect(liveReport({ status, phase: 'final-document', epoch: 2 }, [], [draft('final-document', null, 'h1', 'half')]).writing).toEqual([]);
     }
+  });
+
+  it("hides a draft from an older claim than the job's or its unit's latest (a worker that lost its claim)", () => {
+    const zombie = (unit: string | null, epoch: number): DraftView => readDraft({ phase: 'expert-content', unit, id: 'h1', text: `epoch ${epoch}`, epoch, updatedAtMs: 1 });
+    const report = liveReport({ status: 'running', phase: 'expert-content', epoch: 7 }, [], [zombie(null, 3), zombie('e1', 2), zombie('e2', 5)], [
+      { unit: 'e1', epoch: 4 },
+      { unit: 'e2', epoch: 5 },
+    ]);
+    expect(report.writing.map((draft) => draft.text)).toEqual(['epoch 5']);
   });
 
   it('reads defensively: a document of another shape shows nothing and breaks nothing', () => {
     const odd = readSection({ phase: 'final-document', seq: 'x', data: 'not an object' });
-    expect(liveReport({ status: 'running', phase: 'final-document' }, [odd], [readDraft(null)])).toEqual({ finished: [], writing: [] });
+    expect(liveReport({ status: 'running', phase: 'final-document', epoch: 2 }, [odd], [readDraft(null)])).toEqual({ finished: [], writing: [] });
   });
 });

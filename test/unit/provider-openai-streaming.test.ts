@@ -232,3 +232,56 @@ describe('openai-compatible provider: streaming', () => {
     expect(received[0]?.headers.accept).toBe('application/json');
   });
 });
+
+describe('openai-compatible provider: streamed tool calls as different servers send them', () => {
+  it('a name repeated whole in every delta is the name once', async () => {
+    respond = streamInPieces(
+      eventStream([
+        chunk({ tool_calls: [{ index: 0, id: 'c1', type: 'function', function: { name: 'search', arguments: '' } }] }),
+        chunk({ tool_calls: [{ index: 0, function: { name: 'search', arguments: '{"q":' } }] }),
+        chunk({ tool_calls: [{ index: 0, function: { name: 'search', arguments: '"x"}' } }] }),
+        chunk({}, 'tool_calls'),
+      ]),
+      4096,
+    );
+    expect((await provider().chat(streamingRequest([]))).message.toolCalls).toEqual([{ id: 'c1', name: 'search', arguments: '{"q":"x"}' }]);
+  });
+
+  it('a name sent in pieces is joined', async () => {
+    respond = streamInPieces(
+      eventStream([chunk({ tool_calls: [{ index: 0, id: 'c1', function: { name: 'fetch', arguments: '' } }] }), chunk({ tool_calls: [{ index: 0, function: { name: '_page', arguments: '{}' } }] }), chunk({}, 'tool_calls')]),
+      4096,
+    );
+    expect((await provider().chat(streamingRequest([]))).message.toolCalls).toEqual([{ id: 'c1', name: 'fetch_page', arguments: '{}' }]);
+  });
+
+  it('calls without an index (as Gemini sends them) are told apart by their IDs', async () => {
+    respond = streamInPieces(
+      eventStream([
+        chunk({ role: 'assistant', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'search', arguments: '{"q":"a"}' } }] }),
+        chunk({ tool_calls: [{ id: 'c2', type: 'function', function: { name: 'read', arguments: '{"id":' } }] }),
+        chunk({ tool_calls: [{ function: { arguments: '"d1"}' } }] }),
+        chunk({}, 'stop'),
+      ]),
+      4096,
+    );
+    const answer = await provider().chat(streamingRequest([]));
+    expect(answer.message.toolCalls).toEqual([
+      { id: 'c1', name: 'search', arguments: '{"q":"a"}' },
+      { id: 'c2', name: 'read', arguments: '{"id":"d1"}' },
+    ]);
+    expect(answer.finishReason).toBe('tool_calls');
+  });
+
+  it('an index far past the calls begun is refused, not dropped', async () => {
+    respond = streamInPieces(
+      eventStream([
+        chunk({ tool_calls: [{ index: 0, id: 'c1', function: { name: 'search', arguments: '{}' } }] }),
+        chunk({ tool_calls: [{ index: 4294967295, id: 'c2', function: { name: 'search', arguments: '{"q":"lost"}' } }] }),
+        chunk({}, 'tool_calls'),
+      ]),
+      4096,
+    );
+    expect(await failureOf(provider().chat(streamingRequest([])))).toBeInstanceOf(MalformedResponseError);
+  });
+});

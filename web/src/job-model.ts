@@ -36,6 +36,8 @@ export interface JobView {
   readonly conversationId: string | null;
   readonly attempts: number;
   readonly staleReclaims: number;
+  /** The fencing epoch of the job's latest claim. */
+  readonly epoch: number;
   readonly progress: Readonly<Record<string, number>>;
   readonly cost: Readonly<Record<string, number>>;
   readonly fanout: { readonly phase: string; readonly units: number; readonly done: number } | null;
@@ -52,6 +54,8 @@ export interface JobView {
 export interface UnitView {
   readonly unit: string;
   readonly status: string;
+  /** The fencing epoch of the unit's latest claim. */
+  readonly epoch: number;
   readonly progress: Readonly<Record<string, number>>;
 }
 
@@ -139,6 +143,7 @@ export function readJob(id: string, data: unknown): JobView {
     conversationId: text(doc.conversationId),
     attempts: count(doc.attempts),
     staleReclaims: count(doc.staleReclaims),
+    epoch: count(doc.epoch),
     progress: counts(doc.progress),
     cost: counts(doc.cost),
     fanout: doc.fanout ? { phase: text(fanout.phase) ?? '?', units: count(fanout.units), done: count(fanout.done) } : null,
@@ -180,7 +185,7 @@ function readCancellation(doc: Fields): NonNullable<JobView['cancellation']> {
 
 export function readUnit(id: string, data: unknown): UnitView {
   const doc = fields(data);
-  return { unit: text(doc.unit) ?? id, status: text(doc.status) ?? 'unknown', progress: counts(doc.progress) };
+  return { unit: text(doc.unit) ?? id, status: text(doc.status) ?? 'unknown', epoch: count(doc.epoch), progress: counts(doc.progress) };
 }
 
 export function readEvent(id: string, data: unknown): EventView {
@@ -256,17 +261,25 @@ const sectionKeyOf = (section: { readonly phase: string; readonly unit: string |
 /**
  * What the page shows while a job runs: the report's finished sections as they are recorded, in
  * report order (the order they are recorded in), and the drafts (one document per section, a
- * retry overwriting it) of the current phase's sections that are not finished yet.
+ * retry overwriting it) of the current phase's sections that are not finished yet. A draft from an
+ * older claim than the job's (or its unit's) latest is a worker that lost its claim: not shown.
  */
-export function liveReport(job: Pick<JobView, 'status' | 'phase'>, sections: readonly SectionView[], drafts: readonly DraftView[]): LiveReport {
+export function liveReport(
+  job: Pick<JobView, 'status' | 'phase' | 'epoch'>,
+  sections: readonly SectionView[],
+  drafts: readonly DraftView[],
+  units: readonly Pick<UnitView, 'unit' | 'epoch'>[] = [],
+): LiveReport {
   const finished = sections
     .filter((section) => section.phase === REPORT_PHASE && !section.missing && section.text !== null && section.text.trim() !== '')
     .sort((a, b) => a.seq - b.seq)
     .map((section) => ({ key: sectionKeyOf(section), heading: section.heading ?? section.id, text: section.text ?? '' }));
   if (job.status !== 'running') return { finished, writing: [] };
   const done = new Set(sections.map(sectionKeyOf));
+  const unitEpochs = new Map(units.map((unit) => [unit.unit, unit.epoch]));
+  const holderEpoch = (draft: DraftView): number => (draft.unit === null ? job.epoch : (unitEpochs.get(draft.unit) ?? 0));
   const writing = drafts
-    .filter((draft) => draft.phase === job.phase && draft.text.trim() !== '' && !done.has(sectionKeyOf(draft)))
+    .filter((draft) => draft.phase === job.phase && draft.text.trim() !== '' && !done.has(sectionKeyOf(draft)) && draft.epoch >= holderEpoch(draft))
     .map((draft) => ({ key: sectionKeyOf(draft), label: draft.unit ? `${draft.unit} · ${draft.id}` : draft.id, text: draft.text }))
     .sort((a, b) => a.key.localeCompare(b.key, 'en', { numeric: true }));
   return { finished, writing };

@@ -341,7 +341,7 @@ export class Turn {
   /** Finished report sections as they are recorded, and the text of sections in flight; gone once the report is published. */
   private renderLive(job: JobView): void {
     const published = job.status === 'completed' && this.result !== null;
-    const report = published ? { finished: [], writing: [] } : liveReport(job, this.sections, this.drafts);
+    const report = published ? { finished: [], writing: [] } : liveReport(job, this.sections, this.drafts, this.units);
     this.live.hidden = report.finished.length === 0 && report.writing.length === 0;
     if (this.live.hidden) {
       this.live.replaceChildren();

@@ -93,7 +93,8 @@ const streamChunkSchema = z.looseObject({
             tool_calls: z
               .array(
                 z.looseObject({
-                  index: z.int().min(0),
+                  // Some compatible servers (Gemini's) leave it out: then a call with an ID starts the next one.
+                  index: z.int().min(0).optional(),
                   id: z.string().nullish(),
                   function: z.looseObject({ name: z.string().nullish(), arguments: z.string().nullish() }).nullish(),
                 }),
@@ -273,9 +274,17 @@ class OpenAiCompatibleProvider implements ModelProvider {
         if (choice === undefined) return;
         const delta = choice.delta;
         for (const call of delta?.tool_calls ?? []) {
-          const slot = (answer.toolCalls[call.index] ??= { id: '', name: '', arguments: '' });
+          const index = call.index ?? (call.id ? answer.toolCalls.length : Math.max(0, answer.toolCalls.length - 1));
+          // A call may only continue one already begun or start the next: a gap means deltas went missing.
+          if (index > answer.toolCalls.length) {
+            failure.problem = new MalformedResponseError(`${this.name}: streamed tool call ${index} skips calls`);
+            return;
+          }
+          const slot = (answer.toolCalls[index] ??= { id: '', name: '', arguments: '' });
           if (call.id) slot.id = call.id;
-          if (call.function?.name) slot.name += call.function.name;
+          const name = call.function?.name;
+          // Servers differ: most send the name once, some repeat it whole in every delta, a few send it in pieces.
+          if (name) slot.name = slot.name === '' || name.startsWith(slot.name) ? name : slot.name + name;
           if (call.function?.arguments) slot.arguments += call.function.arguments;
         }
         if (typeof delta?.content === 'string' && delta.content !== '') {

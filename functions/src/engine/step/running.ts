@@ -134,11 +134,14 @@ export function startFlusher(running: Running, write: (payload: FlushPayload) =>
   return flusher;
 }
 
-/** Drafts of this step's sections in flight, paced like progress; stop it when the step ends. */
+/** Drafts are rewritten at most this often per section, however short the progress interval is set. */
+const DRAFT_MIN_INTERVAL_MS = 1_000;
+
+/** Drafts of this step's sections in flight, paced like progress (never faster than once a second); stop it when the step ends. */
 export function startDrafts(running: Running, jobId: string, phase: string, unit: string | null, epoch: number): DraftThrottle {
   const { store } = running.deps;
   return new DraftThrottle((sectionId, text) => writeDraft(store, jobId, { phase, unit, id: sectionId, text, epoch }), {
-    minIntervalMs: store.options.progressFlushMs,
+    minIntervalMs: Math.max(DRAFT_MIN_INTERVAL_MS, store.options.progressFlushMs),
     clock: store.clock,
     timers: running.deps.timers ?? realTimers,
     onWriteError: (error) => running.deps.log?.('draft write failed; the next text replaces it', { error: describeError(error) }),

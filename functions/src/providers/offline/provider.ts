@@ -180,6 +180,8 @@ class OfflineProviderImpl implements OfflineProvider {
     await this.latency(request, streaming ? STREAM_DECIDED_AT : 1);
     if (settings.malformedRate > 0 && unitInterval(this.seed, 'malformed', key, attempt) < settings.malformedRate) {
       this.faults.malformed += 1;
+      // A broken answer takes as long to arrive whether or not it streams.
+      if (streaming) await this.latency(request, 1 - STREAM_DECIDED_AT);
       throw new MalformedResponseError('Offline simulator: the response body was not a valid chat completion');
     }
 
