@@ -6,6 +6,9 @@
  *
  *   npm run demo                     offline provider, no keys
  *   npm run demo -- "Your question"  another question
+ *   npm run demo -- --web            the same job on web tools: search and fetch_page against a
+ *                                    local SearXNG-shaped server over pages in scripts/web-fixtures/;
+ *                                    prints the report's references
  *
  * PHASELINE_DEMO_TIMEOUT_SECONDS (default 300) bounds the wait; PHASELINE_OFFLINE_SETTINGS, when
  * set, replaces the demo's simulated provider settings.
@@ -28,7 +31,9 @@ import {
   type JobView,
   type UnitView,
 } from '../web/src/job-model';
+import { DEMO_USAGE, DemoUsageError, parseDemoArguments } from './lib/demo-args';
 import { startLocalStack, stopOnSignals, type WebConfig } from './lib/local-stack';
+import { startResearchWeb, type ResearchWeb } from './lib/research-web';
 
 const DEFAULT_QUESTION = 'How do durable job pipelines keep long-running AI agent work from being lost or done twice?';
 /**
@@ -84,6 +89,21 @@ function progressLine(job: JobView, units: readonly UnitView[]): string {
   return parts.join(' · ');
 }
 
+/** The functions' research tools set to the local server: its SearXNG API, and fetch_page allowed to reach it. */
+function webToolsEnv(web: ResearchWeb): Record<string, string> {
+  return { PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: web.url, PHASELINE_FETCH_ALLOWED_ADDRESSES: new URL(web.url).hostname };
+}
+
+/** The report's reference definitions (`[n]: <url> "Title"`), the lines under its References heading. */
+function referencesOf(markdown: string): string[] {
+  const at = markdown.indexOf('\n## References\n');
+  if (at < 0) return [];
+  return markdown
+    .slice(at + '\n## References\n'.length)
+    .split('\n')
+    .filter((line) => /^\[\d+\]: </.test(line));
+}
+
 interface Outcome {
   readonly job: JobView;
   readonly units: readonly UnitView[];
@@ -91,17 +111,29 @@ interface Outcome {
 }
 
 async function main(): Promise<number> {
-  const question = process.argv.slice(2).join(' ').trim() || DEFAULT_QUESTION;
+  const args = parseDemoArguments(process.argv.slice(2));
+  if (args.help) {
+    console.log(DEMO_USAGE);
+    return 0;
+  }
+  const question = args.question ?? DEFAULT_QUESTION;
   const timeoutMs = (Number(process.env.PHASELINE_DEMO_TIMEOUT_SECONDS) || 300) * 1000;
   const startMs = Date.now();
-  log('Phaseline demo: the local stack, one research job, offline provider (no keys)');
+  log(`Phaseline demo: the local stack, one research job, offline provider (no keys)${args.web ? ', web tools on a local SearXNG-shaped server' : ''}`);
+  const web = args.web ? await startResearchWeb() : null;
+  if (web) log(`  local web: search at ${web.url}/search, ${web.pageUrls.length} pages under ${web.url}/pages/`);
   const stack = startLocalStack({
     page: false,
     echoEmulatorOutput: 'problems',
-    functionsEnv: { PHASELINE_OFFLINE_SETTINGS: process.env.PHASELINE_OFFLINE_SETTINGS ?? DEMO_OFFLINE_SETTINGS },
+    functionsEnv: { PHASELINE_OFFLINE_SETTINGS: process.env.PHASELINE_OFFLINE_SETTINGS ?? DEMO_OFFLINE_SETTINGS, ...(web ? webToolsEnv(web) : {}) },
     log: (line) => log(`  ${line}`),
   });
-  const removeSignalHandlers = stopOnSignals(stack.stop, log);
+  // The local web server lives in this process: it stops after the stack, on every way out.
+  const stopEverything = async (): Promise<void> => {
+    await stack.stop();
+    await web?.close();
+  };
+  const removeSignalHandlers = stopOnSignals(stopEverything, log);
   let app: ReturnType<typeof initializeApp> | null = null;
   let db: ReturnType<typeof getFirestore> | null = null;
   try {
@@ -206,12 +238,22 @@ async function main(): Promise<number> {
       throw new Error(`the job ended ${job.status}: ${reason}`);
     }
     if (!result) throw new Error(`the job completed but ${resultPath} has no report`);
+    if (web) {
+      const references = referencesOf(result.markdown);
+      const fetches = [...web.pageFetches().values()].reduce((sum, count) => sum + count, 0);
+      log(`  pages fetched:     ${fetches} fetch_page requests for ${web.pageFetches().size} of ${web.pageUrls.length} local pages`);
+      log(`\nReferences (${references.length}):`);
+      for (const line of references) log(`  ${line}`);
+      if (!references.some((line) => web.pageUrls.some((url) => line.includes(`<${url}>`)))) {
+        throw new Error('the report cites none of the local web pages');
+      }
+    }
     return 0;
   } finally {
     if (db) await terminate(db);
     if (app) await deleteApp(app);
     log('\nStopping the stack…');
-    await stack.stop();
+    await stopEverything();
     removeSignalHandlers();
     log(`Stopped. Total ${elapsed(startMs)}.`);
   }
@@ -221,6 +263,10 @@ main().then(
   (code) => process.exit(code),
   (error: unknown) => {
     clearBar();
+    if (error instanceof DemoUsageError) {
+      console.error(`${error.message}\n\n${DEMO_USAGE}`);
+      process.exit(2);
+    }
     console.error(`\nDemo failed: ${error instanceof Error ? error.message : String(error)}`);
     process.exit(1);
   },

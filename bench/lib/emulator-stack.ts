@@ -46,7 +46,12 @@ export async function runUnderIsolatedEmulators(command: string, options: Isolat
     symlinkSync(join(REPO_ROOT, 'functions', 'node_modules'), join(dir, 'functions', 'node_modules'));
     symlinkSync(join(REPO_ROOT, 'node_modules'), join(dir, 'node_modules'));
     // The functions' string params, answered up front so firebase-tools does not prompt for them.
-    writeFileSync(join(dir, 'functions', '.env'), 'PHASELINE_PROVIDER=offline\nPHASELINE_MODEL_BASE_URL=https://api.openai.com/v1\nPHASELINE_MODEL=gpt-4o-mini\n');
+    // The throughput scenario's one anonymous user keeps many jobs in flight: per-user quotas would refuse them.
+    writeFileSync(
+      join(dir, 'functions', '.env'),
+      'PHASELINE_PROVIDER=offline\nPHASELINE_MODEL_BASE_URL=https://api.openai.com/v1\nPHASELINE_MODEL=gpt-4o-mini\n' +
+        'PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT=100\nPHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE=600\n',
+    );
     const build = await run(TSC_BIN, ['-p', join(REPO_ROOT, 'functions', 'tsconfig.json'), '--outDir', join(dir, 'functions', 'lib')]);
     if (build.code !== 0) throw new Error(`Building the functions failed:\n${build.output.slice(0, 4_000)}`);
 

@@ -1,5 +1,6 @@
 /** The command line: one pure parse into a typed command, and the usage text. */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { MAX_JOBS_IN_FLIGHT, MAX_SUBMITS_PER_MINUTE } from '../../functions/src/core/quota';
 import { UsageError } from './errors';
 
 export const USAGE = `phaseline: submit, watch and operate Phaseline jobs
@@ -23,6 +24,10 @@ As an operator (admin SDK: the emulators locally, Application Default Credential
   list --all [--limit <n>]              The most recent jobs of every user
   release <jobId>                       Requeue a quarantined job with a fresh budget
   sweep                                 Run one sweep now, in this process (see below)
+  limits <uid>                          A user's limits: the operator's override and the defaults
+      --jobs-in-flight <n|default>      Set (or clear) how many jobs the user may have in flight
+      --submits-per-minute <n|default>  Set (or clear) how many jobs they may submit a minute
+      --reset                           Clear the override: the defaults apply again
   queue stats                           Depth and oldest task of the runJobStep Cloud Tasks queue
   queue pause | queue resume            Stop or restart dispatching (a provider outage, say)
                                         The queue commands need a deployed project: the Cloud Tasks
@@ -74,7 +79,14 @@ export type Command =
   | { readonly name: 'decide'; readonly jobId: string; readonly questionId: string; readonly answer: string }
   | { readonly name: 'release'; readonly jobId: string }
   | { readonly name: 'sweep' }
+  | { readonly name: 'limits'; readonly uid: string; readonly change: LimitsChange }
   | { readonly name: 'queue'; readonly action: QueueAction };
+
+/** Per limit: a number sets it, null clears it (the default applies), absent leaves it. */
+export interface LimitsChange {
+  readonly jobsInFlight?: number | null;
+  readonly submitsPerMinute?: number | null;
+}
 
 export const QUEUE_ACTIONS = ['stats', 'pause', 'resume'] as const;
 export type QueueAction = (typeof QUEUE_ACTIONS)[number];
@@ -111,6 +123,7 @@ const COMMAND_OPTIONS: Readonly<Record<Exclude<Command['name'], 'help'>, Options
   decide: {},
   release: {},
   sweep: {},
+  limits: { 'jobs-in-flight': { type: 'string' }, 'submits-per-minute': { type: 'string' }, reset: { type: 'boolean' } },
   queue: {},
 };
 
@@ -176,7 +189,7 @@ export function parseInvocation(argv: readonly string[]): Invocation {
     return { global: globalOptions(values), command: { name: 'help' } };
   }
   if (!isCommandName(commandWord)) {
-    throw new UsageError(`Unknown command "${commandWord}". Commands: submit, watch, list, cancel, decide, release, sweep, queue (phaseline --help).`);
+    throw new UsageError(`Unknown command "${commandWord}". Commands: submit, watch, list, cancel, decide, release, sweep, limits, queue (phaseline --help).`);
   }
   const { values, positionals } = parse(rest, { ...GLOBAL_OPTIONS, ...COMMAND_OPTIONS[commandWord] });
   const global = globalOptions(values);
@@ -222,6 +235,8 @@ function commandFrom(name: keyof typeof COMMAND_OPTIONS, values: Record<string, 
     case 'sweep':
       noMorePositionals(positionals, 0, 'sweep');
       return { name: 'sweep' };
+    case 'limits':
+      return limitsCommand(values, positionals);
     case 'queue': {
       const action = positionals[0];
       if (action === undefined || !(QUEUE_ACTIONS as readonly string[]).includes(action)) {
@@ -260,3 +275,29 @@ function submitCommand(values: Record<string, string | boolean | undefined>, pos
   return { name: 'submit', pipeline, source: { kind: 'json', input: parseJsonInput(inputJson, 'argument') }, ...extras };
 }
 
+/** A limit's value: a whole number in range, or "default" to clear the operator's value. */
+function limitValue(value: string, option: string, max: number): number | null {
+  if (value === 'default') return null;
+  if (!/^\d+$/.test(value) || Number(value) > max) throw new UsageError(`--${option} must be a whole number from 0 to ${max}, or "default", not "${value}"`);
+  return Number(value);
+}
+
+/** Firebase uids are at most 128 characters; a document ID may not contain "/". */
+const UID_PATTERN = /^[^/\s]{1,128}$/;
+
+function limitsCommand(values: Record<string, string | boolean | undefined>, positionals: readonly string[]): Command {
+  const [uid] = positionals;
+  if (uid === undefined) throw new UsageError('limits needs a user ID: phaseline limits <uid> [--jobs-in-flight <n>] [--submits-per-minute <n>]');
+  if (!UID_PATTERN.test(uid)) throw new UsageError(`"${uid}" is not a user ID (1 to 128 characters, no "/" or spaces)`);
+  noMorePositionals(positionals, 1, 'limits');
+  const jobsInFlight = stringOption(values, 'jobs-in-flight');
+  const submitsPerMinute = stringOption(values, 'submits-per-minute');
+  if (values.reset === true) {
+    if (jobsInFlight !== undefined || submitsPerMinute !== undefined) throw new UsageError('--reset clears every limit of the user: give it alone');
+    return { name: 'limits', uid, change: { jobsInFlight: null, submitsPerMinute: null } };
+  }
+  const change: { jobsInFlight?: number | null; submitsPerMinute?: number | null } = {};
+  if (jobsInFlight !== undefined) change.jobsInFlight = limitValue(jobsInFlight, 'jobs-in-flight', MAX_JOBS_IN_FLIGHT);
+  if (submitsPerMinute !== undefined) change.submitsPerMinute = limitValue(submitsPerMinute, 'submits-per-minute', MAX_SUBMITS_PER_MINUTE);
+  return { name: 'limits', uid, change };
+}

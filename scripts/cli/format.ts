@@ -303,8 +303,10 @@ export function sweepReportLines(report: SweepReport): string[] {
     `  read           ${count(report.documentsRead, 'document')} in ${count(report.queryPages, 'query page')}`,
     `  effects        ${count(report.stoppedEffects.checked, 'stopped job')} checked with the system of record: ` +
       `${report.stoppedEffects.settled} settled, ${report.stoppedEffects.pending} still unknown, ${report.stoppedEffects.deferred} in their grace period`,
+    `  retention      ${count(report.retention.documentsStamped, 'document')} of ended jobs given expireAt: ` +
+      `${count(report.retention.jobsStamped, 'job')} done, ${report.retention.jobsContinued + report.retention.jobsDeferred} to go on next sweep`,
   ];
-  const errors = report.errors + report.stoppedEffects.errors;
+  const errors = report.errors + report.stoppedEffects.errors + report.retention.errors;
   const truncated = [...report.truncated, ...report.stoppedEffects.truncated];
   if (errors > 0) lines.push(`  errors         ${errors} (see the warnings above; the next sweep tries again)`);
   if (truncated.length > 0) lines.push(`  unfinished     ${truncated.join(', ')} hit the page limit; the next sweep continues`);

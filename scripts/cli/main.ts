@@ -2,10 +2,11 @@
  * `phaseline`: the command-line entry point (run through tsx by phaseline.mjs). `run` is the whole
  * program apart from the process: tests call it with their own Io and environment.
  */
+import { quotaDefaultsFromEnv } from '../../functions/src/config/environment';
 import { parseInvocation, USAGE } from './args';
 import { CliError, EXIT } from './errors';
 import { processIo, type Io } from './io';
-import { listAll, openOperatorContext, release, sweep } from './operator-commands';
+import { limits, listAll, openOperatorContext, release, sweep } from './operator-commands';
 import { queueCommand } from './queue-commands';
 import { resolveTarget } from './target';
 import { cancel, decide, listOwn, submit, userContext, watch } from './user-commands';
@@ -35,10 +36,11 @@ export function run(argv: readonly string[], io: Io, env: NodeJS.ProcessEnv): Pr
     }
     const target = resolveTarget(global, env);
     if (command.name === 'queue') return await queueCommand(target, io, command);
-    if (command.name === 'release' || command.name === 'sweep' || (command.name === 'list' && command.all)) {
+    if (command.name === 'release' || command.name === 'sweep' || command.name === 'limits' || (command.name === 'list' && command.all)) {
       const ctx = await openOperatorContext(target, io, env);
       try {
         if (command.name === 'release') return await release(ctx, command);
+        if (command.name === 'limits') return await limits(ctx, command, quotaDefaultsFromEnv(env));
         if (command.name === 'sweep') return await sweep(ctx);
         return await listAll(ctx, command);
       } finally {

@@ -1,6 +1,6 @@
 /**
  * What an operator does, through the admin SDK and the engine's own functions: every job listed,
- * a quarantined job released, one sweep run. Locally the admin SDK talks to the emulators
+ * a quarantined job released, one sweep run, a user's limits shown or set. Locally the admin SDK talks to the emulators
  * (FIRESTORE_EMULATOR_HOST, CLOUD_TASKS_EMULATOR_HOST); against a deployed project it uses
  * Application Default Credentials.
  */
@@ -8,14 +8,16 @@ import { randomBytes } from 'node:crypto';
 import { deleteApp, initializeApp, type App } from 'firebase-admin/app';
 import { getFirestore } from 'firebase-admin/firestore';
 import { systemClock } from '../../functions/src/core/clock';
-import { describeError } from '../../functions/src/core/errors';
+import { describeError, PhaselineError } from '../../functions/src/core/errors';
+import type { QuotaDefaults, UserLimits } from '../../functions/src/core/quota';
 import { OperatorActionRefusedError, releaseQuarantined } from '../../functions/src/engine/operator';
 import { sweep as runSweep } from '../../functions/src/engine/sweeper';
 import { notifyStoppedEffects } from '../../functions/src/pipelines/notify/config';
 import { decodeJob } from '../../functions/src/store/codec';
 import { cloudTasksQueue } from '../../functions/src/store/cloud-tasks-queue';
 import { JobStore } from '../../functions/src/store/job-store';
-import { JOBS } from '../../functions/src/store/paths';
+import { JOBS, userLimitsPath } from '../../functions/src/store/paths';
+import { readUserLimits, setUserLimits } from '../../functions/src/store/quota-documents';
 import type { TaskQueuePort } from '../../functions/src/store/task-queue';
 import { engineOptionsFromEnv } from '../../functions/src/triggers/config';
 import type { Command } from './args';
@@ -85,6 +87,7 @@ export async function openOperatorContext(target: Target, io: Io, env: NodeJS.Pr
 
 type ListCommand = Extract<Command, { name: 'list' }>;
 type ReleaseCommand = Extract<Command, { name: 'release' }>;
+type LimitsCommand = Extract<Command, { name: 'limits' }>;
 
 /** Every user's jobs, newest first (a single-field index: no composite index needed). */
 export async function listAll(ctx: OperatorContext, command: ListCommand): Promise<number> {
@@ -135,5 +138,32 @@ export async function sweep(ctx: OperatorContext): Promise<number> {
     ctx.now(),
   );
   for (const line of sweepReportLines(report)) ctx.io.out(line);
-  return report.errors > 0 || report.stoppedEffects.errors > 0 ? EXIT.failure : EXIT.ok;
+  return report.errors > 0 || report.stoppedEffects.errors > 0 || report.retention.errors > 0 ? EXIT.failure : EXIT.ok;
+}
+
+const LIMIT_LABELS: Readonly<Record<keyof UserLimits, string>> = { jobsInFlight: 'jobs in flight', submitsPerMinute: 'submits per minute' };
+
+/**
+ * Shows a user's limits, after setting or clearing the ones the command names. The defaults shown
+ * are this process's quota settings (the functions' configuration variables); the functions apply their own.
+ */
+export async function limits(ctx: OperatorContext, command: LimitsCommand, defaults: QuotaDefaults): Promise<number> {
+  const { db } = ctx.store;
+  if (Object.keys(command.change).length > 0) {
+    try {
+      await setUserLimits(db, command.uid, command.change, ctx.now());
+    } catch (error) {
+      if (error instanceof PhaselineError && error.code === 'invalid_input') throw new CliError(error.message);
+      throw error;
+    }
+  }
+  const view = await readUserLimits(db, defaults, command.uid);
+  ctx.io.out(`Limits of ${command.uid} (${userLimitsPath(command.uid)}${view.override === null ? ': none set, the defaults apply' : ''}):`);
+  for (const [limit, label] of Object.entries(LIMIT_LABELS) as [keyof UserLimits, string][]) {
+    const set = view.override?.[limit];
+    const shown = set === undefined ? `default: ${defaults.signedIn[limit]} signed in, ${defaults.anonymous[limit]} anonymous` : `${set} (set by an operator)`;
+    ctx.io.out(`  ${label.padEnd(20)}${shown}`);
+  }
+  ctx.io.err('The defaults shown come from the quota settings in this environment; the functions apply their own.');
+  return EXIT.ok;
 }

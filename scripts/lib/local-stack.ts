@@ -334,9 +334,17 @@ function followOutput(child: ChildProcess, logFile: string, echo: (line: string)
   return () => tail.join('\n');
 }
 
+/**
+ * How long one readiness probe waits. The first request makes the emulator load a worker, which
+ * takes many seconds on a busy machine; a probe abandoned sooner only makes it load another, and
+ * the workers starting in parallel then starve each other (seen at a load average of 70: thirteen
+ * workers, none ready within two minutes).
+ */
+const READY_PROBE_TIMEOUT_MS = 30_000;
+
 async function answersPreflight(url: string): Promise<boolean> {
   try {
-    const response = await fetch(url, { method: 'OPTIONS', signal: AbortSignal.timeout(2_000) });
+    const response = await fetch(url, { method: 'OPTIONS', signal: AbortSignal.timeout(READY_PROBE_TIMEOUT_MS) });
     return response.status === 204;
   } catch {
     return false;

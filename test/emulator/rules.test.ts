@@ -294,3 +294,91 @@ describe('a loosened rule makes the checks above fail', () => {
     await assertFails(probe(env));
   });
 });
+
+describe("a user's limits (userLimits/{uid}) and quota usage (quotaUsage/{uid})", () => {
+  const QUOTA_DOCUMENTS = ['userLimits', 'quotaUsage'] as const;
+  beforeEach(() =>
+    env.withSecurityRulesDisabled(async (context) => {
+      const db = context.firestore() as unknown as Firestore;
+      for (const uid of [OWNER, STRANGER]) {
+        await setDoc(doc(db, `userLimits/${uid}`), { jobsInFlight: 5 });
+        await setDoc(doc(db, `quotaUsage/${uid}`), { inFlightJobIds: [], recentSubmitsAtMs: [], updatedAtMs: 0 });
+      }
+    }),
+  );
+  const ownerRaisesOwnLimit = (on: RulesTestEnvironment) => setDoc(doc(as(on, OWNER), `userLimits/${OWNER}`), { jobsInFlight: 100 });
+
+  test.each(QUOTA_DOCUMENTS)('the user reads their own %s', async (collectionName) => {
+    await assertSucceeds(getDoc(doc(as(env, OWNER), `${collectionName}/${OWNER}`)));
+  });
+
+  test.each(QUOTA_DOCUMENTS)("another user's %s is denied", async (collectionName) => {
+    await assertFails(getDoc(doc(as(env, STRANGER), `${collectionName}/${OWNER}`)));
+  });
+
+  test.each(QUOTA_DOCUMENTS)('%s unauthenticated is denied', async (collectionName) => {
+    await assertFails(getDoc(doc(as(env, null), `${collectionName}/${OWNER}`)));
+  });
+
+  test.each(QUOTA_DOCUMENTS)('%s as a list is denied', async (collectionName) => {
+    await assertFails(getDocs(collection(as(env, OWNER), collectionName)));
+  });
+
+  test.each(QUOTA_DOCUMENTS)('the user cannot write their own %s: create, update or delete', async (collectionName) => {
+    const own = doc(as(env, OWNER), `${collectionName}/${OWNER}`);
+    await assertFails(setDoc(own, { jobsInFlight: 100, inFlightJobIds: [], recentSubmitsAtMs: [] }));
+    await assertFails(updateDoc(own, { jobsInFlight: 100, inFlightJobIds: [] }));
+    await assertFails(deleteDoc(own));
+    await assertFails(setDoc(doc(as(env, OWNER), `${collectionName}/someone-new`), { jobsInFlight: 100 }));
+  });
+
+  test('a loosened rule (the owner may write their limits) makes the write check fail', async () => {
+    const from = 'match /userLimits/{uid} {';
+    expect(RULES).toContain(from);
+    const loose = await environment('rules-loose-limits', RULES.replace(from, `${from}\n      allow write: if request.auth != null && request.auth.uid == uid;`));
+    await seed(loose);
+    await assertSucceeds(ownerRaisesOwnLimit(loose));
+    await assertFails(ownerRaisesOwnLimit(env));
+  });
+});
+
+describe("a job's artifacts (artifacts/{sha256}, artifactChunks/{sha256}~{n}) stay with the functions", () => {
+  const ARTIFACT_COLLECTIONS = ['artifacts', 'artifactChunks'] as const;
+  beforeEach(() =>
+    env.withSecurityRulesDisabled(async (context) => {
+      const db = context.firestore() as unknown as Firestore;
+      await setDoc(doc(db, 'jobs/job-a/artifacts/d1'), { sha256: 'd1', size: 3, contentType: 'text/plain', chunkCount: 1, chunkBytes: 524288, createdAtMs: 0 });
+      await setDoc(doc(db, 'jobs/job-a/artifactChunks/d1'), { sha256: 'd1', index: 0, bytes: 'abc' });
+    }),
+  );
+  const ownerReadsArtifact = (on: RulesTestEnvironment) => getDoc(doc(as(on, OWNER), 'jobs/job-a/artifacts/d1'));
+
+  test.each(ARTIFACT_COLLECTIONS)("the job's owner cannot read a document of its %s", async (collectionName) => {
+    await assertFails(getDoc(doc(as(env, OWNER), `jobs/job-a/${collectionName}/d1`)));
+  });
+
+  test.each(ARTIFACT_COLLECTIONS)("the job's owner cannot list its %s", async (collectionName) => {
+    await assertFails(getDocs(collection(as(env, OWNER), `jobs/job-a/${collectionName}`)));
+  });
+
+  test.each(ARTIFACT_COLLECTIONS)('a stranger or a signed-out client cannot read %s', async (collectionName) => {
+    await assertFails(getDoc(doc(as(env, STRANGER), `jobs/job-a/${collectionName}/d1`)));
+    await assertFails(getDoc(doc(as(env, null), `jobs/job-a/${collectionName}/d1`)));
+  });
+
+  test.each(ARTIFACT_COLLECTIONS)("the job's owner cannot write its %s: create, update or delete", async (collectionName) => {
+    await assertFails(setDoc(doc(as(env, OWNER), `jobs/job-a/${collectionName}/new`), { sha256: 'new', size: 0 }));
+    await assertFails(updateDoc(doc(as(env, OWNER), `jobs/job-a/${collectionName}/d1`), { size: 4 }));
+    await assertFails(deleteDoc(doc(as(env, OWNER), `jobs/job-a/${collectionName}/d1`)));
+  });
+
+  test('a loosened rule (the artifact exclusion removed) makes the read check fail', async () => {
+    const from = "&& !(subcollection in ['artifacts', 'artifactChunks'])";
+    expect(RULES).toContain(from);
+    const loose = await environment('rules-loose-artifacts', RULES.replace(from, ''));
+    await seed(loose);
+    await loose.withSecurityRulesDisabled((context) => setDoc(doc(context.firestore() as unknown as Firestore, 'jobs/job-a/artifacts/d1'), { sha256: 'd1', size: 3 }));
+    await assertSucceeds(ownerReadsArtifact(loose));
+    await assertFails(ownerReadsArtifact(env));
+  });
+});

@@ -127,7 +127,7 @@ describe('global options and mistakes', () => {
   });
 
   test('an unknown command names the commands', () => {
-    expect(usageError(['status']).message).toBe('Unknown command "status". Commands: submit, watch, list, cancel, decide, release, sweep, queue (phaseline --help).');
+    expect(usageError(['status']).message).toBe('Unknown command "status". Commands: submit, watch, list, cancel, decide, release, sweep, limits, queue (phaseline --help).');
   });
 
   test('run reports a usage error on stderr with exit 2 and a pointer to --help', async () => {

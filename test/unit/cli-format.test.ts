@@ -242,6 +242,7 @@ describe('tables', () => {
         queryDocuments: 5,
         truncated: [],
       },
+      retention: { jobsStamped: 2, jobsContinued: 1, jobsDeferred: 0, skipped: 0, documentsRead: 40, documentsStamped: 37, errors: 1, queryPages: 3, budgetSpent: true },
     };
     expect(sweepReportLines(report)).toEqual([
       'Sweep at 2026-03-14T09:26:53.000Z:',
@@ -254,7 +255,8 @@ describe('tables', () => {
       '  tasks          3 enqueued, 1 failed (a failed one is dispatched again by a later sweep)',
       '  read           12 documents in 5 query pages',
       '  effects        2 stopped jobs checked with the system of record: 1 settled, 1 still unknown, 3 in their grace period',
-      '  errors         2 (see the warnings above; the next sweep tries again)',
+      '  retention      37 documents of ended jobs given expireAt: 2 jobs done, 1 to go on next sweep',
+      '  errors         3 (see the warnings above; the next sweep tries again)',
       '  unfinished     expiredJobLeases hit the page limit; the next sweep continues',
     ]);
   });

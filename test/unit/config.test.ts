@@ -8,6 +8,7 @@ import {
   engineOptionsFromEnv,
   modelApiKeyNeeded,
   providerConfigFromEnv,
+  quotaDefaultsFromEnv,
   receiverConfigFromEnv,
   tavilyApiKeyNeeded,
   toolsConfigFromEnv,
@@ -26,6 +27,7 @@ describe('defaults', () => {
     if (keyed.kind !== 'openai-compatible') throw new Error('expected the keyed provider');
     const receiver = receiverConfigFromEnv(RECEIVER);
     const corpus = toolsConfigFromEnv({});
+    const quotas = quotaDefaultsFromEnv({});
     const web = toolsConfigFromEnv({ PHASELINE_SEARCH: 'tavily', PHASELINE_TAVILY_API_KEY: 'tvly-x' });
     if (!('pages' in web) || web.search.kind !== 'tavily') throw new Error('expected the Tavily tools');
     const parsed: Record<string, string | number | undefined> = {
@@ -51,6 +53,10 @@ describe('defaults', () => {
       PHASELINE_FETCH_MAX_REDIRECTS: web.pages.maxRedirects,
       PHASELINE_FETCH_TOKEN_BUDGET: web.pages.tokenBudget,
       PHASELINE_FETCH_ALLOWED_ADDRESSES: web.pages.allowedAddresses.length === 0 ? undefined : web.pages.allowedAddresses.join(','),
+      PHASELINE_QUOTA_JOBS_IN_FLIGHT: quotas.signedIn.jobsInFlight,
+      PHASELINE_QUOTA_SUBMITS_PER_MINUTE: quotas.signedIn.submitsPerMinute,
+      PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT: quotas.anonymous.jobsInFlight,
+      PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: quotas.anonymous.submitsPerMinute,
     };
     for (const declared of DECLARED_VARIABLES) {
       if (declared.name === 'PHASELINE_OFFLINE_SETTINGS') {

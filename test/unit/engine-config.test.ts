@@ -107,6 +107,7 @@ describe('engineOptionsFromEnv', () => {
       PHASELINE_MAX_SERVER_DELAY_SECONDS: '120',
       PHASELINE_STALE_HEARTBEAT_SECONDS: '45',
       PHASELINE_PROGRESS_TIMEOUT_SECONDS: '200',
+      PHASELINE_RETENTION_DAYS: '14',
     });
     expect(options).toEqual({
       leaseSeconds: 90,
@@ -123,7 +124,12 @@ describe('engineOptionsFromEnv', () => {
       maxServerDelaySeconds: 120,
       staleHeartbeatSeconds: 45,
       progressTimeoutSeconds: 200,
+      retentionDays: 14,
     });
+  });
+
+  test('a retention of zero days is refused by name', () => {
+    expect(() => engineOptionsFromEnv({ PHASELINE_RETENTION_DAYS: '0' })).toThrow(/retentionDays must be positive/);
   });
 
   test('empty variables are ignored, not read as zero', () => {

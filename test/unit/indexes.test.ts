@@ -3,6 +3,7 @@
  * So every query shape the sweeper can run is checked here against firestore.indexes.json.
  */
 import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { z } from 'zod';
 import {
@@ -14,6 +15,10 @@ import {
   SWEEP_QUERY_NAMES,
   type CompositeIndex,
 } from '../../functions/src/engine/indexed-queries';
+import { EXPIRE_AT, EXPIRING_COLLECTION_GROUPS } from '../../functions/src/store/retention';
+
+// firebase-tools ships no types for its internals; its spec validation runs offline.
+const { FirestoreApi } = createRequire(__filename)('firebase-tools/lib/firestore/api') as { FirestoreApi: new () => unknown };
 
 const indexFile = z.object({
   indexes: z.array(
@@ -26,8 +31,10 @@ const indexFile = z.object({
   fieldOverrides: z.array(z.unknown()).optional(),
 });
 
+const INDEX_FILE = join(__dirname, '..', '..', 'firestore.indexes.json');
+
 function declaredIndexes(): CompositeIndex[] {
-  const raw: unknown = JSON.parse(readFileSync(join(__dirname, '..', '..', 'firestore.indexes.json'), 'utf8'));
+  const raw: unknown = JSON.parse(readFileSync(INDEX_FILE, 'utf8'));
   return indexFile.parse(raw).indexes;
 }
 
@@ -35,17 +42,46 @@ test('firestore.indexes.json has a composite index for every query shape the swe
   expect(missingIndexes(declaredIndexes())).toEqual([]);
 });
 
-test('the sweeper declares the five query shapes of its four rules, and three for the effects of stopped jobs', () => {
+test('the sweeper declares the five query shapes of its four rules, three for the effects of stopped jobs and three for retention', () => {
   expect(SWEEP_QUERY_NAMES.sort()).toEqual([
     'cancelledEffectsToSettle',
+    'cancelledRetentionDue',
+    'completedRetentionDue',
     'expiredJobLeases',
     'expiredUnitLeases',
     'failedEffectsToSettle',
+    'failedRetentionDue',
     'lostJobTasks',
     'lostUnitTasks',
     'quarantinedEffectsToSettle',
     'waitsOver',
   ]);
+});
+
+describe('TTL policies', () => {
+  const overrides = (): { collectionGroup: string; fieldPath: string; ttl?: boolean | undefined; indexes: unknown[] }[] =>
+    z
+      .array(z.object({ collectionGroup: z.string(), fieldPath: z.string(), ttl: z.boolean().optional(), indexes: z.array(z.unknown()) }))
+      .parse(indexFile.parse(JSON.parse(readFileSync(INDEX_FILE, 'utf8'))).fieldOverrides ?? []);
+
+  test('every expiring collection group has a TTL policy on expireAt, unindexed, and nothing else expires', () => {
+    const ttl = overrides().filter((override) => override.ttl === true);
+    expect(ttl.map((override) => override.collectionGroup).sort()).toEqual([...EXPIRING_COLLECTION_GROUPS].sort());
+    for (const override of ttl) expect(override).toEqual({ collectionGroup: override.collectionGroup, fieldPath: EXPIRE_AT, ttl: true, indexes: [] });
+  });
+
+  test('the job document, its answer and its checkpoints are not among them', () => {
+    for (const kept of ['jobs', 'results', 'messages', 'sections', 'checkpoints', 'units', 'claims', 'effects']) expect(EXPIRING_COLLECTION_GROUPS).not.toContain(kept);
+  });
+
+  test("firebase-tools' own validation (what `firebase deploy --only firestore:indexes` runs first) accepts the file", () => {
+    // Its deploy upgrades the spec, then validates every index and field override before any API call.
+    const api = new FirestoreApi() as { upgradeOldSpec: (spec: unknown) => unknown; validateSpec: (spec: unknown) => void };
+    const spec = JSON.parse(readFileSync(INDEX_FILE, 'utf8')) as unknown;
+    expect(() => api.validateSpec(api.upgradeOldSpec(spec))).not.toThrow();
+    const broken = { indexes: [], fieldOverrides: [{ collectionGroup: 'events', fieldPath: EXPIRE_AT, ttl: 'yes', indexes: [] }] };
+    expect(() => api.validateSpec(api.upgradeOldSpec(broken))).toThrow(/ttl/);
+  });
 });
 
 test.each(SWEEP_QUERY_NAMES)('an index list without the index for %s is caught, naming the shape', (name) => {

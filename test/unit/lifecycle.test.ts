@@ -15,7 +15,7 @@ import {
   toPhaselineError,
 } from '../../functions/src/core/errors';
 import { JOB_STATUSES, newQueuedJob, type JobRecord } from '../../functions/src/core/job';
-import { backoffDelayMs, decideAfterError, decideClaim, decideExpiredLease } from '../../functions/src/core/lifecycle';
+import { backoffDelayMs, decideAfterError, decideClaim, decideExpiredLease, endedAtMs, expireAtMs, withRetentionDue } from '../../functions/src/core/lifecycle';
 import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions } from '../../functions/src/core/options';
 
 const NOW = Date.UTC(2026, 2, 1, 12, 0, 0);
@@ -294,5 +294,39 @@ describe('toPhaselineError', () => {
   test('describeError names the class of an Error', () => {
     expect(describeError(new TerminalError('bad input'))).toBe('TerminalError: bad input');
     expect(describeError('just text')).toBe('just text');
+  });
+});
+
+describe('retention', () => {
+  const ended = (status: JobRecord['status'], overrides: Partial<JobRecord> = {}): JobRecord => ({ ...newQueuedJob({ id: 'j', owner: 'o', pipeline: 'p', input: {}, conversationId: null, idempotencyKey: null }, 0), status, ...overrides });
+
+  test('a document expires retentionDays after its job ended', () => {
+    expect(expireAtMs(1_000, 30)).toBe(1_000 + 30 * 86_400_000);
+    expect(endedAtMs(ended('completed', { finishedAtMs: 5_000, updatedAtMs: 9_000 }))).toBe(5_000);
+    expect(endedAtMs(ended('completed', { finishedAtMs: null, retention: { dueAtMs: 7_000, cursor: null }, updatedAtMs: 9_000 }))).toBe(7_000);
+  });
+
+  test('a commit into completed, failed or cancelled makes the stamping due at the finish time, once', () => {
+    for (const status of ['completed', 'failed', 'cancelled'] as const) {
+      expect(withRetentionDue(ended('running'), ended(status, { finishedAtMs: 4_000 }), 9_000).retention).toEqual({ dueAtMs: 4_000, cursor: null });
+    }
+    // A record built without a finish time still gets a due time: the commit's.
+    expect(withRetentionDue(ended('running'), ended('failed', { finishedAtMs: null }), 9_000).retention).toEqual({ dueAtMs: 9_000, cursor: null });
+    // A later commit of an ended job (an effects check, the sweeper's cursor) leaves the marker as it is.
+    const cleared = ended('cancelled', { finishedAtMs: 4_000, retention: null });
+    expect(withRetentionDue(cleared, cleared, 9_000).retention).toBeNull();
+    const halfway = ended('completed', { finishedAtMs: 4_000, retention: { dueAtMs: 4_000, cursor: 'events/j00000009' } });
+    expect(withRetentionDue(ended('running'), halfway, 9_000).retention).toEqual({ dueAtMs: 4_000, cursor: 'events/j00000009' });
+  });
+
+  test('quarantined, waiting and running jobs have not ended: no stamping', () => {
+    for (const status of ['queued', 'running', 'waiting', 'quarantined'] as const) {
+      expect(withRetentionDue(ended('running'), ended(status, { finishedAtMs: 4_000 }), 9_000).retention).toBeNull();
+    }
+  });
+
+  test('retentionDays must be positive', () => {
+    expect(resolveEngineOptions().retentionDays).toBe(30);
+    expect(() => resolveEngineOptions({ retentionDays: 0 })).toThrow(/retentionDays must be positive/);
   });
 });

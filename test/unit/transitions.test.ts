@@ -228,6 +228,31 @@ describe('job transitions', () => {
     for (const status of otherThan('quarantined')) expect(() => releaseJob(job({ status }), NOW)).toThrow(TransitionRefused);
   });
 
+  test('retention: completing, failing and cancelling make the stamping due at the end time; nothing else does', () => {
+    const due = { dueAtMs: NOW, cursor: null };
+    const error = { code: 'bad', message: 'no', retryable: false, atMs: NOW };
+    const cancellation = { atMs: NOW, reason: 'stop', phase: null, sectionsDone: null, effects: null };
+    expect(completeJob(running(), { outcome: 'complete', missing: [] }, NOW).next.retention).toEqual(due);
+    expect(settleJobError(running(), { decision: { action: 'fail', attempts: 5, reason: 'spent' }, error }, NOW).next.retention).toEqual(due);
+    for (const status of ['queued', 'running', 'waiting'] as const) {
+      expect(cancelJobRecord(job({ status }), { cancellation, message: 'Cancelled', effectsToSettleAtMs: null }, NOW).next.retention).toEqual(due);
+    }
+    // A quarantined or waiting job has not ended (an operator may release it; a person may answer it).
+    const expired = running({ lease: { epoch: 3, worker: 'w', expiresAtMs: NOW }, staleReclaims: options.maxStaleReclaims });
+    const notEnded = [
+      reclaimExpiredJob(expired, options, NOW).next,
+      giveBackJob(running({ staleReclaims: options.maxStaleReclaims }), { why: 'stuck', options }, NOW).next,
+      takeOverJob(running({ staleReclaims: options.maxStaleReclaims, lease: { epoch: 3, worker: 'w', expiresAtMs: NOW - 1 } }), input, NOW).next,
+      waitJob(running(), { reason: 'decision', questionId: 'q', question: 'Go?', options: ['yes'], untilMs: null }, NOW).next,
+      settleJobError(running(), { decision: { action: 'wait', attempts: 2, untilMs: NOW + 900_000, reason: 'capped' }, error: { ...error, retryable: true } }, NOW).next,
+      handOffJob(running(), { checkpointed: true, nextPhase: 'x' }, NOW).next,
+      releaseJob(job({ status: 'quarantined' }), NOW).next,
+    ];
+    expect(notEnded.map((record) => record.status)).toEqual(['quarantined', 'quarantined', 'quarantined', 'waiting', 'waiting', 'queued', 'queued']);
+    for (const record of notEnded) expect(record.retention ?? null).toBeNull();
+    expect(newQueuedJob({ id: 'j', owner: 'o', pipeline: 'p', input: {}, conversationId: null, idempotencyKey: null }, NOW).retention).toBeNull();
+  });
+
   test('every job transition lands only on statuses its table entry names', () => {
     const landed: [string, JobStatus, JobStatus][] = [
       ['claim', 'queued', claimJob(job(), input, NOW).next.status],

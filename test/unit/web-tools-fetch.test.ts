@@ -5,7 +5,8 @@
  */
 import type { ToolCall } from '../../functions/src/agent/provider';
 import type { ToolResult } from '../../functions/src/agent/tools';
-import { createMemoryArtifactSink, sha256Hex, type MemoryArtifactSink } from '../../functions/src/agent/web/artifacts';
+import { createMemoryArtifactStore, type MemoryArtifactStore } from '../../functions/src/agent/web/artifacts';
+import { sha256Hex } from '../../functions/src/store/artifact-store';
 import { createPageFetcher, type PageFetchLimits, type PageFetchOutcome } from '../../functions/src/agent/web/page-fetcher';
 import type { SearchBackend } from '../../functions/src/agent/web/search';
 import { readableFromHtml } from '../../functions/src/agent/web/readable';
@@ -45,15 +46,15 @@ const noSearch: SearchBackend = {
   search: () => Promise.reject(new Error('search is not used in these tests')),
 };
 
-function pageToolbox(options: { limits?: Partial<PageFetchLimits>; tokenBudget?: number; artifacts?: MemoryArtifactSink } = {}) {
-  const artifacts = options.artifacts ?? createMemoryArtifactSink();
+function pageToolbox(options: { limits?: Partial<PageFetchLimits>; tokenBudget?: number; artifacts?: MemoryArtifactStore } = {}) {
+  const artifacts = options.artifacts ?? createMemoryArtifactStore();
   const toolbox = createWebToolbox({
     search: noSearch,
     pages: createPageFetcher({ ...LIMITS, ...options.limits }),
     artifacts,
     clock: new ManualClock(FETCHED_AT),
     pageTokenBudget: options.tokenBudget ?? 4_000,
-  });
+  }).forJob('job-1');
   return { toolbox, artifacts };
 }
 
@@ -234,7 +235,8 @@ describe('readable text', () => {
     const artifact = artifacts.list()[0];
     expect(artifacts.list()).toHaveLength(1);
     expect(Buffer.from(artifact!.bytes).toString('utf8')).toBe(text);
-    expect(content.artifact).toEqual({ ref: artifact!.ref, sha256: sha256Hex(artifact!.bytes), size: artifact!.bytes.byteLength });
+    expect(artifact!.jobId).toBe('job-1');
+    expect(content.artifact).toEqual({ ref: `sha256:${artifact!.sha256}`, sha256: sha256Hex(artifact!.bytes), size: artifact!.bytes.byteLength });
     expect(result.sources).toEqual([
       { url: `${site.url}/article`, title: content.title, passage: expect.stringContaining('fencing token') as unknown, fetchedAt: '2026-03-04T12:00:00.000Z', artifact: content.artifact },
     ]);
@@ -267,7 +269,8 @@ describe('readable text', () => {
     expect(full).toContain('advice does not stop a stale writer');
     expect(shown).not.toContain('advice does not stop a stale writer');
     expect(content.truncated).toEqual({ bytes: false, tokens: true });
-    expect(content.notes).toEqual([expect.stringContaining(`the full text is kept as artifact ${(content.artifact as { ref: string }).ref}`)]);
+    const kept = content.artifact as { ref: string; size: number };
+    expect(content.notes).toEqual([expect.stringContaining(`the full text (${kept.size} bytes) is kept as artifact ${kept.ref}`)]);
   });
 });
 

@@ -4,7 +4,7 @@
  */
 import type { ToolCall } from '../../functions/src/agent/provider';
 import type { ToolResult, Toolbox } from '../../functions/src/agent/tools';
-import { createMemoryArtifactSink } from '../../functions/src/agent/web/artifacts';
+import { createMemoryArtifactStore } from '../../functions/src/agent/web/artifacts';
 import { createPageFetcher } from '../../functions/src/agent/web/page-fetcher';
 import { createSearxngBackend, createTavilyBackend, type SearchBackend } from '../../functions/src/agent/web/search';
 import { createWebToolbox, WEB_SEARCH_TOOL } from '../../functions/src/agent/web/toolbox';
@@ -45,7 +45,7 @@ function toolboxOver(search: SearchBackend): Toolbox {
   return createWebToolbox({
     search,
     pages: createPageFetcher({ timeoutMs: 5_000, maxBytes: 1_000_000, maxRedirects: 3, allowedAddresses: ['127.0.0.1'] }),
-    artifacts: createMemoryArtifactSink(),
+    artifacts: createMemoryArtifactStore(),
     clock: new ManualClock(SEARCHED_AT),
     pageTokenBudget: 2_000,
   });
@@ -195,13 +195,19 @@ describe('malformed search calls get a readable ok:false result', () => {
 
 describe('the toolbox configuration picks', () => {
   const clock = new ManualClock(SEARCHED_AT);
+  const artifacts = createMemoryArtifactStore();
+  /** The configured toolbox, bound to a job as the research pipeline binds it (fetch_page keeps artifacts under the job). */
+  const configuredToolbox = (env: Record<string, string>) => {
+    const { toolbox } = configuredProvider(clock, env, { artifacts });
+    return toolbox.forJob?.('job-1') ?? toolbox;
+  };
 
   test('the corpus tools by default', () => {
-    expect(configuredProvider(clock, {}).toolbox.specs.map((spec) => spec.name)).toEqual(['search', 'read']);
+    expect(configuredProvider(clock, {}, { artifacts }).toolbox.specs.map((spec) => spec.name)).toEqual(['search', 'read']);
   });
 
   test('SearXNG search and fetch_page, with the fetch settings, end to end on local servers', async () => {
-    const { toolbox } = configuredProvider(clock, {
+    const toolbox = configuredToolbox({
       PHASELINE_SEARCH: 'searxng',
       PHASELINE_SEARXNG_URL: searxng.url,
       PHASELINE_FETCH_ALLOWED_ADDRESSES: '127.0.0.1',
@@ -216,14 +222,14 @@ describe('the toolbox configuration picks', () => {
   });
 
   test('fetch_page keeps to the address rules configured: nothing non-public by default', async () => {
-    const { toolbox } = configuredProvider(clock, { PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: searxng.url });
+    const toolbox = configuredToolbox({ PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: searxng.url });
     const page = await toolbox.execute({ id: 'call_page_2', name: 'fetch_page', arguments: JSON.stringify({ url: `${site.url}/article` }) }, signal());
     expect(page.ok).toBe(false);
     expect(contentOf(page).reason).toBe('blocked_address');
   });
 
   test('Tavily with its key and base URL', async () => {
-    const { toolbox } = configuredProvider(clock, { PHASELINE_SEARCH: 'tavily', PHASELINE_TAVILY_API_KEY: TAVILY_KEY, PHASELINE_TAVILY_BASE_URL: `${tavilyServer.url}/` });
+    const toolbox = configuredToolbox({ PHASELINE_SEARCH: 'tavily', PHASELINE_TAVILY_API_KEY: TAVILY_KEY, PHASELINE_TAVILY_BASE_URL: `${tavilyServer.url}/` });
     const hits = await toolbox.execute(searchCall({ query: 'outbox' }), signal());
     expect(contentOf(hits)).toMatchObject({ backend: 'tavily', results: expect.any(Array) as unknown });
     expect(hits.sources).toHaveLength(3);

@@ -2,6 +2,7 @@
  * The three HTTP functions the page calls, with the caller's ID token. Network failures, 429 and
  * 5xx answers are retried a few times; a submission keeps its Idempotency-Key across every retry,
  * so a retry whose first try did get through finds the same job instead of making a second one.
+ * A 429 for one of the user's limits (`quota_exceeded`) is not retried: its sentence is shown.
  */
 import type { PageConfig } from './config';
 
@@ -38,8 +39,11 @@ export interface Api {
 const ATTEMPTS = 4;
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-function retryable(status: number): boolean {
-  return status === 429 || status >= 500;
+/** A user's limit frees when a job ends or a minute passes, not within these few retries. */
+const QUOTA_EXCEEDED = 'quota_exceeded';
+
+function retryable(status: number, code: string): boolean {
+  return (status === 429 && code !== QUOTA_EXCEEDED) || status >= 500;
 }
 
 export function createApi(config: PageConfig, idToken: () => Promise<string>): Api {
@@ -62,8 +66,9 @@ export function createApi(config: PageConfig, idToken: () => Promise<string>): A
       if (response.ok) return payload;
       const fields = typeof payload === 'object' && payload !== null ? (payload as Readonly<Record<string, unknown>>) : {};
       const message = typeof fields.message === 'string' ? fields.message : `${name} answered ${response.status}`;
-      lastError = new ApiError(response.status, typeof fields.error === 'string' ? fields.error : 'http_error', message);
-      if (!retryable(response.status)) break;
+      const code = typeof fields.error === 'string' ? fields.error : 'http_error';
+      lastError = new ApiError(response.status, code, message);
+      if (!retryable(response.status, code)) break;
     }
     throw lastError;
   }

@@ -23,6 +23,8 @@ export interface ToolResult {
 export interface Toolbox {
   readonly specs: readonly ToolSpec[];
   execute(call: ToolCall, signal: AbortSignal): Promise<ToolResult>;
+  /** For tools that keep something under the job they serve (fetch_page's artifacts): the toolbox bound to that job. */
+  forJob?(jobId: string): Toolbox;
 }
 
 /** A tool's parameters as the JSON Schema a provider is offered (without the `$schema` key providers reject). */

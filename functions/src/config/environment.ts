@@ -16,6 +16,7 @@
 import { z } from 'zod';
 import { TerminalError } from '../core/errors';
 import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions, type EngineOptions } from '../core/options';
+import { DEFAULT_QUOTA_DEFAULTS, MAX_JOBS_IN_FLIGHT, MAX_SUBMITS_PER_MINUTE, type QuotaDefaults } from '../core/quota';
 import type { PageFetchLimits } from '../agent/web/page-fetcher';
 import { DEFAULT_OFFLINE_SETTINGS, offlineSettingsSchema, type OfflineSettings } from '../providers/offline/settings';
 import { openAiCompatibleConfigSchema, type OpenAiCompatibleConfig } from '../providers/openai-compatible';
@@ -96,6 +97,7 @@ const ENGINE_VARIABLES = {
   PHASELINE_SWEEP_BATCH_SIZE: engineOption('sweepBatchSize', 'Documents the sweeper handles per query per run.'),
   PHASELINE_WRITE_RETRIES: engineOption('writeRetries', 'In-call retries of a Firestore write before the step gives up on it.'),
   PHASELINE_MAX_SERVER_DELAY_SECONDS: engineOption('maxServerDelaySeconds', 'Cap on any Retry-After; a longer one is an outage and the job waits.'),
+  PHASELINE_RETENTION_DAYS: engineOption('retentionDays', "Days an ended job's transcripts, events and artifacts, and a rejected task, are kept before Firestore's TTL deletes them."),
 } satisfies Record<string, EngineVariable>;
 
 const PROVIDER_KINDS = ['offline', 'openai-compatible'] as const;
@@ -199,6 +201,32 @@ const PAGE_VARIABLES = {
   ),
 };
 
+const quotaLimit = (max: number, fallback: number) => numberText.pipe(z.int().min(0).max(max)).default(fallback);
+
+/** Limits per user at submit (core/quota.ts); an operator's userLimits/{uid} document overrides them per user. */
+const QUOTA_VARIABLES = {
+  PHASELINE_QUOTA_JOBS_IN_FLIGHT: variable(
+    quotaLimit(MAX_JOBS_IN_FLIGHT, DEFAULT_QUOTA_DEFAULTS.signedIn.jobsInFlight),
+    String(DEFAULT_QUOTA_DEFAULTS.signedIn.jobsInFlight),
+    'Jobs a signed-in user may have in flight (not completed, failed or cancelled) at once; submitJob answers 429 past it.',
+  ),
+  PHASELINE_QUOTA_SUBMITS_PER_MINUTE: variable(
+    quotaLimit(MAX_SUBMITS_PER_MINUTE, DEFAULT_QUOTA_DEFAULTS.signedIn.submitsPerMinute),
+    String(DEFAULT_QUOTA_DEFAULTS.signedIn.submitsPerMinute),
+    'Jobs a signed-in user may submit in any 60 seconds.',
+  ),
+  PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT: variable(
+    quotaLimit(MAX_JOBS_IN_FLIGHT, DEFAULT_QUOTA_DEFAULTS.anonymous.jobsInFlight),
+    String(DEFAULT_QUOTA_DEFAULTS.anonymous.jobsInFlight),
+    'The same for anonymous accounts.',
+  ),
+  PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: variable(
+    quotaLimit(MAX_SUBMITS_PER_MINUTE, DEFAULT_QUOTA_DEFAULTS.anonymous.submitsPerMinute),
+    String(DEFAULT_QUOTA_DEFAULTS.anonymous.submitsPerMinute),
+    'The same for anonymous accounts.',
+  ),
+};
+
 /** The secret's name, for binding it to the step function (firebase-functions' defineSecret). */
 export const MODEL_API_KEY_VARIABLE = 'PHASELINE_MODEL_API_KEY' satisfies keyof typeof MODEL_VARIABLES;
 /** For tools that start the functions with a receiver of their own. */
@@ -216,6 +244,7 @@ const SECTIONS = {
   searxng: SEARXNG_VARIABLES,
   tavily: TAVILY_VARIABLES,
   pages: PAGE_VARIABLES,
+  quotas: QUOTA_VARIABLES,
 } as const;
 
 export interface DeclaredVariable {
@@ -414,4 +443,13 @@ export function tavilyApiKeyNeeded(env: Environment = process.env): boolean {
   } catch {
     return false;
   }
+}
+
+/** The default limits per user at submit, for signed-in and for anonymous accounts. */
+export function quotaDefaultsFromEnv(env: Environment = process.env): QuotaDefaults {
+  const text = parseSection(QUOTA_VARIABLES, env);
+  return {
+    signedIn: { jobsInFlight: text.PHASELINE_QUOTA_JOBS_IN_FLIGHT, submitsPerMinute: text.PHASELINE_QUOTA_SUBMITS_PER_MINUTE },
+    anonymous: { jobsInFlight: text.PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT, submitsPerMinute: text.PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE },
+  };
 }

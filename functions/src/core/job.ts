@@ -7,7 +7,24 @@ export type JobStatus = (typeof JOB_STATUSES)[number];
 
 export const TERMINAL_STATUSES: ReadonlySet<JobStatus> = new Set(['completed', 'failed', 'cancelled', 'quarantined']);
 
+/**
+ * Statuses a job never leaves. Quarantined is terminal for the engine but not ended: an operator
+ * may release it, so its timeline and transcripts are kept until it ends for good.
+ */
+export const ENDED_STATUSES: ReadonlySet<JobStatus> = new Set(['completed', 'failed', 'cancelled']);
+
 export type JobOutcome = 'complete' | 'partial';
+
+/**
+ * An ended job's retention stamping still to do: its transcripts, events and artifacts get
+ * `expireAt` from the sweeper (engine/retention.ts), in bounded pages. `dueAtMs` is when the job
+ * ended (the sweeper's query range); `cursor` is where the last sweep stopped (`collection/docId`
+ * inside the job), null to start from the beginning.
+ */
+export interface RetentionStamping {
+  readonly dueAtMs: number;
+  readonly cursor: string | null;
+}
 
 export interface Lease {
   /** The fencing epoch of the claim that holds this lease. */
@@ -88,6 +105,8 @@ export interface JobRecord {
    * `unknown` (engine/settle-stopped.ts). Meaningless while the job runs or after it completed.
    */
   readonly effectsToSettleAtMs?: number | null;
+  /** Set by the commit that ends the job, cleared once every expiring child document carries `expireAt`. */
+  readonly retention?: RetentionStamping | null;
   readonly fanout: FanOutState | null;
   /** What the current claim already recorded (running cost, notes), so retried writes add nothing twice. */
   readonly claimTally: ClaimTally | null;
@@ -121,6 +140,7 @@ export function newQueuedJob(request: JobRequest, nowMs: number): JobRecord {
     quarantine: null,
     decisions: {},
     cancellation: null,
+    retention: null,
     fanout: null,
     claimTally: null,
     eventSeq: 1,

@@ -1,6 +1,6 @@
 /** Pure decisions about job state changes; the store applies them in transactions. */
 import { TerminalError, type PhaselineError } from './errors';
-import type { JobRecord, JobWait, Lease } from './job';
+import { ENDED_STATUSES, type JobRecord, type JobWait, type Lease } from './job';
 import type { DecisionWait, ProviderWait } from './pipeline';
 import type { EngineOptions } from './options';
 import type { RandomSource } from './clock';
@@ -152,4 +152,26 @@ export function decideStaleTakeover(holder: Leased, nowMs: number, options: Engi
     staleReclaims: decision.staleReclaims,
     reason: `${why}: a redelivered task took over (lost worker ${decision.staleReclaims} of at most ${options.maxStaleReclaims})`,
   };
+}
+
+const DAY_MS = 86_400_000;
+
+/** When a document that belongs to a job ended at `endedAtMs` (or a task rejected then) expires. */
+export function expireAtMs(endedAtMs: number, retentionDays: number): number {
+  return endedAtMs + retentionDays * DAY_MS;
+}
+
+/** When the job ended, for retention: its finish time (every ending transition sets it), else when its stamping became due. */
+export function endedAtMs(job: Pick<JobRecord, 'finishedAtMs' | 'retention' | 'updatedAtMs'>): number {
+  return job.finishedAtMs ?? job.retention?.dueAtMs ?? job.updatedAtMs;
+}
+
+/**
+ * The record a commit writes, with its retention stamping made due when the commit ends the job
+ * (a move into an ended status). Stamping hundreds of child documents cannot be part of that
+ * commit, so the record carries the work to do and the sweeper does it (engine/retention.ts).
+ */
+export function withRetentionDue(current: Pick<JobRecord, 'status'>, next: JobRecord, nowMs: number): JobRecord {
+  if (!ENDED_STATUSES.has(next.status) || ENDED_STATUSES.has(current.status) || next.retention) return next;
+  return { ...next, retention: { dueAtMs: next.finishedAtMs ?? nowMs, cursor: null } };
 }

@@ -40,6 +40,12 @@ export interface EngineOptions {
    * job waits with a stated resume time this far ahead instead of parking for what the server said.
    */
   readonly maxServerDelaySeconds: number;
+  /**
+   * Days an ended job's transcripts, events and artifacts (and a rejected task) are kept: they get
+   * `expireAt` this long after the job ended (or the task was rejected), and Firestore's TTL
+   * policies delete them after that. The job document and its published answer stay.
+   */
+  readonly retentionDays: number;
 }
 
 /** The furthest ahead Cloud Tasks schedules a task: 30 days. */
@@ -61,6 +67,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   sweepBatchSize: 200,
   writeRetries: 3,
   maxServerDelaySeconds: DEFAULT_MAX_SERVER_DELAY_SECONDS,
+  retentionDays: 30,
 };
 
 export function resolveEngineOptions(overrides: Partial<EngineOptions> = {}): EngineOptions {
@@ -82,5 +89,6 @@ export function resolveEngineOptions(overrides: Partial<EngineOptions> = {}): En
   for (const name of ['maxServerDelaySeconds', 'backoffBaseSeconds', 'backoffMaxSeconds', 'leaseSeconds'] as const) {
     if (options[name] > MAX_SCHEDULE_SECONDS) throw new Error(`Engine option ${name} must be at most ${MAX_SCHEDULE_SECONDS} s (30 days), got ${options[name]}`);
   }
+  if (options.retentionDays <= 0) throw new Error(`retentionDays must be positive (a TTL of none would delete a job's timeline as it ends), got ${options.retentionDays}`);
   return options;
 }

@@ -25,7 +25,7 @@ import {
   type UnitRecord,
   type UnitStatus,
 } from './job';
-import { decideClaim, decideExpiredLease, decideStaleTakeover, type ErrorDecision } from './lifecycle';
+import { decideClaim, decideExpiredLease, decideStaleTakeover, withRetentionDue, type ErrorDecision } from './lifecycle';
 import type { EngineOptions } from './options';
 
 export interface TimelineEvent {
@@ -229,7 +229,7 @@ export function settleJobError(job: JobRecord, input: ErrorInput, nowMs: number)
     }
     case 'fail':
       return {
-        next: { ...base, status: 'failed', fanout: null, finishedAtMs: nowMs },
+        next: withRetentionDue(job, { ...base, status: 'failed', fanout: null, finishedAtMs: nowMs }, nowMs),
         events: [{ kind: 'failed', message: `Failed: ${decision.reason}. Last error (${error.code}): ${error.message}` }],
       };
   }
@@ -239,7 +239,8 @@ export function settleJobError(job: JobRecord, input: ErrorInput, nowMs: number)
 export function completeJob(job: JobRecord, input: { readonly outcome: JobOutcome; readonly missing: readonly string[] }, nowMs: number): Transition<JobRecord> {
   refuseUnless(job, JOB_TRANSITIONS.complete.from, 'complete');
   const summary = input.missing.length > 0 ? `Completed (partial; missing: ${input.missing.join(', ')})` : 'Completed';
-  return { next: { ...job, status: 'completed', outcome: input.outcome, lease: null, finishedAtMs: nowMs, phase: null }, events: [{ kind: 'completed', message: summary }] };
+  const next: JobRecord = { ...job, status: 'completed', outcome: input.outcome, lease: null, finishedAtMs: nowMs, phase: null };
+  return { next: withRetentionDue(job, next, nowMs), events: [{ kind: 'completed', message: summary }] };
 }
 
 /**
@@ -330,8 +331,9 @@ export function decideWaitingJob(job: JobRecord, input: { readonly questionId: s
 /** any non-terminal → cancelled; in-flight effects become unknown (the caller's ledger writes) until reconciled. */
 export function cancelJobRecord(job: JobRecord, input: { readonly cancellation: Cancellation; readonly message: string; readonly effectsToSettleAtMs: number | null }, nowMs: number): Transition<JobRecord> {
   refuseUnless(job, JOB_TRANSITIONS.cancel.from, 'cancel');
+  const next: JobRecord = { ...job, status: 'cancelled', lease: null, fanout: null, waiting: null, finishedAtMs: nowMs, cancellation: input.cancellation, effectsToSettleAtMs: input.effectsToSettleAtMs };
   return {
-    next: { ...job, status: 'cancelled', lease: null, fanout: null, waiting: null, finishedAtMs: nowMs, cancellation: input.cancellation, effectsToSettleAtMs: input.effectsToSettleAtMs },
+    next: withRetentionDue(job, next, nowMs),
     events: [{ kind: 'cancelled', message: input.message }],
   };
 }

@@ -35,6 +35,14 @@ export const SWEEP_QUERIES = {
   cancelledEffectsToSettle: { collection: JOBS, scope: 'COLLECTION', equals: { status: 'cancelled' }, range: 'effectsToSettleAt' },
   failedEffectsToSettle: { collection: JOBS, scope: 'COLLECTION', equals: { status: 'failed' }, range: 'effectsToSettleAt' },
   quarantinedEffectsToSettle: { collection: JOBS, scope: 'COLLECTION', equals: { status: 'quarantined' }, range: 'effectsToSettleAt' },
+  /**
+   * Ended jobs whose children still need `expireAt` (engine/retention.ts). `retention` is null once
+   * they all carry it, so these match only work still to do; one query per ended status, because
+   * quarantined and waiting jobs have not ended (an operator may release one).
+   */
+  completedRetentionDue: { collection: JOBS, scope: 'COLLECTION', equals: { status: 'completed' }, range: 'retention.dueAt' },
+  failedRetentionDue: { collection: JOBS, scope: 'COLLECTION', equals: { status: 'failed' }, range: 'retention.dueAt' },
+  cancelledRetentionDue: { collection: JOBS, scope: 'COLLECTION', equals: { status: 'cancelled' }, range: 'retention.dueAt' },
 } as const satisfies Record<string, QueryShape>;
 
 export type SweepQueryName = keyof typeof SWEEP_QUERIES;

@@ -9,7 +9,9 @@ import { documentId } from '../core/ids';
 import type { JobRecord } from '../core/job';
 import { jobDispatch } from '../core/transitions';
 import type { PipelineRegistry } from '../core/pipeline';
+import type { QuotaRefusal } from '../core/quota';
 import type { JobStore, NewJob } from '../store/job-store';
+import type { JobAdmission, Submitter } from '../store/quota-documents';
 import type { TaskQueuePort } from '../store/task-queue';
 
 /** Printable ASCII, 1 to 200 characters. Never a document ID itself: the job ID is a hash of owner and key. */
@@ -88,25 +90,37 @@ export interface SubmitLogger {
   error(message: string, fields?: Record<string, unknown>): void;
 }
 
+/** The limits per user (store/quota-documents' SubmitQuota): an admission check for each submitter. */
+export interface SubmitQuotaPort {
+  admission(submitter: Submitter): JobAdmission;
+}
+
 export interface SubmitDeps {
   readonly store: Pick<JobStore, 'createJob'>;
   readonly queue: TaskQueuePort;
   readonly logger: SubmitLogger;
+  /** Absent where no user submits (tools that create jobs for themselves): no limit applies. */
+  readonly quota?: SubmitQuotaPort;
 }
 
 export type SubmitOutcome =
   /** `created` is false for a repeat of an earlier request with the same owner and key. */
   | { readonly kind: 'accepted'; readonly job: JobRecord; readonly created: boolean }
   /** The owner reused an Idempotency-Key for a different request; nothing was written. */
-  | { readonly kind: 'conflict'; readonly job: JobRecord };
+  | { readonly kind: 'conflict'; readonly job: JobRecord }
+  /** A new job would pass one of the owner's limits; nothing was written. */
+  | { readonly kind: 'over_limit'; readonly refusal: QuotaRefusal };
 
 /**
- * Writes the job and enqueues its first step. A repeat enqueues nothing. An enqueue that fails
+ * Writes the job and enqueues its first step, unless the owner's limits refuse a new job (`caller`
+ * says which defaults apply: an anonymous account's are lower). A repeat enqueues nothing and is
+ * never refused. An enqueue that fails
  * after the job was written is logged, not raised: the job is durable and queued, and the sweeper
  * re-dispatches queued jobs whose task went missing.
  */
-export async function submitJob(deps: SubmitDeps, request: NewJob): Promise<SubmitOutcome> {
-  const result = await deps.store.createJob(request);
+export async function submitJob(deps: SubmitDeps, request: NewJob, caller: Pick<Submitter, 'anonymous'> = { anonymous: false }): Promise<SubmitOutcome> {
+  const result = await deps.store.createJob(request, deps.quota?.admission({ uid: request.owner, anonymous: caller.anonymous }));
+  if ('refused' in result) return { kind: 'over_limit', refusal: result.refused };
   if ('conflict' in result) return { kind: 'conflict', job: result.job };
   const { job, created } = result;
   if (created) {

@@ -7,6 +7,7 @@
  *   3. lost tasks            -> a queued job or unit long past its run time gets a fresh dispatch
  *   4. provider waits over   -> back to queued at step + 1
  *   5. stopped jobs' effects -> checked with the system of record (its own module, settle-stopped.ts)
+ *   6. ended jobs' retention -> transcripts, events and artifacts get `expireAt` (its own module, retention.ts)
  *
  * Each query returns only documents that need action (its cost grows with expired leases, not
  * with the number of jobs), `sweepBatchSize` at a time, paged by (range field, document ID) up to
@@ -28,6 +29,7 @@ import { readSweepPage, type PageCursor, type SweepPage } from '../store/sweep-q
 import type { TaskQueuePort } from '../store/task-queue';
 import { SWEEP_QUERIES, type SweepQueryName } from './indexed-queries';
 import { settleStoppedEffects, type SettleStoppedReport, type StoppedEffectsDeps } from './settle-stopped';
+import { stampEndedJobs, type RetentionReport } from './retention';
 import { forEachLimited } from './concurrency';
 
 /** Pages each query may read per run; with the default batch of 200, 1,000 documents per query. */
@@ -76,9 +78,11 @@ export interface SweepReport {
   readonly truncated: readonly SweepQueryName[];
   /** Stopped jobs' effects checked with their system of record (settle-stopped.ts, its own counters). */
   readonly stoppedEffects: SettleStoppedReport;
+  /** Ended jobs' expiring documents stamped with `expireAt` (retention.ts, its own counters). */
+  readonly retention: RetentionReport;
 }
 
-type Counter = Exclude<keyof SweepReport, 'nowMs' | 'truncated' | 'stoppedEffects'>;
+type Counter = Exclude<keyof SweepReport, 'nowMs' | 'truncated' | 'stoppedEffects' | 'retention'>;
 type Action = 'reclaimed' | 'unitsReclaimed' | 'quarantined' | 'redispatched' | 'unitsRedispatched' | 'resumed' | 'parkedUnits';
 
 /** What a transaction decided, and the task to enqueue once it has committed. */
@@ -120,7 +124,7 @@ class Sweep {
     this.counts.documentsRead += documents;
   }
 
-  report(): Omit<SweepReport, 'stoppedEffects'> {
+  report(): Omit<SweepReport, 'stoppedEffects' | 'retention'> {
     return { nowMs: this.nowMs, ...this.counts, truncated: [...this.truncated] };
   }
 
@@ -200,7 +204,9 @@ export async function sweep(deps: SweepDeps, nowMs: number): Promise<SweepReport
   await run.scan('lostUnitTasks', lostBefore, (doc) => redispatchUnit(run, doc, lostBefore), byJob);
   await run.scan('waitsOver', nowMs, (doc) => resumeWait(run, doc), byDocument);
   const stoppedEffects = await settleStoppedEffects(deps, nowMs);
-  return { ...run.report(), stoppedEffects };
+  // Last: the passes above may end jobs' stories (their events are stamped as they are written).
+  const retention = await stampEndedJobs(deps, nowMs);
+  return { ...run.report(), stoppedEffects, retention };
 }
 
 

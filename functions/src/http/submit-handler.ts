@@ -4,14 +4,16 @@
  * status that names the problem; only a fault of ours is a 500.
  *
  * A repeat of an earlier submission (same owner, same Idempotency-Key) gets the same 202 body
- * with an `Idempotent-Replayed: true` header.
+ * with an `Idempotent-Replayed: true` header. A new job past one of the owner's limits gets a 429
+ * with `Retry-After`, a sentence naming the limit and the limit's code in `limit`.
  *
  * The request and response types are the few members used, so the express objects from
  * firebase-functions fit them and tests can pass plain objects.
  */
 import { describeError, PhaselineError } from '../core/errors';
 import type { PipelineRegistry } from '../core/pipeline';
-import { parseIdempotencyKey, submissionValidator, submitJob, type SubmitDeps, type SubmitLogger } from '../engine/submit';
+import type { QuotaRefusal } from '../core/quota';
+import { parseIdempotencyKey, submissionValidator, submitJob, type SubmitDeps, type SubmitLogger, type SubmitQuotaPort } from '../engine/submit';
 import { jobPath } from '../store/paths';
 import { answerPreflight, applyCorsHeaders, CORS_ALLOWED_METHODS } from './cors';
 
@@ -33,8 +35,14 @@ export interface HttpResponse {
   end(): unknown;
 }
 
-/** Checks a Firebase ID token and names its user; rejects when the token is not valid. */
-export type VerifyToken = (token: string) => Promise<{ readonly uid: string }>;
+/**
+ * Checks a Firebase ID token and names its user; rejects when the token is not valid.
+ * `signInProvider` is the token's `firebase.sign_in_provider` ("anonymous" for anonymous accounts).
+ */
+export type VerifyToken = (token: string) => Promise<{ readonly uid: string; readonly signInProvider?: string }>;
+
+/** The sign-in provider Firebase names anonymous accounts with; they get their own, lower limits. */
+export const ANONYMOUS_SIGN_IN_PROVIDER = 'anonymous';
 
 export interface SubmitHandlerDeps {
   readonly store: SubmitDeps['store'];
@@ -43,6 +51,8 @@ export interface SubmitHandlerDeps {
   readonly pipelines: PipelineRegistry;
   /** Defaults to the console; the trigger passes the Cloud Functions logger. */
   readonly logger?: SubmitLogger;
+  /** The limits per user; the trigger always passes them. Without, no limit applies. */
+  readonly quota?: SubmitQuotaPort;
 }
 
 export interface Rejection {
@@ -52,6 +62,8 @@ export interface Rejection {
   /** A sentence for people: names the field or header at fault and what is expected. */
   readonly message: string;
   readonly headers?: Readonly<Record<string, string>>;
+  /** More machine-readable fields of the body, beside `error` and `message`. */
+  readonly fields?: Readonly<Record<string, string | number>>;
 }
 
 export type Checked<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly rejection: Rejection };
@@ -155,13 +167,24 @@ export function readJsonBody(request: Pick<HttpRequest, 'body' | 'rawBody'>, lim
 
 export function reply(response: HttpResponse, refusal: Rejection): void {
   for (const [name, value] of Object.entries(refusal.headers ?? {})) response.set(name, value);
-  response.status(refusal.status).json({ error: refusal.error, message: refusal.message });
+  response.status(refusal.status).json({ ...refusal.fields, error: refusal.error, message: refusal.message });
+}
+
+/** 429: which limit (`limit`), how many are allowed, and when to try again (`Retry-After`, in seconds). */
+export function overLimit(refusal: QuotaRefusal): Rejection {
+  return {
+    status: 429,
+    error: 'quota_exceeded',
+    message: refusal.message,
+    headers: { 'Retry-After': String(refusal.retryAfterSeconds) },
+    fields: { limit: refusal.limit, allowed: refusal.allowed, retryAfterSeconds: refusal.retryAfterSeconds },
+  };
 }
 
 export function createSubmitHandler(deps: SubmitHandlerDeps): (request: HttpRequest, response: HttpResponse) => Promise<void> {
   const validate = submissionValidator(deps.pipelines);
   const logger = deps.logger ?? consoleLogger;
-  const engine: SubmitDeps = { store: deps.store, queue: deps.queue, logger };
+  const engine: SubmitDeps = { store: deps.store, queue: deps.queue, logger, ...(deps.quota ? { quota: deps.quota } : {}) };
 
   async function handle(request: HttpRequest, response: HttpResponse): Promise<void> {
     if (request.method === 'OPTIONS') {
@@ -182,8 +205,11 @@ export function createSubmitHandler(deps: SubmitHandlerDeps): (request: HttpRequ
     const token = bearerToken(request.get('authorization'));
     if (!token.ok) return reply(response, token.rejection);
     let owner: string;
+    let anonymous: boolean;
     try {
-      owner = (await deps.verifyToken(token.value)).uid;
+      const identity = await deps.verifyToken(token.value);
+      owner = identity.uid;
+      anonymous = identity.signInProvider === ANONYMOUS_SIGN_IN_PROVIDER;
     } catch (error) {
       logger.warn('submitJob: ID token rejected', { reason: describeError(error) });
       return reply(response, unauthenticated('The ID token was rejected (expired, revoked, malformed or for another project): sign in again', true).rejection);
@@ -201,7 +227,7 @@ export function createSubmitHandler(deps: SubmitHandlerDeps): (request: HttpRequ
 
     let outcome;
     try {
-      outcome = await submitJob(engine, { owner, ...submission.value, idempotencyKey: key.value });
+      outcome = await submitJob(engine, { owner, ...submission.value, idempotencyKey: key.value }, { anonymous });
     } catch (error) {
       // The store refuses some requests only it can judge (a conversation owned by someone else).
       if (error instanceof PhaselineError && error.code === 'invalid_input') {
@@ -209,6 +235,7 @@ export function createSubmitHandler(deps: SubmitHandlerDeps): (request: HttpRequ
       }
       throw error;
     }
+    if (outcome.kind === 'over_limit') return reply(response, overLimit(outcome.refusal));
     if (outcome.kind === 'conflict') {
       return reply(response, {
         status: 422,

@@ -1,6 +1,7 @@
 import type { Firestore } from 'firebase-admin/firestore';
 import { systemClock } from '../core/clock';
 import { pipelineRegistry, type PipelineRegistry } from '../core/pipeline';
+import { firestoreArtifactStore } from '../store/artifact-store';
 import { firestoreCircuit } from '../store/provider-circuit';
 import { canaryPipeline } from './canary';
 import { configuredNotifyDeps, createNotifyPipeline } from './notify';
@@ -16,7 +17,7 @@ export function deployedPipelines(firestore: () => Firestore): PipelineRegistry 
   let researchDeps: ResearchDeps | undefined;
   const resolveResearchDeps = (): ResearchDeps => {
     if (!researchDeps) {
-      const { provider, toolbox } = configuredProvider(systemClock);
+      const { provider, toolbox } = configuredProvider(systemClock, process.env, { artifacts: firestoreArtifactStore(firestore(), systemClock) });
       researchDeps = { provider, toolbox, circuit: firestoreCircuit(firestore(), provider.name) };
     }
     return researchDeps;

@@ -7,7 +7,6 @@
 import { defineSecret } from 'firebase-functions/params';
 import type { ModelProvider } from '../agent/provider';
 import type { Toolbox } from '../agent/tools';
-import { createMemoryArtifactSink, type ArtifactSink } from '../agent/web/artifacts';
 import { createPageFetcher } from '../agent/web/page-fetcher';
 import { createSearxngBackend, createTavilyBackend, type SearchBackend } from '../agent/web/search';
 import { createWebToolbox } from '../agent/web/toolbox';
@@ -15,6 +14,7 @@ import { MODEL_API_KEY_VARIABLE, TAVILY_API_KEY_VARIABLE, providerConfigFromEnv,
 import type { Clock } from '../core/clock';
 import { createCorpusToolbox, createOfflineProvider } from '../providers/offline';
 import { createOpenAiCompatibleProvider } from '../providers/openai-compatible';
+import type { ArtifactStore } from '../store/artifact-store';
 
 /** Bound to the step function only for the keyed provider; its value reaches the function as an environment variable. */
 export const modelApiKey = defineSecret(MODEL_API_KEY_VARIABLE);
@@ -27,11 +27,8 @@ export interface ConfiguredProvider {
 }
 
 export interface ConfiguredProviderOptions {
-  /**
-   * Where fetch_page keeps the full text of the pages it reads. In memory unless given: such
-   * artifacts live only as long as the process (Cloud Storage is the durable home).
-   */
-  readonly artifacts?: ArtifactSink;
+  /** Where fetch_page keeps the full text of the pages it reads, under the job (the deployed functions: Firestore). */
+  readonly artifacts: ArtifactStore;
 }
 
 function searchBackendFor(search: Exclude<SearchConfig, { kind: 'corpus' }>): SearchBackend {
@@ -39,7 +36,7 @@ function searchBackendFor(search: Exclude<SearchConfig, { kind: 'corpus' }>): Se
 }
 
 /** Reads configuration at call time, when a step first needs the provider. */
-export function configuredProvider(clock: Clock, env: Environment = process.env, options: ConfiguredProviderOptions = {}): ConfiguredProvider {
+export function configuredProvider(clock: Clock, env: Environment, options: ConfiguredProviderOptions): ConfiguredProvider {
   const config = providerConfigFromEnv(env);
   const tools = toolsConfigFromEnv(env);
   const { settings, seed } = config.offline;
@@ -49,7 +46,7 @@ export function configuredProvider(clock: Clock, env: Environment = process.env,
       ? createWebToolbox({
           search: searchBackendFor(tools.search),
           pages: createPageFetcher(tools.pages),
-          artifacts: options.artifacts ?? createMemoryArtifactSink(),
+          artifacts: options.artifacts,
           clock,
           pageTokenBudget: tools.pages.tokenBudget,
         })

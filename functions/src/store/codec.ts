@@ -74,6 +74,8 @@ const jobDocumentSchema = z.object({
   decisions: z.record(z.string(), z.string()),
   cancellation: cancellationSchema.nullable(),
   effectsToSettleAt: millis.nullable().default(null),
+  /** Absent on jobs written before retention existed: read as nothing to stamp (they keep their documents). */
+  retention: z.object({ dueAt: millis, cursor: z.string().nullable() }).nullable().default(null),
   fanout: z
     .object({ phase: z.string(), epoch: z.number().int(), units: z.number().int(), done: z.number().int(), unitIds: z.array(z.string()).optional() })
     .nullable(),
@@ -138,6 +140,7 @@ export function decodeJob(id: string, data: DocumentData | undefined): JobRecord
     decisions: doc.decisions,
     cancellation: doc.cancellation && decodeCancellation(doc.cancellation),
     effectsToSettleAtMs: doc.effectsToSettleAt,
+    retention: doc.retention && { dueAtMs: doc.retention.dueAt, cursor: doc.retention.cursor },
     fanout: doc.fanout === null ? null : decodeFanOut(doc.fanout),
     claimTally: doc.claimTally,
     eventSeq: doc.eventSeq,
@@ -181,6 +184,7 @@ export function encodeJob(job: JobRecord): DocumentData {
     decisions: job.decisions,
     cancellation: job.cancellation && encodeCancellation(job.cancellation),
     effectsToSettleAt: tsOrNull(job.effectsToSettleAtMs ?? null),
+    retention: job.retention ? { dueAt: ts(job.retention.dueAtMs), cursor: job.retention.cursor } : null,
     fanout: job.fanout,
     claimTally: job.claimTally,
     eventSeq: job.eventSeq,

@@ -3,8 +3,10 @@
  * transcripts, the published answer), and the record of a rejected task, so the engine names them
  * without reaching for the Firestore instance.
  */
-import type { DocumentReference } from 'firebase-admin/firestore';
+import { Timestamp, type DocumentReference } from 'firebase-admin/firestore';
 import type { JobRecord } from '../core/job';
+import { expireAtMs } from '../core/lifecycle';
+import { EXPIRE_AT } from './retention';
 import type { JobStore } from './job-store';
 import { messagePath, REJECTED_TASKS, resultPath, sectionKey, sectionPath, transcriptPath } from './paths';
 
@@ -28,7 +30,11 @@ export interface RejectedTask {
   readonly atMs: number;
 }
 
-/** Records a task payload that could not be understood, for a person (`rejectedTasks`). */
+/**
+ * Records a task payload that could not be understood, for a person (`rejectedTasks`). It belongs
+ * to no job, so it expires `retentionDays` after it was recorded (the TTL policy on `expireAt`).
+ */
 export async function addRejectedTask(store: JobStore, rejected: RejectedTask): Promise<void> {
-  await store.db.collection(REJECTED_TASKS).add({ payload: rejected.payload, reason: rejected.reason, atMs: rejected.atMs });
+  const expireAt = Timestamp.fromMillis(expireAtMs(rejected.atMs, store.options.retentionDays));
+  await store.db.collection(REJECTED_TASKS).add({ payload: rejected.payload, reason: rejected.reason, atMs: rejected.atMs, [EXPIRE_AT]: expireAt });
 }

@@ -6,16 +6,19 @@
  * other documents to decide (effects, the outbox, units) run in a Firestore transaction instead.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import type { DocumentData, DocumentReference, DocumentSnapshot, Firestore, Precondition, SetOptions, Timestamp, Transaction, UpdateData, WriteBatch } from 'firebase-admin/firestore';
+import { Timestamp, type DocumentData, type DocumentReference, type DocumentSnapshot, type Firestore, type Precondition, type SetOptions, type Transaction, type UpdateData, type WriteBatch } from 'firebase-admin/firestore';
 import pRetry, { AbortError } from 'p-retry';
 import type { Clock } from '../core/clock';
 import { CheckpointWriteError, OwnershipLostError, PhaselineError } from '../core/errors';
-import { newQueuedJob, type FanOutState, type JobRecord } from '../core/job';
+import { ENDED_STATUSES, newQueuedJob, type FanOutState, type JobRecord } from '../core/job';
+import { endedAtMs, expireAtMs, withRetentionDue } from '../core/lifecycle';
 import type { EngineOptions } from '../core/options';
+import type { QuotaRefusal } from '../core/quota';
 import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from './codec';
 import { readFanOutUnits } from './checkpoint-reads';
 import { ClaimSession } from './claim-session';
 import { isFailedPrecondition, isTransientFirestoreError } from './firestore-errors';
+import type { JobAdmission } from './quota-documents';
 import { checkpointPath, claimPath, conversationPath, eventPath, JOB_CLAIM_SLOT, jobPath, JOBS, unitClaimSlot, unitPath } from './paths';
 
 export { isAlreadyExists, isTransientFirestoreError } from './firestore-errors';
@@ -50,7 +53,9 @@ export interface NewJob {
 export type CreateJobResult =
   | { readonly created: boolean; readonly job: JobRecord }
   /** The same owner reused an Idempotency-Key for a different request. */
-  | { readonly conflict: true; readonly job: JobRecord };
+  | { readonly conflict: true; readonly job: JobRecord }
+  /** The admission check refused a new job (a limit of its owner); nothing was written. */
+  | { readonly refused: QuotaRefusal };
 
 /** The job ID an idempotency key maps to: the same owner and key always name the same job. */
 export function jobIdForIdempotencyKey(owner: string, key: string): string {
@@ -162,9 +167,11 @@ export class JobStore {
 
   /**
    * Writes a new queued job. With an idempotency key the job ID is derived from owner and key,
-   * so a repeated submit finds the same job instead of making a second one.
+   * so a repeated submit finds the same job instead of making a second one. `admission` (the
+   * owner's limits) runs in the same transaction and only for a new job: a repeat is never
+   * refused nor counted again.
    */
-  async createJob(request: NewJob): Promise<CreateJobResult> {
+  async createJob(request: NewJob, admission?: JobAdmission): Promise<CreateJobResult> {
     const nowMs = this.clock.now();
     const ref = request.idempotencyKey
       ? this.jobRef(jobIdForIdempotencyKey(request.owner, request.idempotencyKey))
@@ -182,6 +189,8 @@ export class JobStore {
       if (conversation?.snapshot.exists && conversation.snapshot.get('owner') !== request.owner) {
         throw new PhaselineError('invalid_input', false, 'That conversation belongs to someone else.');
       }
+      const refusal = admission ? await admission(tx, ref.id, nowMs) : null;
+      if (refusal) return { refused: refusal };
       const job = newQueuedJob(
         { id: ref.id, owner: request.owner, pipeline: request.pipeline, input: request.input, conversationId: request.conversationId, idempotencyKey: request.idempotencyKey },
         nowMs,
@@ -443,14 +452,19 @@ export class JobStore {
    * Writes the next job record, conditioned on the update time decided from, with its timeline
    * events; the job's write is the last one this adds. Returns the record as written.
    */
-  commitJob(tx: JobWriter, snapshot: JobVersion, current: JobRecord, next: JobRecord, events: readonly EventDraft[]): JobRecord {
+  commitJob(tx: JobWriter, snapshot: JobVersion, current: JobRecord, proposed: JobRecord, events: readonly EventDraft[]): JobRecord {
     const nowMs = this.clock.now();
+    // The transitions that end a job set this already; records built outside the table (a unit's failure) get it here.
+    const next = withRetentionDue(current, proposed, nowMs);
+    // An event written once the job has ended (its ending commit's own, a later reconciliation's) expires with the
+    // rest of its timeline: the sweeper's stamping of the job may already be over.
+    const expireAt = ENDED_STATUSES.has(next.status) ? { expireAt: Timestamp.fromMillis(expireAtMs(endedAtMs(next), this.options.retentionDays)) } : {};
     this.syncClaimSlot(tx, this.claimSlotRef(current.id, JOB_CLAIM_SLOT), heldJobEpoch(current), heldJobEpoch(next), next.lease?.worker ?? null);
     if (current.fanout !== null && (next.fanout?.epoch !== current.fanout.epoch || next.status !== 'running')) this.endFanOut(tx, current.id, current.fanout);
     let seq = current.eventSeq;
     for (const event of events) {
       seq += 1;
-      tx.set(this.db.doc(eventPath(current.id, eventId(seq))), eventDocument(next, event, nowMs));
+      tx.set(this.db.doc(eventPath(current.id, eventId(seq))), { ...eventDocument(next, event, nowMs), ...expireAt });
     }
     const record: JobRecord = { ...next, eventSeq: seq, updatedAtMs: nowMs };
     if (!snapshot.updateTime) throw new Error(`Job ${current.id}: snapshot without an update time`);

@@ -21,6 +21,14 @@ export const circuitPath = (name: string): string => `circuits/${name}`;
 /** The effect ledger: one entry per external effect, keyed by its idempotency key. */
 export const effectsPath = (jobId: string): string => `${JOBS}/${jobId}/effects`;
 export const effectPath = (jobId: string, effectKey: string): string => `${JOBS}/${jobId}/effects/${effectKey}`;
+/**
+ * Artifacts (store/artifact-store.ts): a manifest per content hash, and its bytes in chunk
+ * documents beside it. Two collection groups, `artifacts` and `artifactChunks`, directly under the job.
+ */
+export const ARTIFACTS = 'artifacts';
+export const ARTIFACT_CHUNKS = 'artifactChunks';
+export const artifactPath = (jobId: string, sha256: string): string => `${JOBS}/${jobId}/${ARTIFACTS}/${sha256}`;
+export const artifactChunkPath = (jobId: string, sha256: string, index: number): string => `${JOBS}/${jobId}/${ARTIFACT_CHUNKS}/${sha256}~${String(index).padStart(6, '0')}`;
 export const eventPath = (jobId: string, eventId: string): string => `${JOBS}/${jobId}/events/${eventId}`;
 export const resultPath = (jobId: string): string => `${JOBS}/${jobId}/results/final`;
 export const conversationPath = (conversationId: string): string => `conversations/${conversationId}`;
@@ -37,3 +45,9 @@ export function sectionKey(phase: string, unit: string | null, id: string): stri
 export function sectionKeyPrefix(phase: string, unit: string | null): string {
   return sectionKey(phase, unit, '');
 }
+/** Per-user limits an operator set (`core/quota.ts`); no client writes it. */
+export const USER_LIMITS = 'userLimits';
+export const userLimitsPath = (uid: string): string => `${USER_LIMITS}/${uid}`;
+/** What counts against a user's limits: written only in the transaction that creates one of their jobs. */
+export const QUOTA_USAGE = 'quotaUsage';
+export const quotaUsagePath = (uid: string): string => `${QUOTA_USAGE}/${uid}`;

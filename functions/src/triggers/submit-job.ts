@@ -3,7 +3,9 @@ import { logger } from 'firebase-functions/logger';
 import { onRequest } from 'firebase-functions/v2/https';
 import { systemClock } from '../core/clock';
 import { createSubmitHandler, type HttpRequest, type HttpResponse } from '../http/submit-handler';
+import { quotaDefaultsFromEnv } from '../config/environment';
 import { JobStore } from '../store/job-store';
+import { SubmitQuota } from '../store/quota-documents';
 import { adminApp, firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
 import { pipelines } from './pipelines';
@@ -16,9 +18,13 @@ function submitHandler(): (request: HttpRequest, response: HttpResponse) => Prom
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
     queue: stepQueue(),
     // Under the emulators FIREBASE_AUTH_EMULATOR_HOST makes this accept the Auth emulator's tokens.
-    verifyToken: async (token) => ({ uid: (await getAuth(adminApp()).verifyIdToken(token)).uid }),
+    verifyToken: async (token) => {
+      const decoded = await getAuth(adminApp()).verifyIdToken(token);
+      return { uid: decoded.uid, signInProvider: decoded.firebase.sign_in_provider };
+    },
     pipelines,
     logger,
+    quota: new SubmitQuota(firestore(), quotaDefaultsFromEnv()),
   });
   return handler;
 }

@@ -1,50 +1,38 @@
 /**
- * The artifact port: where a tool keeps bytes too big for its result (a fetched page's full text),
- * addressed by a reference the result carries, with the hash and size a later reader checks.
- * The in-memory sink serves tests and local runs; a Cloud Storage sink implements the same port.
+ * The artifact port (store/artifact-store.ts) held in memory, for unit tests of the tools: it keeps
+ * and checks content as the Firestore store does (content-addressed, hash and size verified on
+ * read), but only as long as the process. Deployed functions keep artifacts in Firestore.
  */
-import { createHash } from 'node:crypto';
+import { ArtifactUnreadableError, bytesOf, sha256Hex, verifiedContent, type ArtifactRef, type ArtifactStore } from '../../store/artifact-store';
 
-export interface StoredArtifact {
-  /** Opaque to tools; the sink that issued it can resolve it. */
-  readonly ref: string;
-  /** Hex SHA-256 of the bytes. */
-  readonly sha256: string;
-  readonly size: number;
-}
-
-export interface ArtifactSink {
-  put(name: string, bytes: Uint8Array, contentType: string): Promise<StoredArtifact>;
-}
-
-export interface MemoryArtifact extends StoredArtifact {
-  readonly name: string;
-  readonly contentType: string;
+export interface MemoryArtifact extends ArtifactRef {
+  readonly jobId: string;
   readonly bytes: Uint8Array;
 }
 
-export interface MemoryArtifactSink extends ArtifactSink {
-  get(ref: string): MemoryArtifact | undefined;
+export interface MemoryArtifactStore extends ArtifactStore {
   list(): readonly MemoryArtifact[];
 }
 
-export function sha256Hex(bytes: Uint8Array): string {
-  return createHash('sha256').update(bytes).digest('hex');
-}
-
-/** Content-addressed (the ref includes the hash), so storing the same bytes twice keeps one copy. */
-export function createMemoryArtifactSink(): MemoryArtifactSink {
+export function createMemoryArtifactStore(): MemoryArtifactStore {
   const stored = new Map<string, MemoryArtifact>();
+  const keyOf = (jobId: string, sha256: string) => `${jobId}/${sha256}`;
   return {
-    put(name, bytes, contentType) {
-      const sha256 = sha256Hex(bytes);
-      const ref = `memory:${sha256}/${encodeURIComponent(name)}`;
+    put(jobId, content, options) {
       // Copied: the caller may reuse its buffer.
-      const artifact: MemoryArtifact = { ref, sha256, size: bytes.byteLength, name, contentType, bytes: Uint8Array.from(bytes) };
-      stored.set(ref, artifact);
-      return Promise.resolve({ ref, sha256, size: artifact.size });
+      const bytes = Uint8Array.from(bytesOf(content));
+      const ref: ArtifactRef = { sha256: sha256Hex(bytes), size: bytes.byteLength, contentType: options.contentType };
+      const key = keyOf(jobId, ref.sha256);
+      if (stored.has(key)) return Promise.resolve({ ref, written: false });
+      stored.set(key, { ...ref, jobId, bytes });
+      return Promise.resolve({ ref, written: true });
     },
-    get: (ref) => stored.get(ref),
+    get(jobId, ref) {
+      const artifact = stored.get(keyOf(jobId, ref.sha256));
+      if (artifact === undefined) return Promise.reject(new ArtifactUnreadableError('missing', ref.sha256, `no artifact under job ${jobId}`));
+      const verified = verifiedContent(ref, [Buffer.from(artifact.bytes)]);
+      return verified.ok ? Promise.resolve(verified.bytes) : Promise.reject(new ArtifactUnreadableError(verified.fault, ref.sha256, verified.detail));
+    },
     list: () => [...stored.values()],
   };
 }

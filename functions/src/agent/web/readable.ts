@@ -70,10 +70,9 @@ function blockText(root: TextNode): string {
     if (SKIPPED.has(name)) return;
     const block = BLOCKS.has(name);
     if (block) parts.push('\n');
-    for (let index = 0; index < node.childNodes.length; index += 1) {
-      const child = node.childNodes[index];
-      if (child !== undefined) visit(child, preformatted || name === 'PRE');
-    }
+    // Read once: linkedom builds `childNodes` afresh on each access, so indexing it in the loop is quadratic in the siblings.
+    const children = Array.from(node.childNodes);
+    for (const child of children) visit(child, preformatted || name === 'PRE');
     if (block) parts.push('\n');
   };
   visit(root, false);

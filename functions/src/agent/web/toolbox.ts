@@ -1,8 +1,12 @@
 /**
  * The web toolbox: `search` over a configured backend (SearXNG or Tavily) and `fetch_page`, a
  * guarded GET of a URL the model chose, reduced to readable text within a token budget; the full
- * text goes to an artifact. Each result carries, besides its JSON `content`, the `sources` a
- * citation needs (URL, title, passage, fetched-at).
+ * text is kept durably as an artifact of the job (store/artifact-store.ts), and the result says so,
+ * with its size, so a cut is never silent. Each result carries, besides its JSON `content`, the
+ * `sources` a citation needs (URL, title, passage, fetched-at).
+ *
+ * Artifacts belong to a job, so fetch_page runs on a toolbox bound to one (`forJob`); the research
+ * pipeline binds it for each section it runs.
  *
  * The JSON keeps the corpus toolbox's field names where they mean the same thing (`results` with
  * `id`, `title`, `snippet`, `score`; a page's `id`, `title`, `text`), with the URL as the id, so
@@ -12,12 +16,11 @@
  * result the model can read and act on; only the caller's abort (and a failing artifact store)
  * is thrown.
  */
-import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import type { ToolCall, ToolSpec } from '../provider';
 import { toolArguments, toolError, toolParameters, type ToolResult, type Toolbox } from '../tools';
 import type { Clock } from '../../core/clock';
-import type { ArtifactSink } from './artifacts';
+import type { ArtifactRef, ArtifactStore } from '../../store/artifact-store';
 import type { FetchedPage, PageFetcher } from './page-fetcher';
 import { cutToTokens, decodeBody, estimateTokens, readableFromHtml, readableFromText, type ReadablePage } from './readable';
 import { SearchFailedError, type SearchBackend } from './search';
@@ -43,7 +46,9 @@ type Source = NonNullable<ToolResult['sources']>[number];
 export interface WebToolboxOptions {
   readonly search: SearchBackend;
   readonly pages: PageFetcher;
-  readonly artifacts: ArtifactSink;
+  readonly artifacts: ArtifactStore;
+  /** The job whose artifacts fetch_page writes; set by `forJob`. */
+  readonly jobId?: string;
   /** Stamps `fetchedAt` on every source. */
   readonly clock: Clock;
   /** Estimated tokens of page text handed to the model; the full text is kept as an artifact. */
@@ -65,15 +70,27 @@ function specsFor(backend: string, pageTokenBudget: number): readonly ToolSpec[]
   ];
 }
 
-function artifactName(url: string): string {
-  return `page-${createHash('sha256').update(url).digest('hex').slice(0, 16)}.txt`;
+/** A web toolbox, and the same toolbox bound to the job whose artifacts fetch_page writes. */
+export interface WebToolbox extends Toolbox {
+  forJob(jobId: string): WebToolbox;
 }
 
-class WebToolbox implements Toolbox {
+const PAGE_TEXT_TYPE = 'text/plain; charset=utf-8';
+
+/** How a result names an artifact: the store finds it under the job by this hash. */
+export function artifactLabel(ref: Pick<ArtifactRef, 'sha256'>): string {
+  return `sha256:${ref.sha256}`;
+}
+
+class JobWebToolbox implements WebToolbox {
   readonly specs: readonly ToolSpec[];
 
   constructor(private readonly options: WebToolboxOptions) {
     this.specs = specsFor(options.search.name, options.pageTokenBudget);
+  }
+
+  forJob(jobId: string): WebToolbox {
+    return new JobWebToolbox({ ...this.options, jobId });
   }
 
   async execute(call: ToolCall, signal: AbortSignal): Promise<ToolResult> {
@@ -120,10 +137,14 @@ class WebToolbox implements Toolbox {
       return toolError(`${page.url} could not be turned into text: ${error instanceof Error ? error.message : String(error)}`, { url, reason: 'unreadable' });
     }
     const fetchedAt = this.now();
-    const artifact = await this.options.artifacts.put(artifactName(page.url), Buffer.from(readable.text, 'utf8'), 'text/plain; charset=utf-8');
+    const { jobId } = this.options;
+    // A programming error, not the model's: the pipeline binds the toolbox to the job it runs.
+    if (jobId === undefined) throw new Error('fetch_page keeps full texts under a job: call it on a toolbox bound with forJob(jobId)');
+    const { ref } = await this.options.artifacts.put(jobId, readable.text, { contentType: PAGE_TEXT_TYPE });
+    const artifact = { ref: artifactLabel(ref), sha256: ref.sha256, size: ref.size };
     const shown = cutToTokens(readable.text, this.options.pageTokenBudget);
     const title = readable.title || page.url;
-    const notes = notesFor(page, readable, shown.cut, this.options.pageTokenBudget, artifact.ref);
+    const notes = notesFor(page, readable, shown.cut, this.options.pageTokenBudget, artifact);
     const content = {
       id: page.url,
       url: page.url,
@@ -144,14 +165,16 @@ class WebToolbox implements Toolbox {
   }
 }
 
-function notesFor(page: FetchedPage, readable: ReadablePage, tokensCut: boolean, tokenBudget: number, artifactRef: string): string[] {
+function notesFor(page: FetchedPage, readable: ReadablePage, tokensCut: boolean, tokenBudget: number, artifact: { ref: string; size: number }): string[] {
   const notes: string[] = [];
   if (page.truncated) notes.push(`The page is larger than ${page.body.length} bytes; only its first ${page.body.length} bytes were read.`);
-  if (tokensCut) notes.push(`The text was cut to about ${tokenBudget} of its ${estimateTokens(readable.text)} estimated tokens; the full text is kept as artifact ${artifactRef}.`);
+  if (tokensCut) {
+    notes.push(`The text was cut to about ${tokenBudget} of its ${estimateTokens(readable.text)} estimated tokens; the full text (${artifact.size} bytes) is kept as artifact ${artifact.ref}.`);
+  }
   if (readable.text === '') notes.push('The page has no readable text.');
   return notes;
 }
 
-export function createWebToolbox(options: WebToolboxOptions): Toolbox {
-  return new WebToolbox(options);
+export function createWebToolbox(options: WebToolboxOptions): WebToolbox {
+  return new JobWebToolbox(options);
 }

@@ -4,7 +4,9 @@ import { type SectionRecord } from '../../core/pipeline';
 import type { ClaimSession } from '../../store/claim-session';
 import { isAlreadyExists, type EventDraft } from '../../store/job-store';
 import { readSectionTranscriptDocuments, readTranscriptDocuments } from '../../store/checkpoint-reads';
-import { EMPTY_LOG, encodeSave, groupBySection, replaySaves, type SectionLogState } from '../../store/transcript-log';
+import { EMPTY_LOG, encodeSave, groupBySection, loadSaves, offloadLargeContents, type SectionLogState } from '../../store/transcript-log';
+import { artifactStoreOf } from '../../store/artifact-store';
+import type { StoredDocument } from '../../store/checkpoint-reads';
 import { effectLedgerOf } from '../../store/effect-access';
 import { sectionRef, transcriptSaveRef } from '../../store/job-documents';
 import { type DurableWrites } from '../context';
@@ -24,10 +26,13 @@ export const PROGRESS_RESETS_POISON: EventDraft = {
  * Transcripts are append-only logs (store/transcript-log.ts), read once per step when the phase
  * (or unit) has no section recorded yet, so that only sections in flight have any; once some are
  * recorded, each section's log is read on its own, so finished sections' logs are not read again.
+ * A log's offloaded contents (big tool results) are fetched from the job's artifacts only for the
+ * section being loaded.
  */
 export function durableWrites(running: Running, owner: SectionOwner, session: ClaimSession, phase: string, unit: string | null, resumed: boolean): DurableWrites {
   const { store } = running.deps;
   const { jobId } = owner.claim;
+  const artifacts = artifactStoreOf(store);
   let poisonCountToReset = running.staleReclaimsAtClaim > 0;
   const stopOnLoss = async <T>(write: Promise<T>): Promise<T> => {
     try {
@@ -86,10 +91,10 @@ export function durableWrites(running: Running, owner: SectionOwner, session: Cl
   };
   type LoadedLog = { transcript: unknown; state: SectionLogState };
   /** Every log of this phase (and unit), by section ID: one query, made only for a step with nothing recorded yet. */
-  let stepLogs: Promise<Map<string, LoadedLog>> | null = null;
-  const readStepLogs = (): Promise<Map<string, LoadedLog>> => {
+  let stepLogs: Promise<Map<string, StoredDocument[]>> | null = null;
+  const readStepLogs = (): Promise<Map<string, StoredDocument[]>> => {
     stepLogs ??= readTranscriptDocuments(store, jobId, phase, unit).then(
-      (documents) => new Map([...groupBySection(documents)].map(([id, saves]) => [id, replaySaves(saves)])),
+      (documents) => groupBySection(documents),
       (error: unknown) => {
         stepLogs = null;
         throw error;
@@ -98,9 +103,9 @@ export function durableWrites(running: Running, owner: SectionOwner, session: Cl
     return stepLogs;
   };
   const readLog = async (sectionId: string): Promise<LoadedLog> => {
-    if (!resumed) return (await readStepLogs()).get(sectionId) ?? { transcript: null, state: EMPTY_LOG };
-    const documents = await readSectionTranscriptDocuments(store, jobId, phase, unit, sectionId);
-    return replaySaves(groupBySection(documents).get(sectionId) ?? []);
+    const saves = resumed ? groupBySection(await readSectionTranscriptDocuments(store, jobId, phase, unit, sectionId)).get(sectionId) : (await readStepLogs()).get(sectionId);
+    if (saves === undefined) return { transcript: null, state: EMPTY_LOG };
+    return loadSaves(saves, artifacts, jobId);
   };
   /** Where each section's log stands, as this holder last read or wrote it: the next save appends to it. */
   const logStates = new Map<string, SectionLogState>();
@@ -113,14 +118,17 @@ export function durableWrites(running: Running, owner: SectionOwner, session: Cl
     },
     saveTranscript: async (sectionId, transcript) => {
       const previous = logStates.get(sectionId) ?? (await readLog(sectionId)).state;
-      let next: SectionLogState = previous;
+      // Built once from the state before this save: a retried commit writes the same save.
+      const encoded = encodeSave(previous, transcript);
+      // Big contents go to the job's artifacts before the conditioned commit, outside it. That is
+      // safe: artifacts are content-addressed (a second put of the same bytes writes nothing), so
+      // if this commit then fails or the claim is lost, what was put is an orphan no save refers
+      // to, harmless, and a retry puts the same bytes under the same name.
+      const document = await offloadLargeContents(encoded.document, artifacts, jobId);
       await stopOnLoss(
         session.commit(`transcript ${sectionId}`, (batch) => {
-          // Built from the state before this save each time the session builds the commit: a retried commit writes the same save.
-          const encoded = encodeSave(previous, transcript);
-          next = encoded.next;
           batch.set(transcriptSaveRef(store, jobId, phase, unit, sectionId, encoded.next.save), {
-            ...encoded.document,
+            ...document,
             phase,
             unit,
             id: sectionId,
@@ -129,7 +137,7 @@ export function durableWrites(running: Running, owner: SectionOwner, session: Cl
           });
         }),
       );
-      logStates.set(sectionId, next);
+      logStates.set(sectionId, encoded.next);
     },
     effects: effectLedgerOf(store, {
       jobId: owner.claim.jobId,

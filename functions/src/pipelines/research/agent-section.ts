@@ -147,7 +147,7 @@ export async function runAgentSection<TInput>(
   try {
     const outcome = await runSection(spec, {
       provider: deps.provider,
-      toolbox: deps.toolbox,
+      toolbox: deps.toolbox.forJob?.(context.jobId) ?? deps.toolbox,
       signal: context.signal,
       random: context.random,
       remainingMs: () => context.remainingMs(),

@@ -1,24 +1,71 @@
 /**
- * The scripted research agent behind the offline provider. Not a language model: it searches the
- * corpus with keywords from the section prompt, reads the best documents, and answers with
- * sentences copied from what it read, citing each document as a model is asked to: by the number
- * the citation key under the read result gives it (`[n]`). Like a model, it sees only message text;
- * a transcript without keys gets the documents named in a closing "Sources:" line instead.
+ * The scripted research agent behind the offline provider. Not a language model: it searches with
+ * keywords from the section prompt, reads the best hits, and answers with sentences copied from
+ * what it read, citing each source as a model is asked to: by the number the citation key under
+ * the result gives it (`[n]`). Like a model, it sees only message text; a transcript without keys
+ * gets the sources named in a closing "Sources:" line instead.
+ *
+ * It uses the tools it is offered: with the corpus tools it reads documents with `read`; with the
+ * web tools (`search` and `fetch_page`, no `read`) it fetches the hits' URLs with `fetch_page`, so
+ * offline runs against a local search server exercise the same path a real model takes.
  *
  * `nextAgentTurn` is a pure function of (seed, transcript, offered tools). It derives its state
  * from the transcript alone (which planned searches were answered, which documents were read),
  * so it continues correctly from any sound transcript, in any process: after a crash whose
  * transcript ends with tool results it goes on from there and never repeats an answered search.
  */
+import { z } from 'zod';
 import type { ChatMessage, ToolCall, ToolSpec } from '../../agent/provider';
 import { ProviderRequestError } from '../../agent/provider';
-import { splitCitationKey } from '../../agent/transcript';
+import { splitCitationKey, urlForText } from '../../agent/transcript';
+import { FETCH_PAGE_TOOL } from '../../agent/web/toolbox';
 import { corpusDocumentUrl } from './corpus';
 import { READ_TOOL, SEARCH_TOOL, groupCallId, readResultSchema, searchResultSchema } from './toolbox';
 import { countWords, digest, distinctTerms, splitParagraphs, splitSentences, unitInterval } from './text';
 
 /** The honest one-line note every final answer starts with. */
 export const OFFLINE_NOTE = 'Offline simulator: extractive notes from the bundled corpus, not a language model.';
+/** The same note when the sources were web pages fetched with `fetch_page`. */
+export const OFFLINE_WEB_NOTE = 'Offline simulator: extractive notes from the web pages it fetched, not a language model.';
+
+/** How the agent reads what search found, and how it says so: one per toolbox it can work with. */
+interface Reader {
+  readonly tool: string;
+  readonly note: string;
+  readonly searching: string;
+  readonly nothingFound: string;
+  reading(targets: readonly string[]): string;
+  /** The call that reads one hit (a corpus document id, or a page URL). */
+  argumentsFor(target: string): Record<string, unknown>;
+  /** Only whole sentences of some length: the text of a web page also has headings, captions and menus. */
+  readonly wholeSentencesOnly: boolean;
+}
+
+const CORPUS_READER: Reader = {
+  tool: READ_TOOL,
+  note: OFFLINE_NOTE,
+  searching: 'searching the bundled corpus for',
+  nothingFound: 'The bundled corpus has no document that matches this prompt, so there is nothing to report from it.',
+  reading: (ids) => `Offline simulator: reading ${ids.join(', ')}.`,
+  argumentsFor: (id) => ({ id }),
+  wholeSentencesOnly: false,
+};
+
+const WEB_READER: Reader = {
+  tool: FETCH_PAGE_TOOL,
+  note: OFFLINE_WEB_NOTE,
+  searching: 'searching the web for',
+  nothingFound: 'No page it could fetch matches this prompt, so there is nothing to report from the web.',
+  reading: (urls) => `Offline simulator: fetching ${urls.join(', ')}.`,
+  argumentsFor: (url) => ({ url }),
+  wholeSentencesOnly: true,
+};
+
+/** What a fetch_page result shows, as far as the agent reads it (web/toolbox.ts writes more). */
+const fetchedPageSchema = z.object({ url: z.string(), title: z.string(), text: z.string() });
+/** A sentence a page's text offers that reads as one: ends like a sentence, five words or more. */
+const WHOLE_SENTENCE = /[.!?]["')\]]?$/;
+const MIN_SENTENCE_WORDS = 5;
 
 export const DEFAULT_TARGET_WORDS = 150;
 /** Assistant turns after the prompt beyond which the agent answers with what it has. */
@@ -181,6 +228,18 @@ function progressOf(after: readonly ChatMessage[]): Progress {
         const citation = entries.find((entry) => entry.url === corpusDocumentUrl(result.data.id))?.number;
         reads.push(citation === undefined ? result.data : { ...result.data, citation });
       }
+    } else if (name === FETCH_PAGE_TOOL) {
+      const url = stringArgument(call, 'url');
+      if (url !== undefined) attemptedReads.add(url.trim());
+      const { body, entries } = splitCitationKey(message.content);
+      const result = fetchedPageSchema.safeParse(parseJson(body));
+      if (result.success && !reads.some((read) => read.id === result.data.url)) {
+        // After a redirect the page's URL differs from the hit's; neither is fetched again.
+        attemptedReads.add(result.data.url);
+        const page = { id: result.data.url, title: result.data.title, text: result.data.text };
+        const citation = entries.find((entry) => entry.url === urlForText(result.data.url))?.number;
+        reads.push(citation === undefined ? page : { ...page, citation });
+      }
     }
   }
   const ranking = [...scores.entries()]
@@ -202,15 +261,19 @@ interface Candidate {
  * The final answer: the note, then one paragraph of copied sentences per source that contributed,
  * each ending with the source's citation; a source without a number is named in a "Sources:" line.
  */
-export function composeAnswer(seed: number, plan: Pick<Plan, 'prompt' | 'terms' | 'targetWords'>, reads: readonly ReadDocument[]): string {
-  if (reads.length === 0) {
-    return `${OFFLINE_NOTE}\n\nThe bundled corpus has no document that matches this prompt, so there is nothing to report from it.`;
-  }
+export function composeAnswer(
+  seed: number,
+  plan: Pick<Plan, 'prompt' | 'terms' | 'targetWords'>,
+  reads: readonly ReadDocument[],
+  reader: Pick<Reader, 'note' | 'nothingFound' | 'wholeSentencesOnly'> = CORPUS_READER,
+): string {
+  if (reads.length === 0) return `${reader.note}\n\n${reader.nothingFound}`;
   const terms = new Set(plan.terms);
   const candidates: Candidate[] = [];
   reads.forEach((read, source) => {
     splitParagraphs(read.text)
       .flatMap(splitSentences)
+      .filter((sentence) => !reader.wholeSentencesOnly || (WHOLE_SENTENCE.test(sentence) && countWords(sentence) >= MIN_SENTENCE_WORDS))
       .forEach((sentence, position) => {
         const score = distinctTerms(sentence).filter((term) => terms.has(term)).length;
         const tieBreak = unitInterval(seed, 'sentence', plan.prompt, read.id, position);
@@ -242,7 +305,7 @@ export function composeAnswer(seed: number, plan: Pick<Plan, 'prompt' | 'terms' 
     if (read.citation === undefined) uncited.push(read.title);
     paragraphs.push(read.citation === undefined ? sentences.join(' ') : `${sentences.join(' ')} [${read.citation}]`);
   });
-  return [OFFLINE_NOTE, ...paragraphs, ...(uncited.length > 0 ? [`Sources: ${uncited.join('; ')}.`] : [])].join('\n\n');
+  return [reader.note, ...paragraphs, ...(uncited.length > 0 ? [`Sources: ${uncited.join('; ')}.`] : [])].join('\n\n');
 }
 
 function toolCallsFor(seed: number, messages: readonly ChatMessage[], prompt: string, calls: readonly { name: string; arguments: Record<string, unknown> }[]): ToolCall[] {
@@ -264,7 +327,9 @@ export function nextAgentTurn(seed: number, messages: readonly ChatMessage[], to
   const plan = planFor(seed, splitCitationKey(promptMessage.content).body);
   const progress = progressOf(messages.slice(promptIndex + 1));
   const canSearch = tools.some((tool) => tool.name === SEARCH_TOOL);
-  const canRead = tools.some((tool) => tool.name === READ_TOOL);
+  const offered = new Set(tools.map((tool) => tool.name));
+  // The corpus tools when offered (as before); otherwise the web's fetch_page, if it is there.
+  const reader = offered.has(READ_TOOL) ? CORPUS_READER : offered.has(FETCH_PAGE_TOOL) ? WEB_READER : null;
 
   if (progress.assistantTurns < MAX_AGENT_TURNS) {
     const pendingQueries =
@@ -272,7 +337,7 @@ export function nextAgentTurn(seed: number, messages: readonly ChatMessage[], to
     if (canSearch && pendingQueries.length > 0) {
       const queries = plan.groupSearches ? pendingQueries : pendingQueries.slice(0, 1);
       return {
-        content: `Offline simulator: searching the bundled corpus for ${queries.map((query) => `"${query}"`).join(' and ')}.`,
+        content: `Offline simulator: ${(reader ?? CORPUS_READER).searching} ${queries.map((query) => `"${query}"`).join(' and ')}.`,
         toolCalls: toolCallsFor(
           seed,
           messages,
@@ -282,24 +347,24 @@ export function nextAgentTurn(seed: number, messages: readonly ChatMessage[], to
       };
     }
     const needed = plan.readCount - progress.reads.length;
-    if (canRead && needed > 0 && progress.attemptedReads.size < plan.readCount + 2) {
-      const unread = progress.ranking.filter((id) => !progress.attemptedReads.has(id)).slice(0, needed);
-      const ids = plan.groupReads ? unread : unread.slice(0, 1);
-      if (ids.length > 0) {
+    if (reader !== null && needed > 0 && progress.attemptedReads.size < plan.readCount + 2) {
+      const unread = progress.ranking.filter((target) => !progress.attemptedReads.has(target)).slice(0, needed);
+      const targets = plan.groupReads ? unread : unread.slice(0, 1);
+      if (targets.length > 0) {
         return {
-          content: `Offline simulator: reading ${ids.join(', ')}.`,
+          content: reader.reading(targets),
           toolCalls: toolCallsFor(
             seed,
             messages,
             plan.prompt,
-            ids.map((id) => ({ name: READ_TOOL, arguments: { id } })),
+            targets.map((target) => ({ name: reader.tool, arguments: reader.argumentsFor(target) })),
           ),
         };
       }
     }
   }
-  if (progress.reads.length === 0 && !canSearch && !canRead) {
+  if (progress.reads.length === 0 && !canSearch && reader === null) {
     return { content: `${OFFLINE_NOTE}\n\nNo ${SEARCH_TOOL} or ${READ_TOOL} tool was offered with this request, so nothing was read.`, toolCalls: [] };
   }
-  return { content: composeAnswer(seed, plan, progress.reads), toolCalls: [] };
+  return { content: composeAnswer(seed, plan, progress.reads, reader ?? CORPUS_READER), toolCalls: [] };
 }

@@ -20,7 +20,7 @@ export {
   type CorpusToolboxOptions,
   type CorpusToolboxStats,
 } from './toolbox';
-export { OFFLINE_NOTE, nextAgentTurn, type AgentTurn } from './agent';
+export { OFFLINE_NOTE, OFFLINE_WEB_NOTE, nextAgentTurn, type AgentTurn } from './agent';
 export {
   createOfflineProvider,
   estimateRequestTokens,

@@ -1,0 +1,135 @@
+/**
+ * Limits per user at submit: how many of a user's jobs may be in flight at once, and how many
+ * submissions they may make in a sliding minute. Pure: the store reads the user's usage record,
+ * the operator's override and the statuses of the jobs the record lists, and this decides.
+ *
+ * A job holds its slot until it ends (completed, failed or cancelled). A quarantined or waiting
+ * job still holds one: it may run again. Slots are given back lazily, at the user's next submit,
+ * by reading the listed jobs' statuses, so the engine changes nothing when a job ends and a worker
+ * that dies leaks no slot.
+ *
+ * The operator's document has room for a daily model spend cap (`spendUsdPerDay`); nothing
+ * enforces it yet, because spend is recorded per job (`cost.spentUsd`), not per user and day.
+ */
+import { z } from 'zod';
+import type { JobStatus } from './job';
+
+export const QUOTA_LIMITS = ['jobs_in_flight', 'submits_per_minute'] as const;
+/** Which limit refused a submission: the machine-readable `limit` of a 429 answer. */
+export type QuotaLimit = (typeof QUOTA_LIMITS)[number];
+
+export interface UserLimits {
+  readonly jobsInFlight: number;
+  readonly submitsPerMinute: number;
+}
+
+/** The limits of a user the operator has not given limits of their own, by kind of account. */
+export interface QuotaDefaults {
+  readonly signedIn: UserLimits;
+  /** Firebase anonymous accounts (`sign_in_provider` "anonymous"): anyone can make one, so lower. */
+  readonly anonymous: UserLimits;
+}
+
+export const DEFAULT_QUOTA_DEFAULTS: QuotaDefaults = {
+  signedIn: { jobsInFlight: 3, submitsPerMinute: 10 },
+  anonymous: { jobsInFlight: 1, submitsPerMinute: 3 },
+};
+
+/**
+ * Every listed job's status is read in the submit transaction, so the in-flight limit bounds
+ * those reads; each submission in the window is one timestamp in the usage document, and each
+ * accepted one is a write to it (Firestore sustains about one write a second per document).
+ */
+export const MAX_JOBS_IN_FLIGHT = 100;
+export const MAX_SUBMITS_PER_MINUTE = 600;
+
+export const SUBMIT_WINDOW_MS = 60_000;
+/** When a slot frees is unknown (a job runs for minutes): a client that honours Retry-After checks back this often. */
+export const IN_FLIGHT_RETRY_AFTER_SECONDS = 30;
+
+/** Statuses a job never leaves: such a job holds no slot. Quarantined is not one (an operator may release it). */
+export const ENDED_STATUSES: ReadonlySet<JobStatus> = new Set(['completed', 'failed', 'cancelled']);
+
+const jobsInFlight = z.int().min(0).max(MAX_JOBS_IN_FLIGHT);
+const submitsPerMinute = z.int().min(0).max(MAX_SUBMITS_PER_MINUTE);
+
+/**
+ * `userLimits/{uid}`, written by operators only: each limit it names replaces the default for that
+ * user; a limit it leaves out keeps the default. Unknown fields are kept and ignored, so a later
+ * field does not break this reader and an operator's change does not drop it.
+ */
+export const userLimitsOverrideSchema = z.looseObject({
+  jobsInFlight: jobsInFlight.optional(),
+  submitsPerMinute: submitsPerMinute.optional(),
+  /** Reserved for the daily spend cap; not enforced yet (see the module comment). */
+  spendUsdPerDay: z.number().min(0).optional(),
+  updatedAtMs: z.number().optional(),
+});
+export type UserLimitsOverride = z.infer<typeof userLimitsOverrideSchema>;
+
+export const userLimitsSchema = z.strictObject({ jobsInFlight, submitsPerMinute });
+
+/**
+ * `quotaUsage/{uid}`, written only in the transaction that creates one of the user's jobs: the
+ * jobs that may still hold a slot, and when the submissions of the last minute were accepted.
+ */
+export const quotaUsageSchema = z.object({
+  inFlightJobIds: z.array(z.string()),
+  recentSubmitsAtMs: z.array(z.number()),
+  updatedAtMs: z.number(),
+});
+export type QuotaUsage = z.infer<typeof quotaUsageSchema>;
+
+export const EMPTY_QUOTA_USAGE: QuotaUsage = { inFlightJobIds: [], recentSubmitsAtMs: [], updatedAtMs: 0 };
+
+export function limitsFor(defaults: QuotaDefaults, anonymous: boolean, override: UserLimitsOverride | null): UserLimits {
+  const base = anonymous ? defaults.anonymous : defaults.signedIn;
+  return {
+    jobsInFlight: override?.jobsInFlight ?? base.jobsInFlight,
+    submitsPerMinute: override?.submitsPerMinute ?? base.submitsPerMinute,
+  };
+}
+
+export interface QuotaRefusal {
+  readonly limit: QuotaLimit;
+  /** The limit that was reached. */
+  readonly allowed: number;
+  readonly retryAfterSeconds: number;
+  /** A sentence for the person: which limit, and when to try again. */
+  readonly message: string;
+}
+
+export type Admission = { readonly admitted: true; readonly usage: QuotaUsage } | { readonly admitted: false; readonly refusal: QuotaRefusal };
+
+const plural = (count: number, one: string, many: string): string => `${count} ${count === 1 ? one : many}`;
+
+/**
+ * Whether the user may submit `jobId` now. `endedJobIds` are the listed jobs found ended (or
+ * gone); they are dropped from the record. An admission returns the record to write with the job.
+ */
+export function decideAdmission(usage: QuotaUsage, endedJobIds: ReadonlySet<string>, limits: UserLimits, jobId: string, nowMs: number): Admission {
+  const inFlight = usage.inFlightJobIds.filter((id) => !endedJobIds.has(id));
+  const windowStartMs = nowMs - SUBMIT_WINDOW_MS;
+  const recent = usage.recentSubmitsAtMs.filter((atMs) => atMs > windowStartMs).sort((a, b) => a - b);
+
+  if (inFlight.length >= limits.jobsInFlight) {
+    const allowed = limits.jobsInFlight;
+    const message =
+      allowed === 0
+        ? 'This account may not run jobs at the moment (its limit of jobs in progress is 0); ask an operator to raise it.'
+        : `You have ${plural(inFlight.length, 'job', 'jobs')} in progress, the most allowed at once; try again when one finishes.`;
+    return { admitted: false, refusal: { limit: 'jobs_in_flight', allowed, retryAfterSeconds: IN_FLIGHT_RETRY_AFTER_SECONDS, message } };
+  }
+  const oldest = recent[0];
+  if (recent.length >= limits.submitsPerMinute) {
+    const allowed = limits.submitsPerMinute;
+    // The oldest submission leaves the window first; at least one second, as Retry-After counts whole seconds.
+    const retryAfterSeconds = oldest === undefined ? IN_FLIGHT_RETRY_AFTER_SECONDS : Math.max(1, Math.ceil((oldest + SUBMIT_WINDOW_MS - nowMs) / 1000));
+    const message =
+      allowed === 0
+        ? 'This account may not submit jobs at the moment (its limit of submissions per minute is 0); ask an operator to raise it.'
+        : `You have submitted ${plural(recent.length, 'job', 'jobs')} in the last minute, the most allowed; try again in ${plural(retryAfterSeconds, 'second', 'seconds')}.`;
+    return { admitted: false, refusal: { limit: 'submits_per_minute', allowed, retryAfterSeconds, message } };
+  }
+  return { admitted: true, usage: { inFlightJobIds: [...inFlight, jobId], recentSubmitsAtMs: [...recent, nowMs], updatedAtMs: nowMs } };
+}

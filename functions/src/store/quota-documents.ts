@@ -1,0 +1,151 @@
+/**
+ * The Firestore side of the limits per user (`core/quota.ts` decides): `quotaUsage/{uid}`, read
+ * and written in the transaction that creates the user's job, and `userLimits/{uid}`, the
+ * operator's override. Both documents are written by the functions and the operator's tools only;
+ * the security rules let a user read their own.
+ *
+ * Concurrent submits of one user contend on their usage document, so the transactions run one
+ * after another and a limit of 3 accepts exactly 3 of 10 parallel submits. Submits of different
+ * users never contend.
+ */
+import type { DocumentSnapshot, Firestore, Transaction } from 'firebase-admin/firestore';
+import { PhaselineError } from '../core/errors';
+import { decodeJob } from './codec';
+import {
+  decideAdmission,
+  type Admission,
+  EMPTY_QUOTA_USAGE,
+  ENDED_STATUSES,
+  limitsFor,
+  quotaUsageSchema,
+  userLimitsOverrideSchema,
+  type QuotaDefaults,
+  type QuotaRefusal,
+  type QuotaUsage,
+  type UserLimits,
+  type UserLimitsOverride,
+} from '../core/quota';
+import { jobPath, quotaUsagePath, userLimitsPath } from './paths';
+
+/** Who is submitting, as the ID token says. */
+export interface Submitter {
+  readonly uid: string;
+  readonly anonymous: boolean;
+}
+
+/**
+ * Runs inside the transaction that creates a job, after the job is known to be new: reads what it
+ * needs, then refuses (the transaction writes nothing) or records the job and returns null.
+ */
+export type JobAdmission = (tx: Transaction, jobId: string, nowMs: number) => Promise<QuotaRefusal | null>;
+
+function corrupt(path: string, error: unknown): PhaselineError {
+  return new PhaselineError('internal', false, `${path} is malformed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+}
+
+function decodeOverride(snapshot: DocumentSnapshot): UserLimitsOverride | null {
+  if (!snapshot.exists) return null;
+  const parsed = userLimitsOverrideSchema.safeParse(snapshot.data());
+  if (!parsed.success) throw corrupt(snapshot.ref.path, parsed.error);
+  return parsed.data;
+}
+
+function decodeUsage(snapshot: DocumentSnapshot): QuotaUsage {
+  if (!snapshot.exists) return EMPTY_QUOTA_USAGE;
+  const parsed = quotaUsageSchema.safeParse(snapshot.data());
+  if (!parsed.success) throw corrupt(snapshot.ref.path, parsed.error);
+  return parsed.data;
+}
+
+export class SubmitQuota {
+  constructor(
+    private readonly db: Firestore,
+    private readonly defaults: QuotaDefaults,
+  ) {}
+
+  /**
+   * The admission check of one submitter's job, for JobStore.createJob. A refusal is decided from
+   * plain reads, so a user already at a limit does not contend on their usage document: usage only
+   * grows until its jobs end or its submits age, so what an older read shows as full is still full.
+   * An admission is decided again from the transaction's own read of the usage document.
+   */
+  admission(submitter: Submitter): JobAdmission {
+    const usageRef = this.db.doc(quotaUsagePath(submitter.uid));
+    const limitsRef = this.db.doc(userLimitsPath(submitter.uid));
+    return async (tx, jobId, nowMs) => {
+      const ended = new Set<string>();
+      const [seenUsage, seenOverride] = await this.db.getAll(usageRef, limitsRef);
+      const early = await this.decide(seenUsage, seenOverride, ended, submitter, jobId, nowMs);
+      if (!early.admitted) return early.refusal;
+
+      const [usageSnapshot, overrideSnapshot] = await tx.getAll(usageRef, limitsRef);
+      const admission = await this.decide(usageSnapshot, overrideSnapshot, ended, submitter, jobId, nowMs);
+      if (!admission.admitted) return admission.refusal;
+      tx.set(usageRef, admission.usage);
+      return null;
+    };
+  }
+
+  /** Decides from the two documents; `ended` collects the listed jobs found ended, so a second decision reads only the others. */
+  private async decide(usageSnapshot: DocumentSnapshot | undefined, overrideSnapshot: DocumentSnapshot | undefined, ended: Set<string>, submitter: Submitter, jobId: string, nowMs: number): Promise<Admission> {
+    if (!usageSnapshot || !overrideSnapshot) throw new Error('getAll returned fewer snapshots than references');
+    const usage = decodeUsage(usageSnapshot);
+    const limits = limitsFor(this.defaults, submitter.anonymous, decodeOverride(overrideSnapshot));
+    for (const id of await this.endedJobs(usage.inFlightJobIds.filter((listed) => !ended.has(listed)))) ended.add(id);
+    return decideAdmission(usage, ended, limits, jobId, nowMs);
+  }
+
+  /**
+   * The listed jobs that ended or are gone. A plain read, not the transaction's: an ended status is
+   * final, so a stale read can only count a job as still in flight (never free a slot early), and
+   * transactional reads would lock the user's running jobs against their own workers' commits.
+   */
+  private async endedJobs(jobIds: readonly string[]): Promise<ReadonlySet<string>> {
+    if (jobIds.length === 0) return new Set();
+    const snapshots = await this.db.getAll(...jobIds.map((id) => this.db.doc(jobPath(id))));
+    const ended = new Set<string>();
+    for (const snapshot of snapshots) {
+      if (!snapshot.exists || ENDED_STATUSES.has(decodeJob(snapshot.id, snapshot.data()).status)) ended.add(snapshot.id);
+    }
+    return ended;
+  }
+}
+
+/** What an operator sees and sets: the override as stored (null: none) and the limits in force for each kind of account. */
+export interface UserLimitsView {
+  readonly override: UserLimitsOverride | null;
+  readonly signedIn: UserLimits;
+  readonly anonymous: UserLimits;
+}
+
+export async function readUserLimits(db: Firestore, defaults: QuotaDefaults, uid: string): Promise<UserLimitsView> {
+  const override = decodeOverride(await db.doc(userLimitsPath(uid)).get());
+  return { override, signedIn: limitsFor(defaults, false, override), anonymous: limitsFor(defaults, true, override) };
+}
+
+/**
+ * Sets (a number) or clears (null) each named limit of the user's override; limits not named keep
+ * their value. Validated before it is written, so a submit never meets a malformed override.
+ */
+export async function setUserLimits(
+  db: Firestore,
+  uid: string,
+  change: { readonly [K in keyof UserLimits]?: number | null },
+  nowMs: number,
+): Promise<UserLimitsOverride | null> {
+  const ref = db.doc(userLimitsPath(uid));
+  return db.runTransaction(async (tx) => {
+    const current = decodeOverride(await tx.get(ref)) ?? {};
+    // A null in the change clears that limit; the update time is written afresh.
+    const merged: Record<string, unknown> = { ...current, ...change };
+    const next = Object.fromEntries(Object.entries(merged).filter(([name, value]) => name !== 'updatedAtMs' && value !== null));
+    if (Object.keys(next).length === 0) {
+      tx.delete(ref);
+      return null;
+    }
+    const parsed = userLimitsOverrideSchema.safeParse({ ...next, updatedAtMs: nowMs });
+    if (!parsed.success) throw new PhaselineError('invalid_input', false, `Invalid limits for ${uid}: ${parsed.error.issues.map((issue) => `${issue.path.join('.')} ${issue.message}`).join('; ')}`);
+    tx.set(ref, parsed.data);
+    return parsed.data;
+  });
+}

@@ -1,0 +1,116 @@
+/**
+ * Retention on Firestore: which documents expire, and the reads and writes that stamp them.
+ *
+ * A document expires through its `expireAt` timestamp: firestore.indexes.json declares a TTL policy
+ * on that field for every collection group listed here, and Firestore deletes a document some time
+ * after its `expireAt` has passed (typically within a day; the emulator never does). The job
+ * document, its published answer, sections, checkpoints, units, claims and the effect ledger have
+ * no such policy and stay.
+ */
+import { FieldPath, Timestamp, type DocumentReference, type QueryDocumentSnapshot } from 'firebase-admin/firestore';
+import type { JobRecord, RetentionStamping } from '../core/job';
+import { decodeJob } from './codec';
+import type { JobStore, JobVersion } from './job-store';
+import { isFailedPrecondition } from './firestore-errors';
+import { REJECTED_TASKS } from './paths';
+
+/** The field every TTL policy of this project reads. */
+export const EXPIRE_AT = 'expireAt';
+
+/**
+ * A job's subcollections that expire once it has ended, in the order the sweeper stamps them.
+ * `artifacts` and `artifactChunks` are direct subcollections of the job (pages a research step
+ * kept); a job without them simply has nothing there to stamp.
+ */
+export const EXPIRING_JOB_COLLECTIONS = ['transcripts', 'events', 'drafts', 'artifacts', 'artifactChunks'] as const;
+export type ExpiringJobCollection = (typeof EXPIRING_JOB_COLLECTIONS)[number];
+
+/** Every collection group with a TTL policy on `expireAt`: the job's expiring children and the rejected tasks. */
+export const EXPIRING_COLLECTION_GROUPS: readonly string[] = [...EXPIRING_JOB_COLLECTIONS, REJECTED_TASKS];
+
+/** A Firestore batch holds at most 500 writes: one page of stamps is one batch. */
+export const MAX_STAMPS_PER_BATCH = 500;
+
+/** Where a stamping pass stands inside a job: the collection, and the last document ID done in it (null: from its start). */
+export interface StampingPosition {
+  readonly collection: ExpiringJobCollection;
+  readonly afterId: string | null;
+}
+
+/** The stored cursor (`collection/docId`) as a position; an unknown or absent one starts at the beginning. */
+export function parseStampingCursor(cursor: string | null): StampingPosition {
+  const first: StampingPosition = { collection: EXPIRING_JOB_COLLECTIONS[0], afterId: null };
+  if (cursor === null) return first;
+  const slash = cursor.indexOf('/');
+  const collection = EXPIRING_JOB_COLLECTIONS.find((name) => name === cursor.slice(0, slash));
+  const afterId = cursor.slice(slash + 1);
+  return collection === undefined ? first : { collection, afterId: afterId === '' ? null : afterId };
+}
+
+export function stampingCursor(position: StampingPosition): string | null {
+  return position.afterId === null && position.collection === EXPIRING_JOB_COLLECTIONS[0] ? null : `${position.collection}/${position.afterId ?? ''}`;
+}
+
+/** The job as a stamping pass reads it: the record and the version its last commit must be conditioned on. */
+export interface StampingJob {
+  readonly job: JobRecord;
+  readonly version: JobVersion;
+}
+
+export async function readStampingJob(store: JobStore, jobId: string): Promise<StampingJob | null> {
+  const snapshot = await store.jobRef(jobId).get();
+  if (!snapshot.exists) return null;
+  return { job: decodeJob(jobId, snapshot.data()), version: { ref: snapshot.ref, updateTime: snapshot.updateTime } };
+}
+
+export interface StampedPage {
+  /** Documents read on this page. */
+  readonly read: number;
+  /** Documents that needed `expireAt` (absent or different) and got it. */
+  readonly stamped: number;
+  /** Where the next page starts; null when this collection is done. */
+  readonly lastId: string | null;
+}
+
+/**
+ * Reads up to `limit` documents of one expiring subcollection after `afterId` (document ID order,
+ * which every collection serves without a composite index), reading only their `expireAt`, and
+ * stamps in one batch those that do not carry `expireAtMs` yet. A batch that fails writes nothing.
+ */
+export async function stampPage(store: JobStore, jobId: string, position: StampingPosition, limit: number, expireAtMs: number): Promise<StampedPage> {
+  const size = Math.max(1, Math.min(MAX_STAMPS_PER_BATCH, Math.floor(limit)));
+  let query = store.jobRef(jobId).collection(position.collection).orderBy(FieldPath.documentId()).select(EXPIRE_AT);
+  if (position.afterId !== null) query = query.startAfter(position.afterId);
+  const docs: QueryDocumentSnapshot[] = (await query.limit(size).get()).docs;
+  const expireAt = Timestamp.fromMillis(expireAtMs);
+  const due: DocumentReference[] = docs.filter((doc) => !isTimestamp(doc.get(EXPIRE_AT), expireAt)).map((doc) => doc.ref);
+  if (due.length > 0) {
+    const batch = store.db.batch();
+    // `update`, not a merge: a document deleted since the read fails the batch instead of coming back as a stub.
+    for (const ref of due) batch.update(ref, { [EXPIRE_AT]: expireAt });
+    await batch.commit();
+  }
+  return { read: docs.length, stamped: due.length, lastId: docs.length < size ? null : (docs.at(-1)?.id ?? null) };
+}
+
+function isTimestamp(value: unknown, expected: Timestamp): boolean {
+  return value instanceof Timestamp && value.isEqual(expected);
+}
+
+/**
+ * Records where the job's stamping stands (`retention` set) or that it is done (`retention`
+ * null): one commit conditioned on the job's update time as read when the pass began. False when
+ * the job changed since: the pass is then left for the next sweep, which starts again from the
+ * stored cursor (stamping is idempotent, so nothing is lost, only some reads repeated).
+ */
+export async function saveStamping(store: JobStore, stamping: StampingJob, retention: RetentionStamping | null): Promise<boolean> {
+  const batch = store.db.batch();
+  store.commitJob(batch, stamping.version, stamping.job, { ...stamping.job, retention }, []);
+  try {
+    await batch.commit();
+    return true;
+  } catch (error) {
+    if (isFailedPrecondition(error)) return false;
+    throw error;
+  }
+}
