@@ -181,10 +181,16 @@ describe('jobs in flight', () => {
     expect((await submit({ text: 'and no more' })).statusCode).toBe(429);
   });
 
-  test.each<JobStatus>(['running', 'waiting', 'quarantined', 'queued'])('a %s job keeps its slot', async (status) => {
+  test.each<JobStatus>(['running', 'waiting', 'queued'])('a %s job keeps its slot', async (status) => {
     const [first] = await submitMany(3);
     await setStatus(first?.taskId ?? '', status);
     expect((await submit({ text: 'still full' })).statusCode).toBe(429);
+  });
+
+  test('a quarantined job gives its slot back: it runs no more by itself and its owner cannot cancel it', async () => {
+    const [first] = await submitMany(3);
+    await setStatus(first?.taskId ?? '', 'quarantined');
+    expect((await submit({ text: 'after a quarantine' })).statusCode).toBe(202);
   });
 
   test('a listed job that no longer exists holds no slot', async () => {

@@ -160,3 +160,21 @@ describe('transcript offload', () => {
     expect(replaySaves([save!]).transcript).toEqual({ unreadableTranscript: 'the log has offloaded contents and was replayed without its artifact store' });
   });
 });
+
+describe('a save too big even without its message texts', () => {
+  test('is refused with a terminal error, never committed for Firestore to reject', async () => {
+    const store = createMemoryArtifactStore();
+    const hugeTitle = 'T'.repeat(1_500_000);
+    const transcript = {
+      messages: [
+        { role: 'user', content: 'q', promptId: 'p1' },
+        { role: 'assistant', content: null, toolCalls: [{ id: 'c1', name: 'fetch_page', arguments: '{}' }] },
+        { role: 'tool', toolCallId: 'c1', name: 'fetch_page', content: 'x'.repeat(OFFLOAD_CONTENT_BYTES + 1), sources: [{ n: 1, url: 'https://example.org/', title: hugeTitle, passage: '', fetchedAt: '' }] },
+      ],
+      generation: 0,
+    };
+    const encoded = encodeSave(EMPTY_LOG, transcript).document;
+    await expect(offloadLargeContents(encoded, store, JOB)).rejects.toThrow(/over the .*budget of one document/);
+    expect(SAVE_DOCUMENT_BUDGET_BYTES).toBeLessThan(1024 * 1024);
+  });
+});

@@ -3,8 +3,9 @@
  * submissions they may make in a sliding minute. Pure: the store reads the user's usage record,
  * the operator's override and the statuses of the jobs the record lists, and this decides.
  *
- * A job holds its slot until it ends (completed, failed or cancelled). A quarantined or waiting
- * job still holds one: it may run again. Slots are given back lazily, at the user's next submit,
+ * A job holds its slot until it ends (completed, failed or cancelled) or is quarantined: a
+ * quarantined job runs no more unless an operator releases it, and its owner cannot cancel it, so
+ * counting it would lock the user out until someone acts. A waiting job still holds one. Slots are given back lazily, at the user's next submit,
  * by reading the listed jobs' statuses, so the engine changes nothing when a job ends and a worker
  * that dies leaks no slot.
  *
@@ -47,8 +48,12 @@ export const SUBMIT_WINDOW_MS = 60_000;
 /** When a slot frees is unknown (a job runs for minutes): a client that honours Retry-After checks back this often. */
 export const IN_FLIGHT_RETRY_AFTER_SECONDS = 30;
 
-/** Statuses a job never leaves: such a job holds no slot. Quarantined is not one (an operator may release it). */
-export const ENDED_STATUSES: ReadonlySet<JobStatus> = new Set(['completed', 'failed', 'cancelled']);
+/**
+ * Statuses in which a job holds no slot: those it never leaves, and quarantined (it runs no more
+ * by itself, and its owner cannot cancel it; an operator's release may take the user past a limit,
+ * which is the operator's call).
+ */
+export const SLOT_FREE_STATUSES: ReadonlySet<JobStatus> = new Set(['completed', 'failed', 'cancelled', 'quarantined']);
 
 const jobsInFlight = z.int().min(0).max(MAX_JOBS_IN_FLIGHT);
 const submitsPerMinute = z.int().min(0).max(MAX_SUBMITS_PER_MINUTE);

@@ -15,7 +15,7 @@ import {
   decideAdmission,
   type Admission,
   EMPTY_QUOTA_USAGE,
-  ENDED_STATUSES,
+  SLOT_FREE_STATUSES,
   limitsFor,
   quotaUsageSchema,
   userLimitsOverrideSchema,
@@ -105,7 +105,7 @@ export class SubmitQuota {
     const snapshots = await this.db.getAll(...jobIds.map((id) => this.db.doc(jobPath(id))));
     const ended = new Set<string>();
     for (const snapshot of snapshots) {
-      if (!snapshot.exists || ENDED_STATUSES.has(decodeJob(snapshot.id, snapshot.data()).status)) ended.add(snapshot.id);
+      if (!snapshot.exists || SLOT_FREE_STATUSES.has(decodeJob(snapshot.id, snapshot.data()).status)) ended.add(snapshot.id);
     }
     return ended;
   }

@@ -24,6 +24,7 @@
 import type { DocumentData } from 'firebase-admin/firestore';
 import { ArtifactUnreadableError, type ArtifactCheck, type ArtifactStore } from './artifact-store';
 import type { StoredDocument } from './checkpoint-reads';
+import { TerminalError } from '../core/errors';
 
 /** A message content larger than this (UTF-8 bytes) is kept as an artifact; its save holds the reference. */
 export const OFFLOAD_CONTENT_BYTES = 256 * 1024;
@@ -237,6 +238,10 @@ export async function offloadLargeContents(document: DocumentData, artifacts: Ar
     estimate -= byteLength(JSON.stringify(entry.content));
   }
   if (chosen.length === 0) return document;
+  // What is left (tool calls, sources, the head) is still too big: refuse the save, never commit one Firestore rejects.
+  if (estimate > SAVE_DOCUMENT_BUDGET_BYTES) {
+    throw new TerminalError(`A transcript save is about ${estimate} bytes without its message texts, over the ${SAVE_DOCUMENT_BUDGET_BYTES}-byte budget of one document`);
+  }
   chosen.sort((a, b) => a.index - b.index);
   const stored = [...messages];
   const offloaded: { index: number; sha256: string; size: number }[] = [];

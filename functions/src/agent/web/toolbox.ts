@@ -31,6 +31,9 @@ export const FETCH_PAGE_TOOL = 'fetch_page';
 const DEFAULT_SEARCH_LIMIT = 5;
 const MAX_SEARCH_LIMIT = 10;
 const MAX_URL_CHARS = 2048;
+/** A web page or search hit names its own title, of any length: cut it, since it travels in every save of the thread. */
+const MAX_SOURCE_TITLE_CHARS = 300;
+const sourceTitle = (title: string): string => (title.length > MAX_SOURCE_TITLE_CHARS ? `${title.slice(0, MAX_SOURCE_TITLE_CHARS - 1)}…` : title);
 
 export const webSearchArgumentsSchema = z.strictObject({
   query: z.string().trim().min(1).max(500).describe('What to search the web for.'),
@@ -120,8 +123,8 @@ class JobWebToolbox implements WebToolbox {
       throw error;
     }
     const fetchedAt = this.now();
-    const results = hits.map((hit) => ({ id: hit.url, url: hit.url, title: hit.title, snippet: hit.snippet, score: hit.score }));
-    const sources: Source[] = hits.map((hit) => ({ url: hit.url, title: hit.title, passage: hit.snippet, fetchedAt }));
+    const results = hits.map((hit) => ({ id: hit.url, url: hit.url, title: sourceTitle(hit.title), snippet: hit.snippet, score: hit.score }));
+    const sources: Source[] = hits.map((hit) => ({ url: hit.url, title: sourceTitle(hit.title), passage: hit.snippet, fetchedAt }));
     return { ok: true, content: JSON.stringify({ query, backend, results }), sources };
   }
 
@@ -143,7 +146,7 @@ class JobWebToolbox implements WebToolbox {
     const { ref } = await this.options.artifacts.put(jobId, readable.text, { contentType: PAGE_TEXT_TYPE });
     const artifact = { ref: artifactLabel(ref), sha256: ref.sha256, size: ref.size };
     const shown = cutToTokens(readable.text, this.options.pageTokenBudget);
-    const title = readable.title || page.url;
+    const title = sourceTitle(readable.title || page.url);
     const notes = notesFor(page, readable, shown.cut, this.options.pageTokenBudget, artifact);
     const content = {
       id: page.url,
