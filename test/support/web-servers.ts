@@ -220,6 +220,10 @@ export async function startPageSite(host = '127.0.0.1'): Promise<PageSite> {
       case '/article':
         response.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
         return void response.end(ARTICLE_HTML);
+      case '/long-title':
+        // A page that names itself at length: its title must not travel whole in every transcript save.
+        response.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+        return void response.end(ARTICLE_HTML.replace(/<title>[^<]*<\/title>/, `<title>${'Fencing '.repeat(50_000)}</title>`));
       case '/gzip':
         response.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-encoding': 'gzip' });
         return void response.end(gzippedArticle);

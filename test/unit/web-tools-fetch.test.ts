@@ -257,6 +257,14 @@ describe('readable text', () => {
     expect(page.text).not.toContain('FOOTER-TEXT');
   });
 
+  test('a page title of any length is cut to 300 characters in the source the thread carries', async () => {
+    const { toolbox } = pageToolbox();
+    const result = await toolbox.execute(fetchCall(JSON.stringify({ url: `${site.url}/long-title` })), new AbortController().signal);
+    const [source] = result.sources ?? [];
+    expect(source?.title.startsWith('Fencing Fencing')).toBe(true);
+    expect(source?.title.length).toBeLessThanOrEqual(300);
+  });
+
   test('text over the token budget is cut for the model; the artifact keeps all of it', async () => {
     const { toolbox, artifacts } = pageToolbox({ tokenBudget: 100 });
     const result = await toolbox.execute(fetchCall(JSON.stringify({ url: `${site.url}/article` })), new AbortController().signal);
