@@ -31,6 +31,7 @@ import {
   type OfflineSettingsInput,
   type Sleep,
 } from '../../functions/src/providers/offline';
+import { failureOf } from '../support/failures';
 
 const EPOCH_MS = Date.UTC(2026, 0, 1);
 const PROMPT = "Write the section 'Leases and fencing tokens' of a report on how durable job systems survive worker crashes. About 150 words.";
@@ -103,15 +104,6 @@ async function runUntilToolResults(provider: ModelProvider, toolbox: Toolbox, me
 
 function toolCallsOf(messages: readonly ChatMessage[]) {
   return messages.flatMap((message) => (message.role === 'assistant' ? (message.toolCalls ?? []) : []));
-}
-
-async function failureOf(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error('expected the call to fail');
 }
 
 describe('offline provider: a scripted research agent', () => {

@@ -19,6 +19,7 @@ import {
 import { ManualClock } from '../../functions/src/core/clock';
 import { TerminalError } from '../../functions/src/core/errors';
 import { createOpenAiCompatibleProvider, type OpenAiCompatibleConfig } from '../../functions/src/providers/openai-compatible';
+import { failureOf } from '../support/failures';
 
 interface Received {
   readonly method: string | undefined;
@@ -114,15 +115,6 @@ const question: readonly ChatMessage[] = [
 
 function completion(message: Record<string, unknown>, finishReason: string, usage = { prompt_tokens: 1000, completion_tokens: 500 }): unknown {
   return { id: 'chatcmpl-1', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', ...message }, finish_reason: finishReason }], usage };
-}
-
-async function failureOf(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error('expected the call to fail');
 }
 
 describe('openai-compatible provider: wire format', () => {

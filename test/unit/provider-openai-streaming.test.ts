@@ -10,6 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { MalformedResponseError, ProviderRateLimitedError, ProviderUnavailableError, type ChatMessage, type ChatRequest } from '../../functions/src/agent/provider';
 import { ManualClock } from '../../functions/src/core/clock';
 import { createOpenAiCompatibleProvider, type OpenAiCompatibleConfig } from '../../functions/src/providers/openai-compatible';
+import { failureOf } from '../support/failures';
 
 interface Received {
   readonly headers: IncomingHttpHeaders;
@@ -87,15 +88,6 @@ function streamInPieces(text: string, size: number, end = true): (response: Serv
     // Cut the connection once what was written has left, mid-answer, as a dying server does.
     else response.write('', () => response.destroy());
   };
-}
-
-async function failureOf(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error('expected the call to fail');
 }
 
 describe('openai-compatible provider: streaming', () => {
