@@ -50,7 +50,7 @@ export async function runUnderIsolatedEmulators(command: string, options: Isolat
     writeFileSync(
       join(dir, 'functions', '.env'),
       'PHASELINE_PROVIDER=offline\nPHASELINE_MODEL_BASE_URL=https://api.openai.com/v1\nPHASELINE_MODEL=gpt-4o-mini\n' +
-        'PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT=100\nPHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE=600\n',
+        'PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT=100\nPHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE=600\nPHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY=1000\n',
     );
     const build = await run(TSC_BIN, ['-p', join(REPO_ROOT, 'functions', 'tsconfig.json'), '--outDir', join(dir, 'functions', 'lib')]);
     if (build.code !== 0) throw new Error(`Building the functions failed:\n${build.output.slice(0, 4_000)}`);

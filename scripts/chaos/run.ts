@@ -140,9 +140,10 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     PHASELINE_PROVIDER: 'offline',
     PHASELINE_OFFLINE_SEED: String(new Rng(`${plan.seed}/offline`).int(1, 1_000_000_000)),
     PHASELINE_OFFLINE_SETTINGS: JSON.stringify(offlineSettings(plan, launchMs, { toolExecutionLog })),
-    // The soak's anonymous users keep many jobs in flight on purpose: per-user quotas are tested elsewhere (quotas.test.ts).
+    // The soak's anonymous users keep many jobs in flight on purpose: per-user quotas and spend caps are tested elsewhere (quotas.test.ts, spend-cap.test.ts).
     PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT: '100',
     PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: '600',
+    PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY: '1000',
   };
   // firebase-tools gives a new function worker 30 s to start; on a loaded shared machine a cold start can take longer,
   // and a worker that never starts tests the emulator, not the engine.

@@ -1,6 +1,6 @@
 /** The command line: one pure parse into a typed command, and the usage text. */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { MAX_JOBS_IN_FLIGHT, MAX_SUBMITS_PER_MINUTE } from '../../functions/src/core/quota';
+import { MAX_JOBS_IN_FLIGHT, MAX_SPEND_USD_PER_DAY, MAX_SUBMITS_PER_MINUTE } from '../../functions/src/core/quota';
 import { UsageError } from './errors';
 
 export const USAGE = `phaseline: submit, watch and operate Phaseline jobs
@@ -27,6 +27,7 @@ As an operator (admin SDK: the emulators locally, Application Default Credential
   limits <uid>                          A user's limits: the operator's override and the defaults
       --jobs-in-flight <n|default>      Set (or clear) how many jobs the user may have in flight
       --submits-per-minute <n|default>  Set (or clear) how many jobs they may submit a minute
+      --spend-usd-per-day <usd|default> Set (or clear) their model spend per UTC day in USD
       --reset                           Clear the override: the defaults apply again
   queue stats                           Depth and oldest task of the runJobStep Cloud Tasks queue
   queue pause | queue resume            Stop or restart dispatching (a provider outage, say)
@@ -86,6 +87,7 @@ export type Command =
 export interface LimitsChange {
   readonly jobsInFlight?: number | null;
   readonly submitsPerMinute?: number | null;
+  readonly spendUsdPerDay?: number | null;
 }
 
 export const QUEUE_ACTIONS = ['stats', 'pause', 'resume'] as const;
@@ -123,7 +125,7 @@ const COMMAND_OPTIONS: Readonly<Record<Exclude<Command['name'], 'help'>, Options
   decide: {},
   release: {},
   sweep: {},
-  limits: { 'jobs-in-flight': { type: 'string' }, 'submits-per-minute': { type: 'string' }, reset: { type: 'boolean' } },
+  limits: { 'jobs-in-flight': { type: 'string' }, 'submits-per-minute': { type: 'string' }, 'spend-usd-per-day': { type: 'string' }, reset: { type: 'boolean' } },
   queue: {},
 };
 
@@ -282,22 +284,32 @@ function limitValue(value: string, option: string, max: number): number | null {
   return Number(value);
 }
 
+function spendValue(value: string): number | null {
+  if (value === 'default') return null;
+  if (!/^\d+(\.\d{1,2})?$/.test(value) || Number(value) > MAX_SPEND_USD_PER_DAY) {
+    throw new UsageError(`--spend-usd-per-day must be an amount in USD from 0 to ${MAX_SPEND_USD_PER_DAY} with at most two decimals, or "default", not "${value}"`);
+  }
+  return Number(value);
+}
+
 /** Firebase uids are at most 128 characters; a document ID may not contain "/". */
 const UID_PATTERN = /^[^/\s]{1,128}$/;
 
 function limitsCommand(values: Record<string, string | boolean | undefined>, positionals: readonly string[]): Command {
   const [uid] = positionals;
-  if (uid === undefined) throw new UsageError('limits needs a user ID: phaseline limits <uid> [--jobs-in-flight <n>] [--submits-per-minute <n>]');
+  if (uid === undefined) throw new UsageError('limits needs a user ID: phaseline limits <uid> [--jobs-in-flight <n>] [--submits-per-minute <n>] [--spend-usd-per-day <usd>]');
   if (!UID_PATTERN.test(uid)) throw new UsageError(`"${uid}" is not a user ID (1 to 128 characters, no "/" or spaces)`);
   noMorePositionals(positionals, 1, 'limits');
   const jobsInFlight = stringOption(values, 'jobs-in-flight');
   const submitsPerMinute = stringOption(values, 'submits-per-minute');
+  const spendUsdPerDay = stringOption(values, 'spend-usd-per-day');
   if (values.reset === true) {
-    if (jobsInFlight !== undefined || submitsPerMinute !== undefined) throw new UsageError('--reset clears every limit of the user: give it alone');
-    return { name: 'limits', uid, change: { jobsInFlight: null, submitsPerMinute: null } };
+    if (jobsInFlight !== undefined || submitsPerMinute !== undefined || spendUsdPerDay !== undefined) throw new UsageError('--reset clears every limit of the user: give it alone');
+    return { name: 'limits', uid, change: { jobsInFlight: null, submitsPerMinute: null, spendUsdPerDay: null } };
   }
-  const change: { jobsInFlight?: number | null; submitsPerMinute?: number | null } = {};
+  const change: { -readonly [K in keyof LimitsChange]: LimitsChange[K] } = {};
   if (jobsInFlight !== undefined) change.jobsInFlight = limitValue(jobsInFlight, 'jobs-in-flight', MAX_JOBS_IN_FLIGHT);
   if (submitsPerMinute !== undefined) change.submitsPerMinute = limitValue(submitsPerMinute, 'submits-per-minute', MAX_SUBMITS_PER_MINUTE);
+  if (spendUsdPerDay !== undefined) change.spendUsdPerDay = spendValue(spendUsdPerDay);
   return { name: 'limits', uid, change };
 }

@@ -141,7 +141,7 @@ export async function sweep(ctx: OperatorContext): Promise<number> {
   return report.errors > 0 || report.stoppedEffects.errors > 0 || report.retention.errors > 0 ? EXIT.failure : EXIT.ok;
 }
 
-const LIMIT_LABELS: Readonly<Record<keyof UserLimits, string>> = { jobsInFlight: 'jobs in flight', submitsPerMinute: 'submits per minute' };
+const LIMIT_LABELS: Readonly<Record<keyof UserLimits, string>> = { jobsInFlight: 'jobs in flight', submitsPerMinute: 'submits per minute', spendUsdPerDay: 'USD per day' };
 
 /**
  * Shows a user's limits, after setting or clearing the ones the command names. The defaults shown

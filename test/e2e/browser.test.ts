@@ -302,6 +302,74 @@ test('bug 7: page JavaScript on another origin reads Idempotent-Replayed and WWW
   expect([seenByPage.first.vary, seenByPage.repeat.vary, seenByPage.anonymous.vary]).toEqual([null, null, null]);
 });
 
+test('a question past a limit: the submit is refused with a 429, and the page says which limit and when to try again', async () => {
+  // A daily spend limit of 0: every submit of this user is refused until an operator raises it.
+  await db.doc(`userLimits/${uid}`).set({ spendUsdPerDay: 0 });
+  const answers: { status: number; retryAfter: string | null }[] = [];
+  page.on('response', (response) => {
+    if (response.url().endsWith('/submitJob') && response.request().method() === 'POST') answers.push({ status: response.status(), retryAfter: response.headers()['retry-after'] ?? null });
+  });
+  causedOnPurpose.push('console error: Failed to load resource: the server responded with a status of 429 (Too Many Requests)');
+  const jobsBefore = (await db.collection('jobs').where('owner', '==', uid).get()).size;
+
+  await page.getByTestId('question').fill('Is this question over my limit?');
+  await page.getByTestId('send').click();
+  const turn = page.getByTestId('turn').last();
+  const panel = turn.getByTestId('limit-reached');
+  await panel.waitFor();
+  await expect(panel.getByTestId('limit-message').textContent()).resolves.toBe(
+    'This account may not spend on model calls at the moment (its daily spend limit is $0); ask an operator to raise it.',
+  );
+  await expect(panel.getByTestId('limit-retry-at').textContent()).resolves.toMatch(/^You can try again at \d\d:\d\d:\d\d( [AP]M)?\.$/);
+  // Not retried by the page: one answer, a 429 with Retry-After until the day's spend resets.
+  expect(answers).toHaveLength(1);
+  expect(answers[0]?.status).toBe(429);
+  expect(Number(answers[0]?.retryAfter)).toBeGreaterThan(0);
+  await expect(panel.getByTestId('retry-send').isDisabled()).resolves.toBe(true);
+  expect((await db.collection('jobs').where('owner', '==', uid).get()).size).toBe(jobsBefore);
+  await db.doc(`userLimits/${uid}`).delete();
+});
+
+test('a job paused at the daily spend limit: the page shows the wait; resumed, it pauses again while over the limit, and finishes once the limit is raised', async () => {
+  await db.doc(`userLimits/${uid}`).set({ spendUsdPerDay: 0 });
+  const queued = await queuedJob('What does a spend limit stop?');
+  const resetAtMs = Date.now() + 3_600_000;
+  const waitAtLimit = {
+    reason: 'budget' as const,
+    questionId: 'budget',
+    question: "Today's model spend of $0.00 reached this account's daily limit of $0.00.",
+    options: ['resume', 'cancel'],
+    untilMs: resetAtMs,
+  };
+  const paused = await store.transact(queued.id, () => null, ({ job }) =>
+    Promise.resolve({ next: { ...job, status: 'waiting' as const, waiting: waitAtLimit, nextRunAtMs: resetAtMs }, events: [{ kind: 'waiting', message: waitAtLimit.question }], value: job }),
+  );
+
+  const turn = await openJob(queued.id);
+  await statusShown(turn, 'waiting');
+  await expect(turn.getByTestId('budget-question').textContent()).resolves.toBe(waitAtLimit.question);
+  await expect(turn.getByTestId('budget-until').textContent()).resolves.toMatch(/^It resumes by itself at .+\. Resume now if your limit was raised; it pauses again if not\.$/);
+  await expect(turn.locator('button[data-testid^="budget-"]').allTextContents()).resolves.toEqual(['Resume now', 'Cancel the job']);
+
+  // Resumed while still over the limit: the functions run the step, and its first model call is refused before it starts.
+  await turn.getByTestId('budget-resume').click();
+  const pausedAgain = await until('the job pauses again at its limit', () => readJob(queued.id), (job) => job.status === 'waiting' && job.step > paused.step + 1, 60_000);
+  expect(pausedAgain.waiting).toMatchObject({ reason: 'budget', questionId: 'budget', options: ['resume', 'cancel'] });
+  expect(pausedAgain.waiting?.question).toMatch(/^This account may not spend on model calls at the moment/);
+  expect(pausedAgain.attempts).toBe(0);
+  await turn.getByTestId('budget-question').filter({ hasText: 'This account may not spend on model calls' }).waitFor();
+
+  // An operator raises the limit; resumed again, the job runs to its report.
+  await db.doc(`userLimits/${uid}`).set({ spendUsdPerDay: 100 });
+  await turn.getByTestId('budget-resume').click();
+  await turn.locator('[data-testid="reply"] h1').waitFor({ timeout: 90_000 });
+  await statusShown(turn, 'completed');
+  await turn.locator('[data-testid="timeline"] li.event-completed').waitFor({ state: 'attached' });
+  const kinds = await turn.locator('[data-testid="timeline"] li .kind').allTextContents();
+  expect(kinds.filter((kind) => kind === 'decided')).toHaveLength(2);
+  await db.doc(`userLimits/${uid}`).delete();
+});
+
 test('the page raised no errors along the way, apart from the failures caused on purpose', () => {
   const unexpected = [...pageProblems];
   for (const expected of causedOnPurpose) {

@@ -13,11 +13,11 @@ import { ManualClock } from '../../functions/src/core/clock';
 import type { JobStatus } from '../../functions/src/core/job';
 import { resolveEngineOptions } from '../../functions/src/core/options';
 import { definePhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
-import type { QuotaDefaults } from '../../functions/src/core/quota';
+import { nextSpendResetMs, spendDay, type QuotaDefaults } from '../../functions/src/core/quota';
 import { submitJob as submitJobTrigger } from '../../functions/src/index';
 import { createSubmitHandler, type HttpRequest, type HttpResponse, type SubmitHandlerDeps } from '../../functions/src/http/submit-handler';
 import { JobStore } from '../../functions/src/store/job-store';
-import { quotaUsagePath, userLimitsPath } from '../../functions/src/store/paths';
+import { quotaUsagePath, spendDayPath, userLimitsPath } from '../../functions/src/store/paths';
 import { SubmitQuota } from '../../functions/src/store/quota-documents';
 import { provideBackends } from '../../functions/src/triggers/admin';
 import { parseInvocation, type Command } from '../../scripts/cli/args';
@@ -46,9 +46,9 @@ const echo = definePipeline<z.infer<typeof echoInput>>({
 });
 
 /** Signed in: 3 in flight, 5 a minute; anonymous: 1 in flight, 2 a minute. */
-const LIMITS: QuotaDefaults = { signedIn: { jobsInFlight: 3, submitsPerMinute: 5 }, anonymous: { jobsInFlight: 1, submitsPerMinute: 2 } };
+const LIMITS: QuotaDefaults = { signedIn: { jobsInFlight: 3, submitsPerMinute: 5, spendUsdPerDay: 10 }, anonymous: { jobsInFlight: 1, submitsPerMinute: 2, spendUsdPerDay: 1 } };
 /** For the per-minute tests: in flight never binds. */
-const RATE_ONLY: QuotaDefaults = { signedIn: { jobsInFlight: 100, submitsPerMinute: 3 }, anonymous: { jobsInFlight: 100, submitsPerMinute: 2 } };
+const RATE_ONLY: QuotaDefaults = { signedIn: { jobsInFlight: 100, submitsPerMinute: 3, spendUsdPerDay: 10 }, anonymous: { jobsInFlight: 100, submitsPerMinute: 2, spendUsdPerDay: 1 } };
 
 /** `token-<name>` is signed-in user `uid-<name>`; `anon-<name>` is anonymous user `uid-<name>`. */
 const verifyToken: SubmitHandlerDeps['verifyToken'] = (token) => {
@@ -239,6 +239,44 @@ describe('submits per minute', () => {
   });
 });
 
+describe('model spend per day', () => {
+  const spendToday = (uid: string, usd: number) => firestore.db.doc(spendDayPath(uid, spendDay(clock.now()))).set({ usd });
+
+  test("a user whose spend today reached the cap is refused until the day's end; nothing is written", async () => {
+    await spendToday('uid-alice', 10);
+    const refused = await submit();
+    const untilMidnight = Math.ceil((nextSpendResetMs(clock.now()) - clock.now()) / 1000);
+    expect(refused.statusCode).toBe(429);
+    expect(refused.headers.get('retry-after')).toBe(String(untilMidnight));
+    expect(refused.body).toMatchObject({ error: 'quota_exceeded', limit: 'spend_per_day', allowed: 10, retryAfterSeconds: untilMidnight });
+    expect((refused.body as { message: string }).message).toMatch(/^Today's model spend of \$10\.00 reached this account's daily limit of \$10\.00; it resets at \d{4}-\d\d-\d\d 00:00 UTC\.$/);
+    expect(await jobsOf('uid-alice')).toBe(0);
+    expect(queue.tasks).toHaveLength(0);
+  });
+
+  test('under the cap a submit is accepted, and the kind of account is recorded for the steps to pick the cap', async () => {
+    await spendToday('uid-alice', 9.99);
+    expect((await submit()).statusCode).toBe(202);
+    expect((await firestore.db.doc(quotaUsagePath('uid-alice')).get()).get('anonymous')).toBe(false);
+    expect((await submit({ token: 'anon-carol' })).statusCode).toBe(202);
+    expect((await firestore.db.doc(quotaUsagePath('uid-carol')).get()).get('anonymous')).toBe(true);
+  });
+
+  test('anonymous accounts have the lower cap; an operator raises one user\'s', async () => {
+    await spendToday('uid-carol', 1);
+    await spendToday('uid-dave', 1);
+    expect((await submit({ token: 'anon-carol' })).body).toMatchObject({ limit: 'spend_per_day', allowed: 1 });
+    expect((await submit({ token: 'token-dave' })).statusCode).toBe(202);
+    await firestore.db.doc(userLimitsPath('uid-carol')).set({ spendUsdPerDay: 5 });
+    expect((await submit({ token: 'anon-carol' })).statusCode).toBe(202);
+  });
+
+  test("yesterday's spend does not count today", async () => {
+    await firestore.db.doc(spendDayPath('uid-alice', spendDay(clock.now() - 86_400_000))).set({ usd: 500 });
+    expect((await submit()).statusCode).toBe(202);
+  });
+});
+
 describe('anonymous accounts', () => {
   test('get their own, lower defaults: one job in flight', async () => {
     expect((await submit({ token: 'anon-carol' })).statusCode).toBe(202);
@@ -358,6 +396,7 @@ describe('the CLI', () => {
       'Limits of uid-alice (userLimits/uid-alice):',
       '  jobs in flight      4 (set by an operator)',
       '  submits per minute  default: 5 signed in, 2 anonymous',
+      '  USD per day         default: 10 signed in, 1 anonymous',
     ]);
     expect((await firestore.db.doc(userLimitsPath('uid-alice')).get()).data()).toEqual({ jobsInFlight: 4, updatedAtMs: clock.now() });
     expect(statuses(await submitMany(5))).toEqual([202, 202, 202, 202, 429]);
@@ -369,6 +408,9 @@ describe('the CLI', () => {
   test('`limits` refuses a value out of range before anything is written', () => {
     expect(() => limitsCommand('uid-alice', '--jobs-in-flight', '101')).toThrow('--jobs-in-flight must be a whole number from 0 to 100, or "default", not "101"');
     expect(limitsCommand('uid-alice', '--submits-per-minute', 'default').change).toEqual({ submitsPerMinute: null });
+    expect(limitsCommand('uid-alice', '--spend-usd-per-day', '12.50').change).toEqual({ spendUsdPerDay: 12.5 });
+    expect(() => limitsCommand('uid-alice', '--spend-usd-per-day', '1.005')).toThrow('--spend-usd-per-day must be an amount in USD from 0 to 1000000 with at most two decimals, or "default", not "1.005"');
+    expect(limitsCommand('uid-alice', '--reset').change).toEqual({ jobsInFlight: null, submitsPerMinute: null, spendUsdPerDay: null });
   });
 
   test('`phaseline submit` prints the sentence of a 429', async () => {

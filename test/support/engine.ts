@@ -4,7 +4,9 @@ import type { Timers } from '../../functions/src/core/flusher';
 import { stepTaskId } from '../../functions/src/core/job';
 import { resolveEngineOptions, type EngineOptions } from '../../functions/src/core/options';
 import type { PipelineRegistry } from '../../functions/src/core/pipeline';
+import { DEFAULT_QUOTA_DEFAULTS, MAX_SPEND_USD_PER_DAY } from '../../functions/src/core/quota';
 import { runStep, type RunnerDeps, type StepOutcome } from '../../functions/src/engine/runner';
+import { SpendLedger } from '../../functions/src/store/quota-documents';
 import { JobStore } from '../../functions/src/store/job-store';
 import { openTestFirestore, type TestFirestore } from './firestore';
 import { RecordingTaskQueue } from './task-queue';
@@ -39,13 +41,16 @@ export function engineHarness(
   const options = resolveEngineOptions({ backoffBaseSeconds: 1, backoffMaxSeconds: 10, ...overrides });
   const store = new JobStore(firestore.db, clock, options);
   const random = seededRandom(7);
+  // The simulated prices of these tests are far above real ones: no default daily cap applies here. spend-cap.test.ts sets caps per user.
+  const uncapped = { spendUsdPerDay: MAX_SPEND_USD_PER_DAY };
+  const spendLedger = new SpendLedger(firestore.db, { signedIn: { ...DEFAULT_QUOTA_DEFAULTS.signedIn, ...uncapped }, anonymous: { ...DEFAULT_QUOTA_DEFAULTS.anonymous, ...uncapped } });
   const harness: EngineHarness = {
     firestore,
     clock,
     queue,
     store,
     options,
-    deps: (worker = 'worker-a', extra = {}) => ({ store, queue, pipelines, random, worker, timers: stoppedTimers, ...extra }),
+    deps: (worker = 'worker-a', extra = {}) => ({ store, queue, pipelines, random, worker, timers: stoppedTimers, spendLedger, ...extra }),
     async submit(pipeline, input, owner = 'user-1', conversationId) {
       const created = await store.createJob({ owner, pipeline, input, conversationId: conversationId ?? null, idempotencyKey: null });
       if (!('created' in created)) throw new Error('unexpected idempotency conflict');

@@ -57,6 +57,8 @@ describe('defaults', () => {
       PHASELINE_QUOTA_SUBMITS_PER_MINUTE: quotas.signedIn.submitsPerMinute,
       PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT: quotas.anonymous.jobsInFlight,
       PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: quotas.anonymous.submitsPerMinute,
+      PHASELINE_QUOTA_SPEND_USD_PER_DAY: quotas.signedIn.spendUsdPerDay,
+      PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY: quotas.anonymous.spendUsdPerDay,
     };
     for (const declared of DECLARED_VARIABLES) {
       if (declared.name === 'PHASELINE_OFFLINE_SETTINGS') {

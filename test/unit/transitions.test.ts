@@ -2,6 +2,7 @@
  * The lifecycle table, without Firestore: every transition from each status it allows, every
  * refusal, task IDs only from the table, and the README's diagram against the table.
  */
+import { budgetWait } from '../../functions/src/core/lifecycle';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { JOB_STATUSES, newQueuedJob, type JobRecord, type JobStatus, type UnitRecord } from '../../functions/src/core/job';
@@ -209,6 +210,23 @@ describe('job transitions', () => {
     expect(decided.dispatch?.id).toBe('job-1-s3-d0');
     expect(() => decideWaitingJob(waiting, { questionId: 'q2', answer: 'yes' }, NOW)).toThrow(/waiting on question q1/);
     expect(() => decideWaitingJob(running(), { questionId: 'q1', answer: 'yes' }, NOW)).toThrow(/not waiting for a decision/);
+  });
+
+  test('a budget wait: resumed by itself when the day ends, or by its owner with "resume" (nothing filed as a decision); other answers refused', () => {
+    const atLimit = job({ status: 'waiting', decisions: { depth: 'short' }, waiting: budgetWait({ message: 'Limit reached.', resetAtMs: NOW }) });
+    expect(atLimit.waiting).toMatchObject({ reason: 'budget', questionId: 'budget', options: ['resume', 'cancel'], untilMs: NOW });
+    const resumed = resumeWaitJob(atLimit, NOW);
+    expect(resumed.next).toMatchObject({ status: 'queued', waiting: null, step: 3 });
+    expect(resumed.events[0]?.message).toMatch(/^The daily spend limit reset at/);
+    expect(() => resumeWaitJob(atLimit, NOW - 1)).toThrow(/extended/);
+
+    const answered = decideWaitingJob(atLimit, { questionId: 'budget', answer: 'resume' }, NOW - 1_000);
+    expect(answered.next).toMatchObject({ status: 'queued', waiting: null, step: 3, decisions: { depth: 'short' } });
+    expect(answered.dispatch?.id).toBe('job-1-s3-d0');
+    expect(() => decideWaitingJob(atLimit, { questionId: 'budget', answer: 'cancel' }, NOW)).toThrow(/resumed with "resume"/);
+    expect(() => decideWaitingJob(atLimit, { questionId: 'depth', answer: 'resume' }, NOW)).toThrow(/waiting on question budget/);
+    // A provider wait is nobody's to answer.
+    expect(() => decideWaitingJob(job({ status: 'waiting', waiting: { reason: 'provider', questionId: 'provider', question: 'down', options: [], untilMs: NOW } }), { questionId: 'provider', answer: 'resume' }, NOW)).toThrow(/not waiting for a decision/);
   });
 
   test('cancel: from queued, running or waiting; a finished job is refused', () => {

@@ -6,14 +6,24 @@
  */
 import type { PageConfig } from './config';
 
+/** A user's limit frees when a job ends or a minute passes, not within these few retries. */
+const QUOTA_EXCEEDED = 'quota_exceeded';
+
 export class ApiError extends Error {
   constructor(
     readonly status: number,
     readonly code: string,
     message: string,
+    /** For a limit reached (`quota_exceeded`): seconds until a new try may be accepted. */
+    readonly retryAfterSeconds: number | null = null,
   ) {
     super(message);
     this.name = 'ApiError';
+  }
+
+  /** One of the user's limits refused the request: retrying before `retryAfterSeconds` is refused again. */
+  get limitReached(): boolean {
+    return this.status === 429 && this.code === QUOTA_EXCEEDED;
   }
 }
 
@@ -39,8 +49,6 @@ export interface Api {
 const ATTEMPTS = 4;
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** A user's limit frees when a job ends or a minute passes, not within these few retries. */
-const QUOTA_EXCEEDED = 'quota_exceeded';
 
 function retryable(status: number, code: string): boolean {
   return (status === 429 && code !== QUOTA_EXCEEDED) || status >= 500;
@@ -67,7 +75,8 @@ export function createApi(config: PageConfig, idToken: () => Promise<string>): A
       const fields = typeof payload === 'object' && payload !== null ? (payload as Readonly<Record<string, unknown>>) : {};
       const message = typeof fields.message === 'string' ? fields.message : `${name} answered ${response.status}`;
       const code = typeof fields.error === 'string' ? fields.error : 'http_error';
-      lastError = new ApiError(response.status, code, message);
+      const retryAfter = typeof fields.retryAfterSeconds === 'number' && Number.isFinite(fields.retryAfterSeconds) ? Math.max(0, fields.retryAfterSeconds) : null;
+      lastError = new ApiError(response.status, code, message, retryAfter);
       if (!retryable(response.status, code)) break;
     }
     throw lastError;

@@ -17,7 +17,7 @@ export const TERMINAL_STATUSES: ReadonlySet<string> = new Set(['completed', 'fai
 export const RESEARCH_PHASES = ['outline', 'perspectives', 'expert-content', 'final-document'] as const;
 
 export interface JobWaitView {
-  readonly reason: 'decision' | 'provider';
+  readonly reason: 'decision' | 'provider' | 'budget';
   readonly questionId: string;
   readonly question: string;
   readonly options: readonly string[];
@@ -149,7 +149,7 @@ export function readJob(id: string, data: unknown): JobView {
     fanout: doc.fanout ? { phase: text(fanout.phase) ?? '?', units: count(fanout.units), done: count(fanout.done) } : null,
     waiting: doc.waiting
       ? {
-          reason: waiting.reason === 'provider' ? 'provider' : 'decision',
+          reason: waiting.reason === 'provider' || waiting.reason === 'budget' ? waiting.reason : 'decision',
           questionId: text(waiting.questionId) ?? '',
           question: text(waiting.question) ?? '',
           options: strings(waiting.options),
@@ -355,7 +355,9 @@ export function describeStatus(job: JobView): string {
     case 'running':
       return job.phase ? `Working: ${job.phase}` : 'Working';
     case 'waiting':
-      return job.waiting?.reason === 'provider' ? 'Waiting for the model provider to recover; resumes by itself' : 'Waiting for your answer';
+      if (job.waiting?.reason === 'provider') return 'Waiting for the model provider to recover; resumes by itself';
+      if (job.waiting?.reason === 'budget') return 'Paused at your daily spend limit';
+      return 'Waiting for your answer';
     case 'completed':
       return job.outcome === 'partial' ? 'Finished, with parts missing' : 'Finished';
     case 'failed':

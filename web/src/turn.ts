@@ -24,6 +24,7 @@ import {
   type EffectView,
   type EventView,
   type JobView,
+  type JobWaitView,
   type ResultView,
   type SectionView,
   type UnitView,
@@ -144,6 +145,10 @@ export class Turn {
       this.sendState.replaceChildren();
       this.watch(answer.taskId);
     } catch (error) {
+      if (error instanceof ApiError && error.limitReached) {
+        this.showLimitReached(error);
+        return;
+      }
       const retry = !(error instanceof ApiError) || error.status === 0 || error.status === 429 || error.status >= 500;
       const message = el('p', { className: 'error', text: `${retry ? 'Not sent' : 'Not accepted'}: ${problem(error)}` });
       // The same Idempotency-Key again: if an earlier try did reach the server, this finds that job.
@@ -151,6 +156,35 @@ export class Turn {
       again.addEventListener('click', () => void this.send());
       this.sendState.replaceChildren(message, ...(retry ? [again] : []));
     }
+  }
+
+  /**
+   * One of the user's limits refused the question: its sentence, when it may be asked again, and
+   * a button that waits until then (a try before it is refused again, never counted).
+   */
+  private showLimitReached(error: ApiError): void {
+    const retryAtMs = Date.now() + (error.retryAfterSeconds ?? 0) * 1000;
+    const when = el('p', { className: 'muted', testId: 'limit-retry-at', text: error.retryAfterSeconds === null ? '' : `You can try again at ${timeOfDay(retryAtMs)}.` });
+    const again = el('button', { text: 'Try again', testId: 'retry-send', attrs: { type: 'button' } });
+    again.addEventListener('click', () => void this.send());
+    const waitMs = retryAtMs - Date.now();
+    if (waitMs > 0) {
+      again.disabled = true;
+      // Re-enabled when the limit should have freed; a timer far off (a day's spend) is capped by the browser's own limit.
+      setTimeout(() => {
+        again.disabled = false;
+      }, Math.min(waitMs, 2 ** 31 - 1));
+    }
+    this.sendState.replaceChildren(
+      el(
+        'div',
+        { className: 'limit-reached', testId: 'limit-reached' },
+        el('p', { className: 'panel-title', text: 'Limit reached' }),
+        el('p', { testId: 'limit-message', text: error.message }),
+        when,
+        again,
+      ),
+    );
   }
 
   private watch(jobId: string): void {
@@ -384,11 +418,32 @@ export class Turn {
       this.waitingPanel.replaceChildren(el('p', { text: `${waiting.question || 'The model provider is unavailable.'}${until}` }));
       return;
     }
+    if (waiting.reason === 'budget') {
+      this.renderBudgetWait(waiting);
+      return;
+    }
     const buttons = waiting.options.map((option) => el('button', { text: option, testId: 'decision-option', attrs: { type: 'button' } }));
     buttons.forEach((button, index) => button.addEventListener('click', () => void this.decide(waiting.questionId, waiting.options[index] ?? '', buttons)));
     this.waitingPanel.replaceChildren(
       el('p', { className: 'panel-title', text: 'The job needs your decision' }),
       el('p', { className: 'question', testId: 'decision-question', text: waiting.question }),
+      el('div', { className: 'options' }, ...buttons),
+    );
+  }
+
+  /** The owner's daily spend limit paused the job: what happened, when it resumes by itself, and the two answers. */
+  private renderBudgetWait(waiting: JobWaitView): void {
+    const labels: Readonly<Record<string, string>> = { resume: 'Resume now', cancel: 'Cancel the job' };
+    const buttons = waiting.options.map((option) => el('button', { text: labels[option] ?? option, testId: `budget-${option}`, attrs: { type: 'button' } }));
+    buttons.forEach((button, index) => button.addEventListener('click', () => void this.decide(waiting.questionId, waiting.options[index] ?? '', buttons)));
+    this.waitingPanel.replaceChildren(
+      el('p', { className: 'panel-title', text: 'Paused at your daily spend limit' }),
+      el('p', { className: 'question', testId: 'budget-question', text: waiting.question }),
+      el('p', {
+        className: 'muted',
+        testId: 'budget-until',
+        text: waiting.untilMs === null ? '' : `It resumes by itself at ${new Date(waiting.untilMs).toLocaleString()}. Resume now if your limit was raised; it pauses again if not.`,
+      }),
       el('div', { className: 'options' }, ...buttons),
     );
   }

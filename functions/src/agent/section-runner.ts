@@ -27,6 +27,7 @@
 import type { RandomSource } from '../core/clock';
 import { describeError, PhaselineError } from '../core/errors';
 import { realTimers, type Timers } from '../core/flusher';
+import type { SpendMeter } from '../core/pipeline';
 import {
   ContextWindowError,
   isProviderOutage,
@@ -205,6 +206,12 @@ export interface SectionDeps {
   readonly onUsage?: (entry: UsageEntry) => void;
   /** Given the text of the answer being written, as it grows (the provider streams); absent, nothing streams. */
   readonly onDraft?: (text: string) => void;
+  /**
+   * The owner's spend cap: asked before every model call (its refusal is thrown out of the
+   * section, which stops at the call's boundary with its transcript saved), charged after every
+   * call that reported a cost, its answer used or not.
+   */
+  readonly spend?: SpendMeter;
 }
 
 export interface SectionAttempts {
@@ -499,6 +506,7 @@ class SectionRun {
         if (lastFailure !== null) throw lastFailure;
         throw new OutOfTimeError(`${Math.max(0, Math.round(leftMs))} ms left in the step, less than the ${this.policy.minCallTimeMs} ms a model call needs`);
       }
+      await this.deps.spend?.beforeCall();
       const cutByStep = leftMs < this.policy.callTimeoutMs;
       const timeoutMs = Math.floor(Math.min(this.policy.callTimeoutMs, leftMs));
       let response: ChatResponse;
@@ -525,6 +533,7 @@ class SectionRun {
         await this.sleep(waitMs);
         continue;
       }
+      this.deps.spend?.charge(response.costUsd);
       this.count(
         'model_call',
         { modelCalls: 1, inputTokens: response.usage.inputTokens, outputTokens: response.usage.outputTokens, usd: response.costUsd },

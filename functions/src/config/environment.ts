@@ -16,7 +16,7 @@
 import { z } from 'zod';
 import { TerminalError } from '../core/errors';
 import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions, type EngineOptions } from '../core/options';
-import { DEFAULT_QUOTA_DEFAULTS, MAX_JOBS_IN_FLIGHT, MAX_SUBMITS_PER_MINUTE, type QuotaDefaults } from '../core/quota';
+import { DEFAULT_QUOTA_DEFAULTS, MAX_JOBS_IN_FLIGHT, MAX_SPEND_USD_PER_DAY, MAX_SUBMITS_PER_MINUTE, type QuotaDefaults } from '../core/quota';
 import type { PageFetchLimits } from '../agent/web/page-fetcher';
 import { DEFAULT_OFFLINE_SETTINGS, offlineSettingsSchema, type OfflineSettings } from '../providers/offline/settings';
 import { openAiCompatibleConfigSchema, type OpenAiCompatibleConfig } from '../providers/openai-compatible';
@@ -202,6 +202,7 @@ const PAGE_VARIABLES = {
 };
 
 const quotaLimit = (max: number, fallback: number) => numberText.pipe(z.int().min(0).max(max)).default(fallback);
+const spendCap = (fallback: number) => numberText.pipe(z.number().min(0).max(MAX_SPEND_USD_PER_DAY)).default(fallback);
 
 /** Limits per user at submit (core/quota.ts); an operator's userLimits/{uid} document overrides them per user. */
 const QUOTA_VARIABLES = {
@@ -223,6 +224,16 @@ const QUOTA_VARIABLES = {
   PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: variable(
     quotaLimit(MAX_SUBMITS_PER_MINUTE, DEFAULT_QUOTA_DEFAULTS.anonymous.submitsPerMinute),
     String(DEFAULT_QUOTA_DEFAULTS.anonymous.submitsPerMinute),
+    'The same for anonymous accounts.',
+  ),
+  PHASELINE_QUOTA_SPEND_USD_PER_DAY: variable(
+    spendCap(DEFAULT_QUOTA_DEFAULTS.signedIn.spendUsdPerDay),
+    String(DEFAULT_QUOTA_DEFAULTS.signedIn.spendUsdPerDay),
+    "A signed-in user's model spend per UTC day in USD, wasted calls included: a running job at it waits (reason `budget`) until the day ends or its owner resumes it, and submitJob answers 429.",
+  ),
+  PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY: variable(
+    spendCap(DEFAULT_QUOTA_DEFAULTS.anonymous.spendUsdPerDay),
+    String(DEFAULT_QUOTA_DEFAULTS.anonymous.spendUsdPerDay),
     'The same for anonymous accounts.',
   ),
 };
@@ -449,7 +460,11 @@ export function tavilyApiKeyNeeded(env: Environment = process.env): boolean {
 export function quotaDefaultsFromEnv(env: Environment = process.env): QuotaDefaults {
   const text = parseSection(QUOTA_VARIABLES, env);
   return {
-    signedIn: { jobsInFlight: text.PHASELINE_QUOTA_JOBS_IN_FLIGHT, submitsPerMinute: text.PHASELINE_QUOTA_SUBMITS_PER_MINUTE },
-    anonymous: { jobsInFlight: text.PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT, submitsPerMinute: text.PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE },
+    signedIn: { jobsInFlight: text.PHASELINE_QUOTA_JOBS_IN_FLIGHT, submitsPerMinute: text.PHASELINE_QUOTA_SUBMITS_PER_MINUTE, spendUsdPerDay: text.PHASELINE_QUOTA_SPEND_USD_PER_DAY },
+    anonymous: {
+      jobsInFlight: text.PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT,
+      submitsPerMinute: text.PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE,
+      spendUsdPerDay: text.PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY,
+    },
   };
 }

@@ -16,6 +16,7 @@ export type ErrorCode =
   | 'malformed_response'
   | 'provider_rejected'
   | 'budget_exhausted'
+  | 'spend_limit'
   | 'internal';
 
 export interface PhaselineErrorOptions {
@@ -67,6 +68,21 @@ export class OwnershipLostError extends PhaselineError {
 export class CheckpointWriteError extends RetryableError {
   constructor(message: string, cause?: unknown) {
     super(message, { code: 'checkpoint_write_failed', cause });
+  }
+}
+
+/**
+ * The job's owner reached their daily model spend cap: no model call starts. Not a failure of the
+ * step (it spends no attempt): the engine turns it into a `budget` wait at the call's boundary.
+ */
+export class SpendLimitReachedError extends PhaselineError {
+  constructor(
+    message: string,
+    readonly spentUsd: number,
+    readonly capUsd: number,
+    readonly resetAtMs: number,
+  ) {
+    super('spend_limit', false, message);
   }
 }
 

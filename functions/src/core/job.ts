@@ -44,8 +44,12 @@ export interface JobError {
 }
 
 export interface JobWait {
-  /** `decision`: a person must answer; `provider`: a dependency is down and the job resumes by itself. */
-  readonly reason: 'decision' | 'provider';
+  /**
+   * `decision`: a person must answer; `provider`: a dependency is down and the job resumes by
+   * itself; `budget`: the owner's daily model spend reached its cap, and the job resumes by itself
+   * when the day ends, or sooner when its owner answers (after an operator raised the cap).
+   */
+  readonly reason: 'decision' | 'provider' | 'budget';
   /** Names the question, so an answer is filed under it and a stale answer is refused. */
   readonly questionId: string;
   readonly question: string;

@@ -109,6 +109,25 @@ export function waitRecord(outcome: DecisionWait | ProviderWait): JobWait {
   return { reason: 'provider', questionId: outcome.questionId, question: outcome.question, options: [], untilMs };
 }
 
+/** The question a job at its owner's spend cap asks, and its answers (`cancel` is the cancel action). */
+export const BUDGET_QUESTION_ID = 'budget';
+export const BUDGET_RESUME = 'resume';
+export const BUDGET_CANCEL = 'cancel';
+
+/**
+ * The wait of a job whose owner reached the daily spend cap: it resumes by itself when the day's
+ * spend resets, and its owner may resume it sooner (once an operator raised the cap) or cancel it.
+ */
+export function budgetWait(reached: { readonly message: string; readonly resetAtMs: number }): JobWait {
+  return {
+    reason: 'budget',
+    questionId: BUDGET_QUESTION_ID,
+    question: `${reached.message} The job waits and resumes by itself then; resume it sooner if the limit was raised, or cancel it.`,
+    options: [BUDGET_RESUME, BUDGET_CANCEL],
+    untilMs: reached.resetAtMs,
+  };
+}
+
 /** Anything that holds a lease and a lost-worker count: a job or a unit. */
 export interface Leased {
   readonly lease: Lease | null;

@@ -61,7 +61,23 @@ export interface StepContext<TInput> {
   readonly limits: StepLimits;
   /** The job's effect ledger (inside a unit: that unit's entries). Every write is owner-checked. */
   readonly effects: EffectLedger;
+  /** The owner's daily model spend: ask before every model call, charge every call that cost something. */
+  readonly spend: SpendMeter;
 }
+
+/**
+ * The owner's daily model spend cap as a step sees it. The check reads what every worker of the
+ * owner charged, so the cap is passed by at most the calls already in flight when it was reached.
+ */
+export interface SpendMeter {
+  /** Throws SpendLimitReachedError when the owner's spend today reached their cap: start no call then. */
+  beforeCall(): Promise<void>;
+  /** Charges one call's cost (its answer used or thrown away) to the owner's day. */
+  charge(usd: number): void;
+}
+
+/** No cap: for contexts that make no model calls, and for tests. */
+export const UNMETERED: SpendMeter = { beforeCall: () => Promise.resolve(), charge: () => undefined };
 
 export interface StepLimits {
   /** Cap on a server-given delay (Retry-After); a longer one is an outage resumed at this distance. */

@@ -9,19 +9,23 @@
  * by reading the listed jobs' statuses, so the engine changes nothing when a job ends and a worker
  * that dies leaks no slot.
  *
- * The operator's document has room for a daily model spend cap (`spendUsdPerDay`); nothing
- * enforces it yet, because spend is recorded per job (`cost.spentUsd`), not per user and day.
+ * The third limit is model spend per user and UTC day, in USD, counting every call the provider
+ * billed, wasted ones included. It is charged by the steps as calls come back (a document per user
+ * and day, `quotaUsage/{uid}/spendDays/{day}`), checked before every model call (a running job at
+ * its cap waits, reason `budget`) and at submit (a user at their cap is refused until the day ends).
  */
 import { z } from 'zod';
 import type { JobStatus } from './job';
 
-export const QUOTA_LIMITS = ['jobs_in_flight', 'submits_per_minute'] as const;
+export const QUOTA_LIMITS = ['jobs_in_flight', 'submits_per_minute', 'spend_per_day'] as const;
 /** Which limit refused a submission: the machine-readable `limit` of a 429 answer. */
 export type QuotaLimit = (typeof QUOTA_LIMITS)[number];
 
 export interface UserLimits {
   readonly jobsInFlight: number;
   readonly submitsPerMinute: number;
+  /** Model spend per UTC day in USD, wasted calls included. */
+  readonly spendUsdPerDay: number;
 }
 
 /** The limits of a user the operator has not given limits of their own, by kind of account. */
@@ -32,8 +36,8 @@ export interface QuotaDefaults {
 }
 
 export const DEFAULT_QUOTA_DEFAULTS: QuotaDefaults = {
-  signedIn: { jobsInFlight: 3, submitsPerMinute: 10 },
-  anonymous: { jobsInFlight: 1, submitsPerMinute: 3 },
+  signedIn: { jobsInFlight: 3, submitsPerMinute: 10, spendUsdPerDay: 10 },
+  anonymous: { jobsInFlight: 1, submitsPerMinute: 3, spendUsdPerDay: 1 },
 };
 
 /**
@@ -43,6 +47,8 @@ export const DEFAULT_QUOTA_DEFAULTS: QuotaDefaults = {
  */
 export const MAX_JOBS_IN_FLIGHT = 100;
 export const MAX_SUBMITS_PER_MINUTE = 600;
+/** A cap above any plausible day of one user's model calls; an operator sets it to lift the cap in effect. */
+export const MAX_SPEND_USD_PER_DAY = 1_000_000;
 
 export const SUBMIT_WINDOW_MS = 60_000;
 /** When a slot frees is unknown (a job runs for minutes): a client that honours Retry-After checks back this often. */
@@ -57,6 +63,7 @@ export const SLOT_FREE_STATUSES: ReadonlySet<JobStatus> = new Set(['completed', 
 
 const jobsInFlight = z.int().min(0).max(MAX_JOBS_IN_FLIGHT);
 const submitsPerMinute = z.int().min(0).max(MAX_SUBMITS_PER_MINUTE);
+const spendUsdPerDay = z.number().min(0).max(MAX_SPEND_USD_PER_DAY);
 
 /**
  * `userLimits/{uid}`, written by operators only: each limit it names replaces the default for that
@@ -66,13 +73,12 @@ const submitsPerMinute = z.int().min(0).max(MAX_SUBMITS_PER_MINUTE);
 export const userLimitsOverrideSchema = z.looseObject({
   jobsInFlight: jobsInFlight.optional(),
   submitsPerMinute: submitsPerMinute.optional(),
-  /** Reserved for the daily spend cap; not enforced yet (see the module comment). */
-  spendUsdPerDay: z.number().min(0).optional(),
+  spendUsdPerDay: spendUsdPerDay.optional(),
   updatedAtMs: z.number().optional(),
 });
 export type UserLimitsOverride = z.infer<typeof userLimitsOverrideSchema>;
 
-export const userLimitsSchema = z.strictObject({ jobsInFlight, submitsPerMinute });
+export const userLimitsSchema = z.strictObject({ jobsInFlight, submitsPerMinute, spendUsdPerDay });
 
 /**
  * `quotaUsage/{uid}`, written only in the transaction that creates one of the user's jobs: the
@@ -82,6 +88,11 @@ export const quotaUsageSchema = z.object({
   inFlightJobIds: z.array(z.string()),
   recentSubmitsAtMs: z.array(z.number()),
   updatedAtMs: z.number(),
+  /**
+   * Whether the account was anonymous at its last submit: the steps of its jobs read it to know
+   * which default spend cap applies. Absent on records written before the cap: signed-in.
+   */
+  anonymous: z.boolean().optional(),
 });
 export type QuotaUsage = z.infer<typeof quotaUsageSchema>;
 
@@ -92,7 +103,36 @@ export function limitsFor(defaults: QuotaDefaults, anonymous: boolean, override:
   return {
     jobsInFlight: override?.jobsInFlight ?? base.jobsInFlight,
     submitsPerMinute: override?.submitsPerMinute ?? base.submitsPerMinute,
+    spendUsdPerDay: override?.spendUsdPerDay ?? base.spendUsdPerDay,
   };
+}
+
+// ---- Spend per user and day -------------------------------------------------------------------
+
+const DAY_MS = 86_400_000;
+
+/** The UTC day a call's spend counts against, as `YYYY-MM-DD` (the spend document's ID). */
+export function spendDay(nowMs: number): string {
+  return new Date(nowMs).toISOString().slice(0, 10);
+}
+
+/** When the day of `nowMs` ends and a new day's spend starts at zero (UTC midnight). */
+export function nextSpendResetMs(nowMs: number): number {
+  return (Math.floor(nowMs / DAY_MS) + 1) * DAY_MS;
+}
+
+/** Whether a user who spent `spentUsd` today may start another model call: only while under the cap. */
+export function spendAllowsCall(spentUsd: number, capUsd: number): boolean {
+  return spentUsd < capUsd;
+}
+
+const usd = (amount: number): string => `$${amount.toFixed(2)}`;
+
+/** The sentence a person reads when the day's spend reached the cap (at submit, or for a running job). */
+export function spendLimitMessage(spentUsd: number, capUsd: number, nowMs: number): string {
+  const reset = new Date(nextSpendResetMs(nowMs)).toISOString().replace(/:00\.000Z$/, ' UTC').replace('T', ' ');
+  if (capUsd === 0) return 'This account may not spend on model calls at the moment (its daily spend limit is $0); ask an operator to raise it.';
+  return `Today's model spend of ${usd(spentUsd)} reached this account's daily limit of ${usd(capUsd)}; it resets at ${reset}.`;
 }
 
 export interface QuotaRefusal {
@@ -112,7 +152,7 @@ const plural = (count: number, one: string, many: string): string => `${count} $
  * Whether the user may submit `jobId` now. `endedJobIds` are the listed jobs found ended (or
  * gone); they are dropped from the record. An admission returns the record to write with the job.
  */
-export function decideAdmission(usage: QuotaUsage, endedJobIds: ReadonlySet<string>, limits: UserLimits, jobId: string, nowMs: number): Admission {
+export function decideAdmission(usage: QuotaUsage, endedJobIds: ReadonlySet<string>, limits: UserLimits, jobId: string, nowMs: number, spentTodayUsd = 0): Admission {
   const inFlight = usage.inFlightJobIds.filter((id) => !endedJobIds.has(id));
   const windowStartMs = nowMs - SUBMIT_WINDOW_MS;
   const recent = usage.recentSubmitsAtMs.filter((atMs) => atMs > windowStartMs).sort((a, b) => a - b);
@@ -136,5 +176,9 @@ export function decideAdmission(usage: QuotaUsage, endedJobIds: ReadonlySet<stri
         : `You have submitted ${plural(recent.length, 'job', 'jobs')} in the last minute, the most allowed; try again in ${plural(retryAfterSeconds, 'second', 'seconds')}.`;
     return { admitted: false, refusal: { limit: 'submits_per_minute', allowed, retryAfterSeconds, message } };
   }
-  return { admitted: true, usage: { inFlightJobIds: [...inFlight, jobId], recentSubmitsAtMs: [...recent, nowMs], updatedAtMs: nowMs } };
+  if (!spendAllowsCall(spentTodayUsd, limits.spendUsdPerDay)) {
+    const retryAfterSeconds = Math.max(1, Math.ceil((nextSpendResetMs(nowMs) - nowMs) / 1000));
+    return { admitted: false, refusal: { limit: 'spend_per_day', allowed: limits.spendUsdPerDay, retryAfterSeconds, message: spendLimitMessage(spentTodayUsd, limits.spendUsdPerDay, nowMs) } };
+  }
+  return { admitted: true, usage: { ...usage, inFlightJobIds: [...inFlight, jobId], recentSubmitsAtMs: [...recent, nowMs], updatedAtMs: nowMs } };
 }

@@ -25,7 +25,7 @@ import {
   type UnitRecord,
   type UnitStatus,
 } from './job';
-import { decideClaim, decideExpiredLease, decideStaleTakeover, withRetentionDue, type ErrorDecision } from './lifecycle';
+import { BUDGET_RESUME, decideClaim, decideExpiredLease, decideStaleTakeover, withRetentionDue, type ErrorDecision } from './lifecycle';
 import type { EngineOptions } from './options';
 
 export interface TimelineEvent {
@@ -309,21 +309,34 @@ export function redispatchJob(job: JobRecord, input: { readonly lostBeforeMs: nu
   };
 }
 
-/** waiting (provider) → queued: the resume time came. A decision wait never resumes by itself. */
+/** waiting (provider or budget) → queued: the resume time came. A decision wait never resumes by itself. */
 export function resumeWaitJob(job: JobRecord, nowMs: number): Transition<JobRecord> {
   refuseUnless(job, JOB_TRANSITIONS.resumeWait.from, 'resume');
   const wait = job.waiting;
-  if (wait === null || wait.reason !== 'provider' || wait.untilMs === null) throw new TransitionRefused('the job waits for a person');
+  if (wait === null || wait.reason === 'decision' || wait.untilMs === null) throw new TransitionRefused('the job waits for a person');
   if (wait.untilMs > nowMs) throw new TransitionRefused('the wait was extended since the query');
   const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', waiting: null };
-  return { next, events: [{ kind: 'resumed', message: `The provider wait ended at ${iso(wait.untilMs)}; resuming at step ${next.step}` }], dispatch: jobDispatch(next) };
+  const what = wait.reason === 'budget' ? 'The daily spend limit reset' : `The provider wait ended`;
+  return { next, events: [{ kind: 'resumed', message: `${what} at ${iso(wait.untilMs)}; resuming at step ${next.step}` }], dispatch: jobDispatch(next) };
 }
 
-/** waiting (decision) → queued: the owner answered the question the job asked. Validation of the answer is the caller's. */
+/**
+ * waiting (decision or budget) → queued: the owner answered the question the job asked.
+ * Validation of a decision's answer is the caller's. A budget wait is answered only with
+ * `resume` (its `cancel` option is the cancel transition): it is not a decision the pipeline
+ * reads, so nothing is filed under it, and a job still over its cap waits again at its first call.
+ */
 export function decideWaitingJob(job: JobRecord, input: { readonly questionId: string; readonly answer: string }, nowMs: number): Transition<JobRecord> {
   const wait = job.waiting;
-  if (job.status !== 'waiting' || wait?.reason !== 'decision') throw new TransitionRefused(`Job ${job.id} is not waiting for a decision (it is ${job.status})`);
+  if (job.status !== 'waiting' || (wait?.reason !== 'decision' && wait?.reason !== 'budget')) {
+    throw new TransitionRefused(`Job ${job.id} is not waiting for a decision (it is ${job.status})`);
+  }
   if (wait.questionId !== input.questionId) throw new TransitionRefused(`Job ${job.id} is waiting on question ${wait.questionId}, not ${input.questionId}`);
+  if (wait.reason === 'budget') {
+    if (input.answer !== BUDGET_RESUME) throw new TransitionRefused(`A spend limit wait is resumed with "${BUDGET_RESUME}", not "${input.answer}"`);
+    const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', waiting: null };
+    return { next, events: [{ kind: 'decided', message: `Resumed by its owner at the spend limit (step ${next.step})` }], dispatch: jobDispatch(next) };
+  }
   const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', waiting: null, decisions: { ...job.decisions, [input.questionId]: input.answer } };
   return { next, events: [{ kind: 'decided', message: `${wait.question} → ${input.answer}` }], dispatch: jobDispatch(next) };
 }

@@ -2,7 +2,7 @@
 import type { Clock, RandomSource } from '../core/clock';
 import type { DraftThrottle } from '../core/draft-throttle';
 import type { CoalescingFlusher } from '../core/flusher';
-import type { PhaseDefinition, SectionRecord, StepContext, StepLimits } from '../core/pipeline';
+import { UNMETERED, type PhaseDefinition, type SectionRecord, type SpendMeter, type StepContext, type StepLimits } from '../core/pipeline';
 import { refusingEffectLedger, type EffectLedger } from '../effects/ledger';
 
 export interface ContextParts<TInput> {
@@ -25,6 +25,8 @@ export interface ContextParts<TInput> {
   readonly onProgress?: () => void;
   /** Where drafts of sections in flight go; none for contexts that run no sections. */
   readonly drafts?: DraftThrottle | null;
+  /** The owner's spend cap; none (unmetered) for contexts that make no model calls. */
+  readonly spend?: SpendMeter;
 }
 
 /** The owner-checked writes a context can make; absent for coordinator, join and publish contexts. */
@@ -100,5 +102,6 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
     remainingMs: () => Math.max(0, parts.deadlineMs - parts.clock.now()),
     limits: parts.limits,
     effects: parts.durable.effects,
+    spend: parts.spend ?? UNMETERED,
   };
 }

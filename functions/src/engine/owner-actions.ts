@@ -4,6 +4,7 @@
  */
 import { PhaselineError } from '../core/errors';
 import { TERMINAL_STATUSES, type Cancellation, type JobRecord } from '../core/job';
+import { BUDGET_CANCEL, BUDGET_QUESTION_ID } from '../core/lifecycle';
 import { cancelJobRecord, decideWaitingJob, TransitionRefused, type Transition } from '../core/transitions';
 import { DEFAULT_SETTLE_GRACE_MS } from '../effects/after-stop';
 import { countEffectStates, EFFECT_STATES, type EffectState } from '../effects/ledger';
@@ -37,7 +38,12 @@ function ownedJob(job: JobRecord, owner: string): void {
   if (job.owner !== owner) throw new OwnerActionError(404, `No job ${job.id}`);
 }
 
-export async function cancelJob(store: JobStore, request: { jobId: string; owner: string; reason: string }): Promise<CancelResult> {
+export async function cancelJob(
+  store: JobStore,
+  request: { jobId: string; owner: string; reason: string },
+  /** Refuses the cancel (by throwing) unless the job as read is the one the caller means to cancel. */
+  expect?: (job: JobRecord) => void,
+): Promise<CancelResult> {
   const nowMs = store.clock.now();
   const effects = store.jobRef(request.jobId).collection('effects');
   try {
@@ -47,6 +53,7 @@ export async function cancelJob(store: JobStore, request: { jobId: string; owner
       async ({ tx, job }) => {
         ownedJob(job, request.owner);
         if (TERMINAL_STATUSES.has(job.status)) throw new OwnerActionError(409, `Job ${job.id} is already ${job.status}`);
+        expect?.(job);
         const ledger = await tx.get(effects);
         const states: EffectState[] = [];
         let unknownEffects = 0;
@@ -87,6 +94,13 @@ export async function decideJob(
   queue: TaskQueuePort,
   request: { jobId: string; owner: string; questionId: string; answer: string },
 ): Promise<JobRecord> {
+  if (request.questionId === BUDGET_QUESTION_ID && request.answer === BUDGET_CANCEL) {
+    // The spend limit wait's other option: stop the job where it is.
+    const cancelled = await cancelJob(store, { jobId: request.jobId, owner: request.owner, reason: 'stopped by its owner at the daily spend limit' }, (job) => {
+      if (job.status !== 'waiting' || job.waiting?.reason !== 'budget') throw new OwnerActionError(409, `Job ${job.id} is not waiting at its spend limit (it is ${job.status})`);
+    });
+    return cancelled.job;
+  }
   const nowMs = store.clock.now();
   let decided: Transition<JobRecord>;
   try {

@@ -63,7 +63,7 @@ const jobDocumentSchema = z.object({
   lastError: z.object({ code: z.string(), message: z.string(), retryable: z.boolean(), at: millis }).nullable(),
   waiting: z
     .object({
-      reason: z.enum(['decision', 'provider']),
+      reason: z.enum(['decision', 'provider', 'budget']),
       questionId: z.string(),
       question: z.string(),
       options: z.array(z.string()),

@@ -51,3 +51,6 @@ export const userLimitsPath = (uid: string): string => `${USER_LIMITS}/${uid}`;
 /** What counts against a user's limits: written only in the transaction that creates one of their jobs. */
 export const QUOTA_USAGE = 'quotaUsage';
 export const quotaUsagePath = (uid: string): string => `${QUOTA_USAGE}/${uid}`;
+/** One user's model spend on one UTC day (`YYYY-MM-DD`): charged by the steps, read before each model call. */
+export const SPEND_DAYS = 'spendDays';
+export const spendDayPath = (uid: string, day: string): string => `${QUOTA_USAGE}/${uid}/${SPEND_DAYS}/${day}`;

@@ -8,16 +8,21 @@
  * after another and a limit of 3 accepts exactly 3 of 10 parallel submits. Submits of different
  * users never contend.
  */
-import type { DocumentSnapshot, Firestore, Transaction } from 'firebase-admin/firestore';
+import { FieldValue, Timestamp, type DocumentSnapshot, type Firestore, type Transaction } from 'firebase-admin/firestore';
+import { z } from 'zod';
 import { PhaselineError } from '../core/errors';
 import { decodeJob } from './codec';
+import type { JobStore } from './job-store';
 import {
+  DEFAULT_QUOTA_DEFAULTS,
   decideAdmission,
   type Admission,
   EMPTY_QUOTA_USAGE,
   SLOT_FREE_STATUSES,
   limitsFor,
+  nextSpendResetMs,
   quotaUsageSchema,
+  spendDay,
   userLimitsOverrideSchema,
   type QuotaDefaults,
   type QuotaRefusal,
@@ -25,7 +30,8 @@ import {
   type UserLimits,
   type UserLimitsOverride,
 } from '../core/quota';
-import { jobPath, quotaUsagePath, userLimitsPath } from './paths';
+import { jobPath, quotaUsagePath, spendDayPath, userLimitsPath } from './paths';
+import { EXPIRE_AT } from './retention';
 
 /** Who is submitting, as the ID token says. */
 export interface Submitter {
@@ -48,6 +54,19 @@ function decodeOverride(snapshot: DocumentSnapshot): UserLimitsOverride | null {
   const parsed = userLimitsOverrideSchema.safeParse(snapshot.data());
   if (!parsed.success) throw corrupt(snapshot.ref.path, parsed.error);
   return parsed.data;
+}
+
+/** `quotaUsage/{uid}/spendDays/{day}`: what the user's model calls of that UTC day cost. */
+const spendDaySchema = z.looseObject({ usd: z.number().min(0), calls: z.number().int().min(0).optional() });
+
+/** A spend day kept this long after it ends (the TTL policy on `expireAt`): enough for a month's accounting. */
+const SPEND_DAY_RETENTION_MS = 35 * 86_400_000;
+
+function decodeSpent(snapshot: DocumentSnapshot | undefined): number {
+  if (!snapshot?.exists) return 0;
+  const parsed = spendDaySchema.safeParse(snapshot.data());
+  if (!parsed.success) throw corrupt(snapshot.ref.path, parsed.error);
+  return parsed.data.usd;
 }
 
 function decodeUsage(snapshot: DocumentSnapshot): QuotaUsage {
@@ -74,25 +93,35 @@ export class SubmitQuota {
     const limitsRef = this.db.doc(userLimitsPath(submitter.uid));
     return async (tx, jobId, nowMs) => {
       const ended = new Set<string>();
-      const [seenUsage, seenOverride] = await this.db.getAll(usageRef, limitsRef);
-      const early = await this.decide(seenUsage, seenOverride, ended, submitter, jobId, nowMs);
+      // Today's spend is read plainly, never locked: it only grows within a day, and the steps charging it must not wait on a submit.
+      const [seenUsage, seenOverride, spent] = await this.db.getAll(usageRef, limitsRef, this.db.doc(spendDayPath(submitter.uid, spendDay(nowMs))));
+      const spentTodayUsd = decodeSpent(spent);
+      const early = await this.decide(seenUsage, seenOverride, ended, submitter, jobId, nowMs, spentTodayUsd);
       if (!early.admitted) return early.refusal;
 
       const [usageSnapshot, overrideSnapshot] = await tx.getAll(usageRef, limitsRef);
-      const admission = await this.decide(usageSnapshot, overrideSnapshot, ended, submitter, jobId, nowMs);
+      const admission = await this.decide(usageSnapshot, overrideSnapshot, ended, submitter, jobId, nowMs, spentTodayUsd);
       if (!admission.admitted) return admission.refusal;
-      tx.set(usageRef, admission.usage);
+      tx.set(usageRef, { ...admission.usage, anonymous: submitter.anonymous });
       return null;
     };
   }
 
   /** Decides from the two documents; `ended` collects the listed jobs found ended, so a second decision reads only the others. */
-  private async decide(usageSnapshot: DocumentSnapshot | undefined, overrideSnapshot: DocumentSnapshot | undefined, ended: Set<string>, submitter: Submitter, jobId: string, nowMs: number): Promise<Admission> {
+  private async decide(
+    usageSnapshot: DocumentSnapshot | undefined,
+    overrideSnapshot: DocumentSnapshot | undefined,
+    ended: Set<string>,
+    submitter: Submitter,
+    jobId: string,
+    nowMs: number,
+    spentTodayUsd: number,
+  ): Promise<Admission> {
     if (!usageSnapshot || !overrideSnapshot) throw new Error('getAll returned fewer snapshots than references');
     const usage = decodeUsage(usageSnapshot);
     const limits = limitsFor(this.defaults, submitter.anonymous, decodeOverride(overrideSnapshot));
     for (const id of await this.endedJobs(usage.inFlightJobIds.filter((listed) => !ended.has(listed)))) ended.add(id);
-    return decideAdmission(usage, ended, limits, jobId, nowMs);
+    return decideAdmission(usage, ended, limits, jobId, nowMs, spentTodayUsd);
   }
 
   /**
@@ -148,4 +177,40 @@ export async function setUserLimits(
     tx.set(ref, parsed.data);
     return parsed.data;
   });
+}
+
+/**
+ * The spend side for the steps: which cap applies to a job's owner, what they spent today, and
+ * charging a call's cost. A charge is a blind increment (no read, no transaction), so charges from
+ * every worker of one user add up without contending; the check before a call is a plain read.
+ */
+export class SpendLedger {
+  constructor(
+    private readonly db: Firestore,
+    private readonly defaults: QuotaDefaults,
+  ) {}
+
+  /** The owner's daily cap: the operator's override, else the default for the kind of account their last submit used. */
+  async capUsd(uid: string): Promise<number> {
+    const [usage, override] = await this.db.getAll(this.db.doc(quotaUsagePath(uid)), this.db.doc(userLimitsPath(uid)));
+    if (!usage || !override) throw new Error('getAll returned fewer snapshots than references');
+    return limitsFor(this.defaults, decodeUsage(usage).anonymous === true, decodeOverride(override)).spendUsdPerDay;
+  }
+
+  async spentUsd(uid: string, nowMs: number): Promise<number> {
+    return decodeSpent(await this.db.doc(spendDayPath(uid, spendDay(nowMs))).get());
+  }
+
+  /** Adds the cost of some calls to the owner's day. */
+  async charge(uid: string, spent: { readonly usd: number; readonly calls: number }, nowMs: number): Promise<void> {
+    await this.db.doc(spendDayPath(uid, spendDay(nowMs))).set(
+      { usd: FieldValue.increment(spent.usd), calls: FieldValue.increment(spent.calls), updatedAt: Timestamp.fromMillis(nowMs), [EXPIRE_AT]: Timestamp.fromMillis(nextSpendResetMs(nowMs) + SPEND_DAY_RETENTION_MS) },
+      { merge: true },
+    );
+  }
+}
+
+/** The ledger a runner uses when none was given: the store's Firestore, the default caps. */
+export function defaultSpendLedger(store: JobStore): SpendLedger {
+  return new SpendLedger(store.db, DEFAULT_QUOTA_DEFAULTS);
 }

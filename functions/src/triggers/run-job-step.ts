@@ -1,10 +1,11 @@
 import { logger } from 'firebase-functions';
 import { onTaskDispatched } from 'firebase-functions/v2/tasks';
-import { modelApiKeyNeeded, tavilyApiKeyNeeded } from '../config/environment';
+import { modelApiKeyNeeded, quotaDefaultsFromEnv, tavilyApiKeyNeeded } from '../config/environment';
 import { systemClock } from '../core/clock';
 import { runStep, type RunnerDeps } from '../engine/runner';
 import { modelApiKey, tavilyApiKey } from '../pipelines/providers';
 import { JobStore } from '../store/job-store';
+import { SpendLedger } from '../store/quota-documents';
 import { firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
 import { pipelines } from './pipelines';
@@ -17,6 +18,7 @@ function runnerDeps(): RunnerDeps {
     pipelines,
     random: Math.random,
     log: (message, detail) => logger.info(message, detail),
+    spendLedger: new SpendLedger(firestore(), quotaDefaultsFromEnv()),
   };
   return deps;
 }

@@ -1,6 +1,6 @@
 /** One phase step: run the phase with its context, then make its outcome durable (checkpoint and hand-off, yield, wait). */
 import { z } from 'zod';
-import { OwnershipLostError, TerminalError, toPhaselineError } from '../../core/errors';
+import { OwnershipLostError, SpendLimitReachedError, TerminalError, toPhaselineError } from '../../core/errors';
 import { applyClaimTally, type FlushPayload } from '../../core/flusher';
 import { type JobWait } from '../../core/job';
 import { waitRecord } from '../../core/lifecycle';
@@ -10,7 +10,7 @@ import type { EventDraft, JobClaim } from '../../store/job-store';
 import { checkpointDocumentFor, loadSections } from '../checkpoints';
 import { durableWrites } from './durable-writes';
 import { NoProgressError, Running, StepOutcome, dispatchQuietly, freshLease, lost, progressGated, startDrafts, startFlusher, untilAborted, workingContext } from './running';
-import { giveBack, settleError } from './settle';
+import { giveBack, settleError, waitAtSpendLimit } from './settle';
 
 export async function runPhase(
   running: Running,
@@ -48,12 +48,15 @@ export async function runPhase(
   } catch (error) {
     drafts.stop();
     const pending = await flusher.stop();
+    await running.spend.settle();
     if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'job', claim }, running.controller.signal.reason, pending);
     if (running.controller.signal.aborted || error instanceof OwnershipLostError) return lost(running, error);
+    if (error instanceof SpendLimitReachedError) return waitAtSpendLimit(running, { kind: 'job', claim }, error, pending, notes);
     return settleError(running.deps, claim, toPhaselineError(error), pending, notes);
   }
   drafts.stop();
   const pending = await flusher.stop();
+  await running.spend.settle();
   if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'job', claim }, running.controller.signal.reason, pending);
   if (running.controller.signal.aborted) return lost(running, running.controller.signal.reason);
 

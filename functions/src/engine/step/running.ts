@@ -13,6 +13,8 @@ import { type UnitRecord } from '../../store/codec';
 import type { JobClaim, JobStore, UnitClaim } from '../../store/job-store';
 import { addRejectedTask } from '../../store/job-documents';
 import { writeDraft } from '../../store/drafts';
+import { defaultSpendLedger, type SpendLedger } from '../../store/quota-documents';
+import { StepSpendMeter } from '../spend-meter';
 import type { TaskQueuePort } from '../../store/task-queue';
 import { createStepContext, noDurableWrites, type ContextParts } from '../context';
 
@@ -25,6 +27,8 @@ export interface RunnerDeps {
   readonly worker?: string;
   readonly timers?: Timers;
   readonly log?: (message: string, detail?: Record<string, unknown>) => void;
+  /** Owners' daily spend caps; absent: the default caps, read and charged through the store's Firestore. */
+  readonly spendLedger?: SpendLedger;
 }
 
 export type StepOutcome =
@@ -57,6 +61,8 @@ export interface Running {
   readonly controller: AbortController;
   /** When the step last showed progress; the heartbeat renews the lease only while this is recent. */
   progressAtMs: number;
+  /** The job owner's daily spend cap, for every model call of this step. */
+  readonly spend: StepSpendMeter;
 }
 
 /** The step showed no progress within `progressTimeoutSeconds`: it gives its job back instead of holding it. */
@@ -71,9 +77,11 @@ export function newRunning(
   worker: string,
   pipeline: PipelineDefinition<unknown>,
   input: unknown,
-  claimed: { readonly decisions: Readonly<Record<string, string>>; readonly staleReclaims: number },
+  claimed: { readonly owner: string; readonly decisions: Readonly<Record<string, string>>; readonly staleReclaims: number },
 ): Running {
-  return { deps, worker, pipeline, input, decisions: claimed.decisions, staleReclaimsAtClaim: claimed.staleReclaims, controller: new AbortController(), progressAtMs: deps.store.clock.now() };
+  const { store } = deps;
+  const spend = new StepSpendMeter(deps.spendLedger ?? defaultSpendLedger(store), claimed.owner, store.clock, deps.log);
+  return { deps, worker, pipeline, input, decisions: claimed.decisions, staleReclaimsAtClaim: claimed.staleReclaims, controller: new AbortController(), progressAtMs: store.clock.now(), spend };
 }
 
 /** Settles with the work, or rejects with the abort reason as soon as the claim is lost or the step stalls. */
@@ -188,6 +196,7 @@ export function workingContext(
     ...parts,
     deadlineMs: store.clock.now() + budgetMs,
     budgetMs,
+    spend: running.spend,
     onProgress: () => {
       running.progressAtMs = store.clock.now();
     },

@@ -1,9 +1,9 @@
 /** Settling what a step could not finish: a caught error (requeue, capped outage wait, fail), a stalled step giving its job back, and the same for units. */
-import { OwnershipLostError, PhaselineError, TerminalError } from '../../core/errors';
+import { OwnershipLostError, PhaselineError, SpendLimitReachedError, TerminalError } from '../../core/errors';
 import { applyClaimTally, EMPTY_FLUSH, type FlushPayload } from '../../core/flusher';
-import { type JobRecord } from '../../core/job';
-import { decideAfterError } from '../../core/lifecycle';
-import { giveBackJob, giveBackUnit, settleJobError, requeueUnit, type Dispatch } from '../../core/transitions';
+import { type JobRecord, type JobWait } from '../../core/job';
+import { budgetWait, decideAfterError } from '../../core/lifecycle';
+import { giveBackJob, giveBackUnit, settleJobError, requeueUnit, waitJob, type Dispatch } from '../../core/transitions';
 import { type UnitRecord } from '../../store/codec';
 import type { EventDraft, JobClaim, UnitClaim } from '../../store/job-store';
 import { NoProgressError, RunnerDeps, Running, SectionOwner, StepOutcome, chargeUnit, dispatchQuietly, lost } from './running';
@@ -125,4 +125,48 @@ export async function settleUnitError(deps: RunnerDeps, claim: UnitClaim, error:
 
 export function failJobFromUnit(deps: RunnerDeps, claim: UnitClaim, error: TerminalError): Promise<StepOutcome> {
   return settleUnitError(deps, claim, error, EMPTY_FLUSH);
+}
+
+/**
+ * The owner's spend cap stopped a model call: the job waits (reason `budget`) at the call's
+ * boundary, spending no attempt. What the step recorded stays; the resumed step goes on from it.
+ */
+export async function waitAtSpendLimit(running: Running, owner: SectionOwner, reached: SpendLimitReachedError, pending: FlushPayload, notes: readonly EventDraft[]): Promise<StepOutcome> {
+  const { store } = running.deps;
+  const waiting = budgetWait({ message: reached.message, resetAtMs: reached.resetAtMs });
+  running.deps.log?.('spend limit reached; the job waits', { spentUsd: reached.spentUsd, capUsd: reached.capUsd });
+  try {
+    if (owner.kind === 'unit') {
+      await waitJobFromUnit(running.deps, owner.claim, waiting, pending, `${owner.claim.unit}: ${reached.message}`);
+    } else {
+      const nowMs = store.clock.now();
+      await store.asOwner(owner.claim, ({ job }) => {
+        const applied = applyClaimTally(job, pending, owner.claim.epoch);
+        const transition = waitJob(applied.next, waiting, nowMs);
+        return Promise.resolve({ next: transition.next, events: [...notes, ...applied.notes, ...transition.events], value: undefined });
+      });
+    }
+    return { kind: 'waiting', reason: waiting.reason };
+  } catch (error) {
+    if (error instanceof OwnershipLostError) return lost(running, error);
+    throw error;
+  }
+}
+
+/**
+ * A unit's step makes its whole job wait: the fan-out ends here (the unit back to queued), and on
+ * resume it starts again, reusing finished units and recorded sections.
+ */
+export async function waitJobFromUnit(deps: RunnerDeps, claim: UnitClaim, waiting: JobWait, pending: FlushPayload, message: string): Promise<void> {
+  const { store } = deps;
+  await store.asUnitOwner(claim, ({ job: current, unit: currentUnit }) => {
+    const applied = applyClaimTally(currentUnit, pending, claim.epoch);
+    const charged = chargeUnit(current, applied.next);
+    return Promise.resolve({
+      next: { ...charged.job, status: 'waiting' as const, fanout: null, lease: null, step: current.step + 1, dispatch: 0, waiting, nextRunAtMs: waiting.untilMs ?? store.clock.now() },
+      nextUnit: { ...charged.unit, status: 'queued' as const, lease: null },
+      events: [...applied.notes, { kind: 'waiting', message }],
+      value: undefined,
+    });
+  });
 }

@@ -1,6 +1,6 @@
 /** One unit step: claim (or take over) a fan-out unit, run it under its own lease, and record its outcome. */
 import { z } from 'zod';
-import { OwnershipLostError, TerminalError, toPhaselineError } from '../../core/errors';
+import { OwnershipLostError, SpendLimitReachedError, TerminalError, toPhaselineError } from '../../core/errors';
 import { applyClaimTally } from '../../core/flusher';
 import { type JobRecord, type JobWait, type StepTask } from '../../core/job';
 import { waitRecord } from '../../core/lifecycle';
@@ -10,8 +10,8 @@ import type { UnitClaim } from '../../store/job-store';
 import { loadCheckpoints, loadSections } from '../checkpoints';
 import { durableWrites } from './durable-writes';
 import { JoinFailedError, finishUnit } from './fan-out';
-import { NoProgressError, RunnerDeps, Running, StepOutcome, chargeUnit, defaultWorkerName, dispatchQuietly, freshLease, lost, newRunning, progressGated, startDrafts, startFlusher, untilAborted, workingContext } from './running';
-import { failJobFromUnit, giveBack, settleUnitError } from './settle';
+import { NoProgressError, RunnerDeps, Running, StepOutcome, defaultWorkerName, dispatchQuietly, freshLease, lost, newRunning, progressGated, startDrafts, startFlusher, untilAborted, workingContext } from './running';
+import { failJobFromUnit, giveBack, settleUnitError, waitAtSpendLimit, waitJobFromUnit } from './settle';
 
 export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: string, phaseName: string): Promise<StepOutcome> {
   const { store } = deps;
@@ -54,7 +54,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   const pipeline = deps.pipelines.get(job.pipeline);
   const phase = pipeline?.phases.find((candidate) => candidate.name === unit.phase);
   const input = pipeline?.input.safeParse(job.input);
-  const running: Running | null = pipeline && input?.success ? newRunning(deps, worker, pipeline, input.data, { decisions: job.decisions, staleReclaims: unit.staleReclaims }) : null;
+  const running: Running | null = pipeline && input?.success ? newRunning(deps, worker, pipeline, input.data, { owner: job.owner, decisions: job.decisions, staleReclaims: unit.staleReclaims }) : null;
   if (!running || !phase?.fanOut) {
     return failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit}: pipeline ${job.pipeline} has no fan-out phase ${unit.phase}, or the stored input no longer validates`));
   }
@@ -103,12 +103,15 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   } catch (error) {
     drafts.stop();
     const pending = await flusher.stop();
+    await running.spend.settle();
     if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'unit', claim }, running.controller.signal.reason, pending);
     if (running.controller.signal.aborted || error instanceof OwnershipLostError) return lost(running, error);
+    if (error instanceof SpendLimitReachedError) return waitAtSpendLimit(running, { kind: 'unit', claim }, error, pending, []);
     return settleUnitError(deps, claim, toPhaselineError(error), pending);
   }
   drafts.stop();
   const pending = await flusher.stop();
+  await running.spend.settle();
   if (running.controller.signal.reason instanceof NoProgressError) return giveBack(running, { kind: 'unit', claim }, running.controller.signal.reason, pending);
   if (running.controller.signal.aborted) return lost(running, running.controller.signal.reason);
 
@@ -129,17 +132,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
       } catch (error) {
         return await settleUnitError(deps, claim, toPhaselineError(error), pending);
       }
-      await store.asUnitOwner(claim, ({ job: current, unit: currentUnit }) => {
-        const applied = applyClaimTally(currentUnit, pending, claim.epoch);
-        const charged = chargeUnit(current, applied.next);
-        return Promise.resolve({
-          // The fan-out ends here; on resume it starts again, reusing finished units and recorded sections.
-          next: { ...charged.job, status: 'waiting' as const, fanout: null, lease: null, step: current.step + 1, dispatch: 0, waiting, nextRunAtMs: waiting.untilMs ?? store.clock.now() },
-          nextUnit: { ...charged.unit, status: 'queued' as const, lease: null },
-          events: [...applied.notes, { kind: 'waiting', message: `${unit.unit}: ${outcome.question}` }],
-          value: undefined,
-        });
-      });
+      await waitJobFromUnit(deps, claim, waiting, pending, `${unit.unit}: ${outcome.question}`);
       return { kind: 'waiting', reason: outcome.reason };
     }
     const parsed = fanOut.unitState.safeParse(outcome.state);

@@ -167,6 +167,7 @@ export async function runAgentSection<TInput>(
       },
       onUsage: (entry) => context.addCost(costIncrements(entry)),
       onDraft: (text) => context.showDraft(spec.sectionId, text),
+      spend: context.spend,
     });
     if (outcome.kind === 'out-of-time') {
       context.note('section-yielded', `${spec.sectionId}: the step's time ran out mid-section (${outcome.reason}); its transcript is saved and the next step goes on`);
