@@ -371,4 +371,28 @@ export const MUTANTS: readonly Mutant[] = [
     replace: ' });',
     tests: [{ files: ['test/emulator/drafts.test.ts'], names: 'a streaming provider' }],
   },
+  {
+    name: 'spend-checked-before-call',
+    removes: "the section runner's spend check before a model call (a job past its owner's daily cap goes on spending)",
+    file: 'functions/src/agent/section-runner.ts',
+    search: '      await this.deps.spend?.beforeCall();\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'reaches the cap waits with a question' }],
+  },
+  {
+    name: 'spend-charged',
+    removes: "the section runner's charge of each call's cost to its owner's day (the cap never fills)",
+    file: 'functions/src/agent/section-runner.ts',
+    search: '      this.deps.spend?.charge(response.costUsd);\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'wasted calls count' }],
+  },
+  {
+    name: 'spend-check-counts-unwritten',
+    removes: "the spend meter's count of this step's charges not yet written (a failed charge is forgotten by the check)",
+    file: 'functions/src/engine/spend-meter.ts',
+    search: 'const spentUsd = (await this.ledger.spentUsd(this.owner, nowMs)) + this.unwrittenUsd;',
+    replace: 'const spentUsd = await this.ledger.spentUsd(this.owner, nowMs);',
+    tests: [{ files: ['test/unit/spend-meter.test.ts'], names: 'could not be written still counts' }],
+  },
 ];

@@ -109,6 +109,15 @@ test('a failed charge is kept: checks count it, and the next charge (or the sett
   expect(ledger.spent).toBeCloseTo(1.3, 9);
 });
 
+test('a charge that could not be written still counts against the cap in this step', async () => {
+  const ledger = new MemoryLedger(1);
+  const meter = meterOver(ledger);
+  ledger.failNextCharges = 1;
+  meter.charge(1.5);
+  await expect(meter.beforeCall()).rejects.toMatchObject({ spentUsd: 1.5 });
+  expect(ledger.spent).toBe(0);
+});
+
 test('calls that cost nothing are not written', async () => {
   const ledger = new MemoryLedger(1);
   const meter = meterOver(ledger);
