@@ -25,9 +25,23 @@ const layering = [
               message: 'core/ imports no Firebase or Google Cloud package: it is tested without an emulator.',
             },
             {
-              regex: folders(['engine', 'store', 'triggers', 'http', 'pipelines', 'providers', 'agent', 'effects', 'config']),
+              regex: folders(['engine', 'store', 'triggers', 'http', 'pipelines', 'providers', 'agent', 'effects', 'config', 'telemetry']),
               message: 'core/ imports nothing above it: move what it needs down into core/.',
             },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ['functions/src/telemetry/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            { regex: '^(firebase-admin|firebase-functions|firebase|@firebase/[^/]+|@google-cloud/[^/]+)(/|$)', message: 'telemetry/ imports no Firebase package: the store and triggers call it.' },
+            { regex: folders(['engine', 'store', 'triggers', 'http', 'pipelines']), message: 'telemetry/ sits below the code it observes: it is called, it does not call.' },
           ],
         },
       ],

@@ -12,6 +12,7 @@ import {
   receiverConfigFromEnv,
   tavilyApiKeyNeeded,
   toolsConfigFromEnv,
+  tracingConfigFromEnv,
 } from '../../functions/src/config/environment';
 import { TerminalError } from '../../functions/src/core/errors';
 import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from '../../functions/src/core/options';
@@ -28,6 +29,8 @@ describe('defaults', () => {
     const receiver = receiverConfigFromEnv(RECEIVER);
     const corpus = toolsConfigFromEnv({});
     const quotas = quotaDefaultsFromEnv({});
+    const traced = tracingConfigFromEnv({ PHASELINE_TRACE_EXPORTER: 'otlp' });
+    if (traced.exporter !== 'otlp') throw new Error('expected otlp');
     const web = toolsConfigFromEnv({ PHASELINE_SEARCH: 'tavily', PHASELINE_TAVILY_API_KEY: 'tvly-x' });
     if (!('pages' in web) || web.search.kind !== 'tavily') throw new Error('expected the Tavily tools');
     const parsed: Record<string, string | number | undefined> = {
@@ -59,6 +62,9 @@ describe('defaults', () => {
       PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: quotas.anonymous.submitsPerMinute,
       PHASELINE_QUOTA_SPEND_USD_PER_DAY: quotas.signedIn.spendUsdPerDay,
       PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY: quotas.anonymous.spendUsdPerDay,
+      PHASELINE_TRACE_EXPORTER: tracingConfigFromEnv({}).exporter,
+      PHASELINE_TRACE_OTLP_URL: traced.url,
+      PHASELINE_TRACE_SAMPLE_RATIO: traced.sampleRatio,
     };
     for (const declared of DECLARED_VARIABLES) {
       if (declared.name === 'PHASELINE_OFFLINE_SETTINGS') {

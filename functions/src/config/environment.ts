@@ -238,6 +238,23 @@ const QUOTA_VARIABLES = {
   ),
 };
 
+const TRACE_EXPORTERS = ['none', 'console', 'otlp'] as const;
+
+/** Traces of steps, model calls, tool calls and commits (telemetry/tracing.ts); read once, when the step function first runs. */
+const TRACE_VARIABLES = {
+  PHASELINE_TRACE_EXPORTER: variable(
+    z.enum(TRACE_EXPORTERS, { error: `must be ${TRACE_EXPORTERS.join(', ')}` }).default('none'),
+    'none',
+    'Where OpenTelemetry spans go: nowhere (the no-op tracer), one JSON log line per span, or OTLP/HTTP to PHASELINE_TRACE_OTLP_URL.',
+  ),
+  PHASELINE_TRACE_OTLP_URL: variable(httpUrl.default('http://localhost:4318/v1/traces'), 'http://localhost:4318/v1/traces', 'Where otlp sends spans (OTLP/HTTP): a collector, which can forward them to Cloud Trace.'),
+  PHASELINE_TRACE_SAMPLE_RATIO: variable(
+    numberText.pipe(z.number().min(0).max(1)).default(1),
+    '1',
+    'Share of traces recorded, decided by trace ID (every step of a trace alike); the request header\'s sampled flag is not followed.',
+  ),
+};
+
 /** The secret's name, for binding it to the step function (firebase-functions' defineSecret). */
 export const MODEL_API_KEY_VARIABLE = 'PHASELINE_MODEL_API_KEY' satisfies keyof typeof MODEL_VARIABLES;
 /** For tools that start the functions with a receiver of their own. */
@@ -256,6 +273,7 @@ const SECTIONS = {
   tavily: TAVILY_VARIABLES,
   pages: PAGE_VARIABLES,
   quotas: QUOTA_VARIABLES,
+  traces: TRACE_VARIABLES,
 } as const;
 
 export interface DeclaredVariable {
@@ -467,4 +485,19 @@ export function quotaDefaultsFromEnv(env: Environment = process.env): QuotaDefau
       spendUsdPerDay: text.PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY,
     },
   };
+}
+
+export type TracingConfig =
+  | { readonly exporter: 'none' }
+  | { readonly exporter: 'console'; readonly sampleRatio: number }
+  | { readonly exporter: 'otlp'; readonly url: string; readonly sampleRatio: number };
+
+/** Where spans go; the OTLP URL is read only for otlp, the ratio only when spans are exported. */
+export function tracingConfigFromEnv(env: Environment = process.env): TracingConfig {
+  const { PHASELINE_TRACE_EXPORTER: exporter } = parseSection({ PHASELINE_TRACE_EXPORTER: TRACE_VARIABLES.PHASELINE_TRACE_EXPORTER }, env);
+  if (exporter === 'none') return { exporter };
+  const { PHASELINE_TRACE_SAMPLE_RATIO: sampleRatio } = parseSection({ PHASELINE_TRACE_SAMPLE_RATIO: TRACE_VARIABLES.PHASELINE_TRACE_SAMPLE_RATIO }, env);
+  if (exporter === 'console') return { exporter, sampleRatio };
+  const { PHASELINE_TRACE_OTLP_URL: url } = parseSection({ PHASELINE_TRACE_OTLP_URL: TRACE_VARIABLES.PHASELINE_TRACE_OTLP_URL }, env);
+  return { exporter, url, sampleRatio };
 }

@@ -2,7 +2,8 @@
  * The model provider and research tools the deployed functions use, chosen by configuration
  * (config/environment.ts): the offline simulator by default (no key, no network), or any Chat
  * Completions-compatible endpoint; the bundled corpus tools by default, or web search (SearXNG or
- * Tavily) with fetch_page.
+ * Tavily) with fetch_page. Both come wrapped for tracing (telemetry/agent.ts): every model call and
+ * every tool call is a span of the step that made it (no-op spans unless an exporter is configured).
  */
 import { defineSecret } from 'firebase-functions/params';
 import type { ModelProvider } from '../agent/provider';
@@ -15,6 +16,7 @@ import type { Clock } from '../core/clock';
 import { createCorpusToolbox, createOfflineProvider } from '../providers/offline';
 import { createOpenAiCompatibleProvider } from '../providers/openai-compatible';
 import type { ArtifactStore } from '../store/artifact-store';
+import { tracedProvider, tracedToolbox } from '../telemetry/agent';
 
 /** Bound to the step function only for the keyed provider; its value reaches the function as an environment variable. */
 export const modelApiKey = defineSecret(MODEL_API_KEY_VARIABLE);
@@ -35,8 +37,13 @@ function searchBackendFor(search: Exclude<SearchConfig, { kind: 'corpus' }>): Se
   return search.kind === 'searxng' ? createSearxngBackend(search) : createTavilyBackend(search);
 }
 
-/** Reads configuration at call time, when a step first needs the provider. */
+/** Reads configuration at call time, when a step first needs the provider; provider and tools come traced. */
 export function configuredProvider(clock: Clock, env: Environment, options: ConfiguredProviderOptions): ConfiguredProvider {
+  const { provider, toolbox } = untracedProvider(clock, env, options);
+  return { provider: tracedProvider(provider), toolbox: tracedToolbox(toolbox) };
+}
+
+function untracedProvider(clock: Clock, env: Environment, options: ConfiguredProviderOptions): ConfiguredProvider {
   const config = providerConfigFromEnv(env);
   const tools = toolsConfigFromEnv(env);
   const { settings, seed } = config.offline;

@@ -9,6 +9,7 @@
 import type { DocumentReference, Timestamp, WriteBatch } from 'firebase-admin/firestore';
 import { CheckpointWriteError, OwnershipLostError } from '../core/errors';
 import { isFailedPrecondition } from './firestore-errors';
+import { noteCommitPreconditionFailed, traceCommit } from '../telemetry/commits';
 import type { JobStore } from './job-store';
 /** Lost answers in a row before a write gives up: each one costs a read, so this stays small. */
 const MAX_SLOT_REFRESHES = 3;
@@ -32,7 +33,7 @@ export class ClaimSession {
    * Transient failures are retried like every store write (JobStore.retryingWrite).
    */
   commit<T>(label: string, build: (batch: WriteBatch) => T): Promise<T> {
-    const run = this.tail.then(() => this.commitInOrder(label, build));
+    const run = this.tail.then(() => traceCommit(`${label} for ${this.what}`, () => this.commitInOrder(label, build)));
     this.tail = run.catch(() => undefined);
     return run;
   }
@@ -43,6 +44,7 @@ export class ClaimSession {
         return await this.store.retryingWrite(`${label} for ${this.what}`, () => this.commitOnce(build));
       } catch (error) {
         if (!isFailedPrecondition(error)) throw error;
+        noteCommitPreconditionFailed();
         // Our own earlier write may have landed with its answer lost: the slot read decides.
         this.updateTime = null;
         if (refreshes >= MAX_SLOT_REFRESHES) throw new CheckpointWriteError(`${label} for ${this.what}: the claim slot kept changing under a held claim`, error);

@@ -20,6 +20,7 @@ import { ClaimSession } from './claim-session';
 import { isFailedPrecondition, isTransientFirestoreError } from './firestore-errors';
 import type { JobAdmission } from './quota-documents';
 import { checkpointPath, claimPath, conversationPath, eventPath, JOB_CLAIM_SLOT, jobPath, JOBS, unitClaimSlot, unitPath } from './paths';
+import { noteCommitPreconditionFailed, noteJobCommit, noteUnitCommit, traceCommit } from '../telemetry/commits';
 
 export { isAlreadyExists, isTransientFirestoreError } from './firestore-errors';
 
@@ -242,6 +243,7 @@ export class JobStore {
         } catch (error) {
           this.forgetOwnerView(jobId, view.updateTime);
           if (!isFailedPrecondition(error)) throw error;
+          noteCommitPreconditionFailed();
           if (attempt >= MAX_JOB_COMMIT_ATTEMPTS) throw new CheckpointWriteError(`job ${jobId} kept changing under ${attempt} conditioned commits`, error);
           continue;
         }
@@ -460,6 +462,7 @@ export class JobStore {
     // rest of its timeline: the sweeper's stamping of the job may already be over.
     const expireAt = ENDED_STATUSES.has(next.status) ? { expireAt: Timestamp.fromMillis(expireAtMs(endedAtMs(next), this.options.retentionDays)) } : {};
     this.syncClaimSlot(tx, this.claimSlotRef(current.id, JOB_CLAIM_SLOT), heldJobEpoch(current), heldJobEpoch(next), next.lease?.worker ?? null);
+    noteJobCommit(current, next, events);
     if (current.fanout !== null && (next.fanout?.epoch !== current.fanout.epoch || next.status !== 'running')) this.endFanOut(tx, current.id, current.fanout);
     let seq = current.eventSeq;
     for (const event of events) {
@@ -475,6 +478,7 @@ export class JobStore {
   commitUnit(tx: JobWriter, snapshot: DocumentSnapshot, next: UnitRecord, current: UnitRecord = decodeUnit(snapshot.ref.path, snapshot.data())): void {
     if (!snapshot.updateTime) throw new Error(`Unit ${snapshot.ref.path}: snapshot without an update time`);
     this.syncClaimSlot(tx, this.claimSlotRef(next.jobId, unitClaimSlot(next.phase, next.unit)), heldUnitEpoch(current), heldUnitEpoch(next), next.lease?.worker ?? null);
+    noteUnitCommit(current, next);
     tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }), { lastUpdateTime: snapshot.updateTime });
   }
 
@@ -512,8 +516,12 @@ export class JobStore {
     return this.db.doc(checkpointPath(jobId, phase));
   }
 
-  /** Retries transient failures; ownership and validation errors go straight through. */
-  async retryingWrite<T>(what: string, write: () => Promise<T>): Promise<T> {
+  /** Retries transient failures; ownership and validation errors go straight through. One commit span (telemetry/commits.ts) covers the tries. */
+  retryingWrite<T>(what: string, write: () => Promise<T>): Promise<T> {
+    return traceCommit(what, () => this.retryingWriteUntraced(what, write));
+  }
+
+  private async retryingWriteUntraced<T>(what: string, write: () => Promise<T>): Promise<T> {
     try {
       return await pRetry(
         async () => {

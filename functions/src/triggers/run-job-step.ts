@@ -1,14 +1,42 @@
 import { logger } from 'firebase-functions';
 import { onTaskDispatched } from 'firebase-functions/v2/tasks';
-import { modelApiKeyNeeded, quotaDefaultsFromEnv, tavilyApiKeyNeeded } from '../config/environment';
+import { modelApiKeyNeeded, quotaDefaultsFromEnv, tavilyApiKeyNeeded, tracingConfigFromEnv } from '../config/environment';
 import { systemClock } from '../core/clock';
 import { runStep, type RunnerDeps } from '../engine/runner';
 import { modelApiKey, tavilyApiKey } from '../pipelines/providers';
 import { JobStore } from '../store/job-store';
 import { SpendLedger } from '../store/quota-documents';
+import { NO_TRACING, startTracing, stepLogger, traceStep, type LogSink, type StepLogger, type Tracing } from '../telemetry';
 import { firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
 import { pipelines } from './pipelines';
+
+/**
+ * Log lines go through the Cloud Functions logger (one JSON line each, as Cloud Logging reads them),
+ * carrying the step's fields and trace (telemetry/logging.ts). Called at write time, not bound
+ * once, so a test that watches the logger sees them.
+ */
+const functionsLogger: LogSink = ({ severity, message, ...fields }) => {
+  if (severity === 'ERROR') logger.error(message, fields);
+  else if (severity === 'WARNING') logger.warn(message, fields);
+  else if (severity === 'DEBUG') logger.debug(message, fields);
+  else logger.info(message, fields);
+};
+
+/** The project the trace field names: set by the Cloud Functions runtime (and the emulator), read when a step runs. */
+const project = (): string | undefined => process.env.GCLOUD_PROJECT ?? process.env.GOOGLE_CLOUD_PROJECT;
+let stepLog: StepLogger | undefined;
+const log = (): StepLogger => (stepLog ??= stepLogger({ project: project(), sink: functionsLogger }));
+
+let tracing: Promise<Tracing> | undefined;
+/** Exporting as configured, from the first step on; a bad setting is logged and the steps run untraced, never failed for it. */
+function tracingStarted(): Promise<Tracing> {
+  tracing ??= (async () => startTracing(tracingConfigFromEnv(), { serviceName: 'runJobStep', project: project() }))().catch((error: unknown) => {
+    log().error('tracing is off: its configuration was refused', { error });
+    return NO_TRACING;
+  });
+  return tracing;
+}
 
 let deps: RunnerDeps | undefined;
 function runnerDeps(): RunnerDeps {
@@ -17,7 +45,8 @@ function runnerDeps(): RunnerDeps {
     queue: stepQueue(),
     pipelines,
     random: Math.random,
-    log: (message, detail) => logger.info(message, detail),
+    // What a step reports through deps.log is a problem it met (a write kept for later, a lost claim, a rejected task).
+    log: (message, detail) => log().warn(message, detail),
     spendLedger: new SpendLedger(firestore(), quotaDefaultsFromEnv()),
   };
   return deps;
@@ -39,8 +68,23 @@ export const runJobStep = onTaskDispatched<unknown>(
     secrets: [...(modelApiKeyNeeded() ? [modelApiKey] : []), ...(tavilyApiKeyNeeded() ? [tavilyApiKey] : [])],
   },
   async (request) => {
-    const outcome = await runStep(runnerDeps(), request.data);
-    logger.info('step finished', { outcome, task: request.data, retryCount: request.retryCount });
+    const traced = await tracingStarted();
+    let outcome;
+    try {
+      // One span per step, under the trace the request's headers name; every line and span of the step carries its job, step, unit, epoch and phase.
+      outcome = await traceStep(
+        { headers: request.headers, task: request.data, attributes: { 'phaseline.task.retry_count': request.retryCount } },
+        async () => {
+          const finished = await runStep(runnerDeps(), request.data);
+          log().info('step finished', { outcome: finished, task: request.data, retryCount: request.retryCount });
+          return finished;
+        },
+        (finished) => ({ 'phaseline.outcome': finished.kind }),
+      );
+    } finally {
+      // Before answering: an instance that has answered may have no CPU left to export with.
+      await traced.flush();
+    }
     if (outcome.kind === 'not-yet-due') {
       // The only wanted redelivery: the job is backing off and this task came early.
       throw new Error(`Job is backing off for another ${Math.ceil(outcome.retryAfterMs / 1000)} s; redeliver later`);

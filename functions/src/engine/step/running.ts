@@ -17,6 +17,7 @@ import { defaultSpendLedger, type SpendLedger } from '../../store/quota-document
 import { StepSpendMeter } from '../spend-meter';
 import type { TaskQueuePort } from '../../store/task-queue';
 import { createStepContext, noDurableWrites, type ContextParts } from '../context';
+import { annotateStep } from '../../telemetry/scope';
 
 export interface RunnerDeps {
   readonly store: JobStore;
@@ -191,6 +192,8 @@ export function workingContext(
 ): StepContext<unknown> {
   const { store } = running.deps;
   const budgetMs = store.options.stepBudgetSeconds * 1000;
+  // The phase this step works on, for its log lines and spans (telemetry): a new job's claimed record names none yet.
+  annotateStep({ phase: parts.phase.name });
   return createStepContext({
     ...claimParts(running, parts.jobId),
     ...parts,
