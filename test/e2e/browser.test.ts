@@ -233,12 +233,24 @@ test('the report appears as it is written: a finished section before the job com
     seq: 0,
     epoch: 1,
     recordedAtMs: Date.now(),
-    data: { headingId: 'h1', heading: 'Leases and <b>fencing</b>', text: 'Leases bound how long a worker may hold a job [1].', sources: [], missing: false, note: null },
+    data: {
+      headingId: 'h1',
+      heading: 'Leases and <b>fencing</b>',
+      text: 'Leases bound how long a worker may hold a job [1].',
+      sources: [{ url: 'https://example.org/leases', title: 'Leases, a <i>paper</i>', passage: 'Leases are timed locks.', fetchedAt: '2026-12-01T00:00:00Z' }],
+      missing: false,
+      note: null,
+    },
   });
   await draftOf('h2').set({ phase: 'final-document', unit: null, id: 'h2', text: 'Drafts are written at most once a second', epoch: 1, updatedAtMs: Date.now() });
   const section = turn.getByTestId('live-section');
   await section.locator('h2').filter({ hasText: 'Leases and <b>fencing</b>' }).waitFor();
   await expect(section.locator('b').count()).resolves.toBe(0); // model text is escaped, never markup
+  // What its [1] cites, under it (the published report numbers sources across sections).
+  const cited = section.getByTestId('live-sources').locator('li a');
+  await expect(cited.textContent()).resolves.toBe('[1] Leases, a <i>paper</i>');
+  await expect(cited.getAttribute('href')).resolves.toBe('https://example.org/leases');
+  await expect(section.locator('i').count()).resolves.toBe(0);
   await turn.getByTestId('live-draft').filter({ hasText: 'Drafts are written at most once a second' }).waitFor();
   await expect(turn.getByTestId('live-draft').count()).resolves.toBe(1);
   await expect(turn.getAttribute('data-status')).resolves.toBe('running');

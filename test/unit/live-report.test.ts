@@ -14,8 +14,22 @@ describe('live report', () => {
       [],
     );
     expect(report.finished).toEqual([
-      { key: 'final-document//h1', heading: 'Heading h1', text: 'First' },
-      { key: 'final-document//h3', heading: 'Heading h3', text: 'Third' },
+      { key: 'final-document//h1', heading: 'Heading h1', text: 'First', sources: [] },
+      { key: 'final-document//h3', heading: 'Heading h3', text: 'Third', sources: [] },
+    ]);
+  });
+
+  it("carries a section's sources numbered as its [k] markers cite them; malformed entries read as blanks, never a crash", () => {
+    const cited = readSection({
+      phase: 'final-document',
+      unit: null,
+      id: 'h1',
+      seq: 0,
+      data: { headingId: 'h1', heading: 'Leases', text: 'Leases expire [1]; fencing tokens order writes [2].', sources: [{ url: 'https://a.example/lease', title: 'Leases', passage: 'p', fetchedAt: 't' }, { title: 42 }], missing: false, note: null },
+    });
+    expect(liveReport({ status: 'running', phase: 'final-document', epoch: 1 }, [cited], []).finished[0]?.sources).toEqual([
+      { number: 1, title: 'Leases', url: 'https://a.example/lease' },
+      { number: 2, title: '', url: '' },
     ]);
   });
 

@@ -215,6 +215,15 @@ export interface SectionView {
   readonly heading: string | null;
   readonly text: string | null;
   readonly missing: boolean;
+  /** What the section's `[k]` markers cite: `sources[k-1]`. */
+  readonly sources: readonly SourceView[];
+}
+
+/** One cited source of a report section. */
+export interface SourceView {
+  readonly number: number;
+  readonly title: string;
+  readonly url: string;
 }
 
 /** The text of a section in flight (`jobs/{id}/drafts`), as the model writes it. */
@@ -238,6 +247,10 @@ export function readSection(data: unknown): SectionView {
     heading: text(body.heading),
     text: text(body.text),
     missing: body.missing === true,
+    sources: (Array.isArray(body.sources) ? body.sources : []).map((source: unknown, index) => {
+      const item = fields(source);
+      return { number: index + 1, title: text(item.title) ?? '', url: text(item.url) ?? '' };
+    }),
   };
 }
 
@@ -251,7 +264,7 @@ export const REPORT_PHASE = 'final-document';
 
 export interface LiveReport {
   /** Finished report sections with text, in report order. */
-  readonly finished: readonly { readonly key: string; readonly heading: string; readonly text: string }[];
+  readonly finished: readonly { readonly key: string; readonly heading: string; readonly text: string; readonly sources: readonly SourceView[] }[];
   /** Sections of the current phase being written now: not finished, with text so far. */
   readonly writing: readonly { readonly key: string; readonly label: string; readonly text: string }[];
 }
@@ -273,7 +286,7 @@ export function liveReport(
   const finished = sections
     .filter((section) => section.phase === REPORT_PHASE && !section.missing && section.text !== null && section.text.trim() !== '')
     .sort((a, b) => a.seq - b.seq)
-    .map((section) => ({ key: sectionKeyOf(section), heading: section.heading ?? section.id, text: section.text ?? '' }));
+    .map((section) => ({ key: sectionKeyOf(section), heading: section.heading ?? section.id, text: section.text ?? '', sources: section.sources }));
   if (job.status !== 'running') return { finished, writing: [] };
   const done = new Set(sections.map(sectionKeyOf));
   const unitEpochs = new Map(units.map((unit) => [unit.unit, unit.epoch]));

@@ -27,6 +27,7 @@ import {
   type JobWaitView,
   type ResultView,
   type SectionView,
+  type SourceView,
   type UnitView,
 } from './job-model';
 import { renderMarkdown } from './markdown';
@@ -40,6 +41,19 @@ export interface TurnDeps {
 
 const TIMELINE_LIMIT = 200;
 const CANCEL_REASON = 'cancelled from the chat page';
+
+/** A live section's cited sources: `[k] title`, linked only to http(s) addresses. */
+function sourceList(sources: readonly SourceView[]): HTMLElement {
+  return el(
+    'ol',
+    { className: 'live-sources', testId: 'live-sources' },
+    ...sources.map((source) => {
+      const label = `[${source.number}] ${source.title || source.url}`;
+      const linkable = /^https?:\/\//i.test(source.url);
+      return el('li', {}, linkable ? el('a', { text: label, attrs: { href: source.url, rel: 'noopener noreferrer', target: '_blank' } }) : el('span', { text: label }));
+    }),
+  );
+}
 
 function problem(error: unknown): string {
   if (error instanceof ApiError) return error.message;
@@ -388,6 +402,8 @@ export class Turn {
       if (!element) {
         element = el('section', { className: 'live-section markdown', testId: 'live-section' });
         element.innerHTML = renderMarkdown(`## ${section.heading}\n\n${section.text}`); // every piece of text escaped by the renderer
+        // The section's own [k] markers and what they cite; the published report numbers them across sections.
+        if (section.sources.length > 0) element.append(sourceList(section.sources));
         this.liveFinished.set(section.key, element);
       }
       return element;
