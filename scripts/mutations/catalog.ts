@@ -388,11 +388,19 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'wasted calls count' }],
   },
   {
+    name: 'spend-charged-for-refused-answers',
+    removes: "the section runner's charge of an answer the client refused after the provider billed it (no content, a content filter stop)",
+    file: 'functions/src/agent/section-runner.ts',
+    search: '        this.deps.spend?.charge(billedUsd);\n',
+    replace: '',
+    tests: [{ files: ['test/unit/spend-billed-failures.test.ts'], names: 'all three are charged|content filter is charged' }],
+  },
+  {
     name: 'spend-check-counts-unwritten',
     removes: "the spend meter's count of this step's charges not yet written (a failed charge is forgotten by the check)",
     file: 'functions/src/engine/spend-meter.ts',
-    search: 'const spentUsd = (await this.ledger.spentUsd(this.owner, nowMs)) + this.unwrittenUsd;',
-    replace: 'const spentUsd = await this.ledger.spentUsd(this.owner, nowMs);',
+    search: 'const spentUsd = today.spentUsd + this.unwrittenUsd;',
+    replace: 'const spentUsd = today.spentUsd;',
     tests: [{ files: ['test/unit/spend-meter.test.ts'], names: 'could not be written still counts' }],
   },
 ];

@@ -182,3 +182,44 @@ test('a job that is not waiting at its cap cannot be cancelled through the budge
   await expect(decideJob(harness.store, harness.queue, { jobId, owner, questionId: BUDGET_QUESTION_ID, answer: BUDGET_CANCEL })).rejects.toMatchObject({ status: 409 });
   expect((await readJob(jobId)).status).toBe('queued');
 });
+
+test("an operator's cut applies from the next model call: the job waits at once, not at its next step", async () => {
+  const owner = 'user-cut-off';
+  await setUserLimits(db(), owner, { spendUsdPerDay: 10_000 }, harness.clock.now());
+  const prompts: string[] = [];
+  let cutAfter = -1;
+  research.provider.intercept = async (request, call) => {
+    prompts.push(promptIdOf(request));
+    const response = await call();
+    // The first expert call comes back; the operator cuts the user to $0 meanwhile.
+    if (cutAfter < 0 && promptIdOf(request) === 'e1-h1') {
+      await setUserLimits(db(), owner, { spendUsdPerDay: 0 }, harness.clock.now());
+      cutAfter = prompts.length;
+    }
+    return response;
+  };
+  const jobId = await harness.submit('research', question, owner);
+  await harness.drain();
+  expect(cutAfter).toBeGreaterThan(0);
+  // Other units' calls already in flight may finish; no call starts after the cut in the step that saw it, and none after that.
+  expect(prompts.slice(cutAfter).filter((prompt) => prompt.startsWith('e1-'))).toEqual([]);
+  expect((await readJob(jobId)).waiting?.reason).toBe('budget');
+});
+
+test('an unreadable spend record makes the job wait, naming the document; repaired, the job goes on', async () => {
+  const owner = 'user-malformed-day';
+  const dayRef = db().doc(spendDayPath(owner, spendDay(harness.clock.now())));
+  await dayRef.set({ usd: 'lots' });
+  const jobId = await harness.submit('research', question, owner);
+  await harness.drain();
+  const waiting = await readJob(jobId);
+  expect(waiting.status).toBe('waiting');
+  expect(waiting.waiting?.reason).toBe('budget');
+  expect(waiting.waiting?.question).toMatch(/spend record cannot be read \(quotaUsage\/user-malformed-day\/spendDays\/\d{4}-\d\d-\d\d is malformed/);
+  await setUserLimits(db(), owner, { spendUsdPerDay: 10_000 }, harness.clock.now());
+  // An operator's credit that overshoots below zero is still a readable day.
+  await dayRef.set({ usd: -0.5 });
+  await decideJob(harness.store, harness.queue, { jobId, owner, questionId: BUDGET_QUESTION_ID, answer: BUDGET_RESUME });
+  await harness.drain();
+  expect((await readJob(jobId)).status).toBe('completed');
+});

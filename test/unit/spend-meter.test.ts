@@ -7,28 +7,31 @@ import { ManualClock } from '../../functions/src/core/clock';
 import { SpendLimitReachedError } from '../../functions/src/core/errors';
 import { nextSpendResetMs } from '../../functions/src/core/quota';
 import { StepSpendMeter } from '../../functions/src/engine/spend-meter';
-import type { SpendLedger } from '../../functions/src/store/quota-documents';
+import { UnreadableSpendRecordError, type SpendLedger } from '../../functions/src/store/quota-documents';
 
 class MemoryLedger {
   spent = 0;
   calls = 0;
-  capReads = 0;
-  spentReads = 0;
+  anonymousReads = 0;
+  todayReads = 0;
   failNextCharges = 0;
+  /** A malformed spend document: the read says so. */
+  unreadable = false;
   /** Resolves the charges held back, in order. */
   held: (() => void)[] = [];
   holdCharges = false;
 
   constructor(public cap: number) {}
 
-  capUsd(): Promise<number> {
-    this.capReads += 1;
-    return Promise.resolve(this.cap);
+  isAnonymous(): Promise<boolean> {
+    this.anonymousReads += 1;
+    return Promise.resolve(false);
   }
 
-  spentUsd(): Promise<number> {
-    this.spentReads += 1;
-    return Promise.resolve(this.spent);
+  today(): Promise<{ spentUsd: number; capUsd: number }> {
+    this.todayReads += 1;
+    if (this.unreadable) return Promise.reject(new UnreadableSpendRecordError('quotaUsage/user-1/spendDays/2026-12-01 is malformed: usd: expected number'));
+    return Promise.resolve({ spentUsd: this.spent, capUsd: this.cap });
   }
 
   async charge(_uid: string, spent: { usd: number; calls: number }): Promise<void> {
@@ -43,7 +46,8 @@ class MemoryLedger {
 }
 
 const clock = new ManualClock(Date.UTC(2026, 11, 1, 12));
-const meterOver = (ledger: MemoryLedger, log?: (message: string) => void) => new StepSpendMeter(ledger as unknown as SpendLedger, 'user-1', clock, log);
+const meterOver = (ledger: MemoryLedger, log?: (message: string) => void) =>
+  new StepSpendMeter(ledger as unknown as SpendLedger, 'user-1', clock, { sleep: () => Promise.resolve(), ...(log ? { log } : {}) });
 
 test('a call starts while the day is under the cap, and is refused once it is reached, with when it resets', async () => {
   const ledger = new MemoryLedger(1);
@@ -56,9 +60,35 @@ test('a call starts while the day is under the cap, and is refused once it is re
   expect(refused).toBeInstanceOf(SpendLimitReachedError);
   expect(refused).toMatchObject({ spentUsd: 1, capUsd: 1, resetAtMs: nextSpendResetMs(clock.now()) });
   expect((refused as Error).message).toBe("Today's model spend of $1.00 reached this account's daily limit of $1.00; it resets at 2026-12-02 00:00 UTC.");
-  // The cap is read once per step; the day's spend before every call.
-  expect(ledger.capReads).toBe(1);
-  expect(ledger.spentReads).toBe(3);
+  // The kind of account is read once per step; the day's spend and the cap before every call.
+  expect(ledger.anonymousReads).toBe(1);
+  expect(ledger.todayReads).toBe(3);
+});
+
+test("an operator's cut applies from the next call, not the next step", async () => {
+  const ledger = new MemoryLedger(10);
+  const meter = meterOver(ledger);
+  await meter.beforeCall();
+  meter.charge(2);
+  ledger.cap = 0.5;
+  await expect(meter.beforeCall()).rejects.toBeInstanceOf(SpendLimitReachedError);
+});
+
+test('an unreadable spend record stops the calls (a wait for an operator), never lets them through', async () => {
+  const ledger = new MemoryLedger(10);
+  ledger.unreadable = true;
+  const refused = await meterOver(ledger).beforeCall().catch((error: unknown) => error);
+  expect(refused).toBeInstanceOf(SpendLimitReachedError);
+  expect((refused as Error).message).toMatch(/^This account's spend record cannot be read \(.*malformed.*\); an operator must repair it/);
+});
+
+test('the settle tries a charge again, backing off, until it is written', async () => {
+  const ledger = new MemoryLedger(10);
+  const meter = meterOver(ledger);
+  ledger.failNextCharges = 3;
+  meter.charge(3);
+  await meter.settle();
+  expect(ledger.spent).toBe(3);
 });
 
 test("another worker's charges count: the check reads the day as every worker left it", async () => {

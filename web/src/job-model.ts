@@ -38,6 +38,8 @@ export interface JobView {
   readonly staleReclaims: number;
   /** The fencing epoch of the job's latest claim. */
   readonly epoch: number;
+  /** The job's step: every requeue (a wait resumed, a decision given) moves it on. */
+  readonly step: number;
   readonly progress: Readonly<Record<string, number>>;
   readonly cost: Readonly<Record<string, number>>;
   readonly fanout: { readonly phase: string; readonly units: number; readonly done: number } | null;
@@ -144,6 +146,7 @@ export function readJob(id: string, data: unknown): JobView {
     attempts: count(doc.attempts),
     staleReclaims: count(doc.staleReclaims),
     epoch: count(doc.epoch),
+    step: count(doc.step),
     progress: counts(doc.progress),
     cost: counts(doc.cost),
     fanout: doc.fanout ? { phase: text(fanout.phase) ?? '?', units: count(fanout.units), done: count(fanout.done) } : null,

@@ -309,7 +309,8 @@ export class Turn {
     this.actionMessage.textContent = `Sending your answer: ${answer}…`;
     try {
       await this.deps.api.decide(job.id, questionId, answer);
-      this.actionMessage.textContent = `Answered: ${answer}. The job continues.`;
+      const stopping = job.waiting?.reason === 'budget' && answer === 'cancel';
+      this.actionMessage.textContent = stopping ? 'Cancel request accepted.' : `Answered: ${answer}. The job continues.`;
     } catch (error) {
       this.actionMessage.textContent = `The answer was not taken: ${problem(error)}`;
       for (const button of buttons) button.disabled = false;
@@ -421,7 +422,8 @@ export class Turn {
 
   private renderWaiting(job: JobView): void {
     const waiting = job.status === 'waiting' ? job.waiting : null;
-    const key = waiting ? `${waiting.reason}|${waiting.questionId}|${waiting.question}|${waiting.options.join('\u0000')}|${waiting.untilMs ?? ''}` : '';
+    // The step is in the key: a job that waits again with the same question (resumed while still over its cap) gets fresh buttons.
+    const key = waiting ? `${job.step}|${waiting.reason}|${waiting.questionId}|${waiting.question}|${waiting.options.join('\u0000')}|${waiting.untilMs ?? ''}` : '';
     if (key === this.renderedWait) return;
     this.renderedWait = key;
     this.waitingPanel.hidden = waiting === null;

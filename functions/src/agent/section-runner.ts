@@ -514,8 +514,10 @@ class SectionRun {
         const onText = this.deps.onDraft;
         response = await this.deps.provider.chat({ messages, tools: this.deps.toolbox.specs, signal: this.signal, timeoutMs, ...(onText ? { onText } : {}) });
       } catch (error) {
-        // A failed call may still have been billed; its (unknown) output is thrown away.
-        this.count('model_call', { modelCalls: 1, wastedModelCalls: 1 }, `${this.deps.provider.name} failed: ${describeError(error)}`);
+        // A failed call may still have been billed: an answer refused after the provider reported its usage carries that cost; its output is thrown away.
+        const billedUsd = error instanceof PhaselineError && error.billedUsd !== undefined && error.billedUsd > 0 ? error.billedUsd : 0;
+        this.deps.spend?.charge(billedUsd);
+        this.count('model_call', { modelCalls: 1, wastedModelCalls: 1, usd: billedUsd, wastedUsd: billedUsd }, `${this.deps.provider.name} failed: ${describeError(error)}`);
         this.signal.throwIfAborted();
         if (!isProviderOutage(error)) throw error;
         if (error instanceof ProviderTimeoutError && cutByStep && this.remainingMs() < this.policy.minCallTimeMs) {

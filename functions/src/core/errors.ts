@@ -23,12 +23,15 @@ export interface PhaselineErrorOptions {
   readonly cause?: unknown;
   /** For retryable errors: the earliest time a retry makes sense, relative to now. */
   readonly retryAfterMs?: number;
+  /** What a failed call was billed all the same (a model answer refused after the provider reported its usage). */
+  readonly billedUsd?: number;
 }
 
 export class PhaselineError extends Error {
   readonly code: ErrorCode;
   readonly retryable: boolean;
   readonly retryAfterMs: number | undefined;
+  readonly billedUsd: number | undefined;
 
   constructor(code: ErrorCode, retryable: boolean, message: string, options: PhaselineErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
@@ -36,6 +39,7 @@ export class PhaselineError extends Error {
     this.code = code;
     this.retryable = retryable;
     this.retryAfterMs = options.retryAfterMs;
+    this.billedUsd = options.billedUsd;
   }
 }
 

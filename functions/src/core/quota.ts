@@ -73,7 +73,8 @@ const spendUsdPerDay = z.number().min(0).max(MAX_SPEND_USD_PER_DAY);
 export const userLimitsOverrideSchema = z.looseObject({
   jobsInFlight: jobsInFlight.optional(),
   submitsPerMinute: submitsPerMinute.optional(),
-  spendUsdPerDay: spendUsdPerDay.optional(),
+  // No upper bound here: an override written before the bound existed still reads (the tools and settings keep to it).
+  spendUsdPerDay: z.number().min(0).optional(),
   updatedAtMs: z.number().optional(),
 });
 export type UserLimitsOverride = z.infer<typeof userLimitsOverrideSchema>;

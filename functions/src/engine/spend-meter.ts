@@ -1,19 +1,29 @@
 /**
  * The owner's daily spend cap inside one step (core/quota.ts decides, store/quota-documents.ts
  * reads and charges). Before each model call it reads what every worker of the owner charged
- * today, plus what this step charged and has not seen written; after each call it charges the
- * call's cost. Charges are written one after another, and a check waits for the writes before it,
- * so this step never checks against less than it spent: the cap is passed by at most the calls
- * that were already in flight (this one's and other workers') when it was reached.
+ * today and the cap in force (an operator's cut applies from the next call), plus what this step
+ * charged and has not seen written; after each call it charges the call's cost. Charges are
+ * written one after another, and a check waits for the writes before it, so this step never checks
+ * against less than it spent: the cap is passed by at most the calls that were already in flight
+ * (this one's and other workers') when it was reached.
  */
 import type { Clock } from '../core/clock';
 import { describeError, SpendLimitReachedError } from '../core/errors';
 import type { SpendMeter } from '../core/pipeline';
 import { nextSpendResetMs, spendAllowsCall, spendLimitMessage } from '../core/quota';
-import type { SpendLedger } from '../store/quota-documents';
+import { UnreadableSpendRecordError, type SpendLedger } from '../store/quota-documents';
+
+/** Waits before the settle's further tries of a charge that could not be written (a transient Firestore error). */
+const SETTLE_RETRY_DELAYS_MS = [250, 1_000, 4_000];
+
+export interface SpendMeterOptions {
+  readonly log?: (message: string, detail?: Record<string, unknown>) => void;
+  /** How the settle waits between tries; real time by default. */
+  readonly sleep?: (ms: number) => Promise<void>;
+}
 
 export class StepSpendMeter implements SpendMeter {
-  private cap: Promise<number> | null = null;
+  private anonymous: Promise<boolean> | null = null;
   /** The chain of charge writes; each check waits for it. */
   private writes: Promise<void> = Promise.resolve();
   /** Charged in this step and not yet written (a failed write keeps its amount here for the next). */
@@ -24,21 +34,30 @@ export class StepSpendMeter implements SpendMeter {
     private readonly ledger: SpendLedger,
     private readonly owner: string,
     private readonly clock: Clock,
-    private readonly log?: (message: string, detail?: Record<string, unknown>) => void,
+    private readonly options: SpendMeterOptions = {},
   ) {}
 
   async beforeCall(): Promise<void> {
     await this.writes;
-    // The cap is read once per step: an operator's raise reaches the next step (a resumed job is one).
-    this.cap ??= this.ledger.capUsd(this.owner).catch((error: unknown) => {
-      this.cap = null;
+    // The kind of account is read once per step; the day's spend and the cap before every call.
+    this.anonymous ??= this.ledger.isAnonymous(this.owner).catch((error: unknown) => {
+      this.anonymous = null;
       throw error;
     });
-    const capUsd = await this.cap;
+    const anonymous = await this.anonymous;
     const nowMs = this.clock.now();
-    const spentUsd = (await this.ledger.spentUsd(this.owner, nowMs)) + this.unwrittenUsd;
-    if (!spendAllowsCall(spentUsd, capUsd)) {
-      throw new SpendLimitReachedError(spendLimitMessage(spentUsd, capUsd, nowMs), spentUsd, capUsd, nextSpendResetMs(nowMs));
+    let today: { readonly spentUsd: number; readonly capUsd: number };
+    try {
+      today = await this.ledger.today(this.owner, anonymous, nowMs);
+    } catch (error) {
+      if (!(error instanceof UnreadableSpendRecordError)) throw error;
+      // Nothing is spent against a record nobody can read; the job waits for it to be repaired, it does not fail.
+      const message = `This account's spend record cannot be read (${error.message}); an operator must repair it before more model calls are made.`;
+      throw new SpendLimitReachedError(message, Number.NaN, Number.NaN, nextSpendResetMs(nowMs));
+    }
+    const spentUsd = today.spentUsd + this.unwrittenUsd;
+    if (!spendAllowsCall(spentUsd, today.capUsd)) {
+      throw new SpendLimitReachedError(spendLimitMessage(spentUsd, today.capUsd, nowMs), spentUsd, today.capUsd, nextSpendResetMs(nowMs));
     }
   }
 
@@ -49,11 +68,16 @@ export class StepSpendMeter implements SpendMeter {
     this.writes = this.writes.then(() => this.writeUnwritten());
   }
 
-  /** At the step's end: every charge written, with one more try for any that failed. */
+  /** At the step's end: every charge written, tried again a few times (backing off) when a write failed. */
   async settle(): Promise<void> {
     await this.writes;
-    if (this.unwrittenUsd > 0) await this.writeUnwritten();
-    if (this.unwrittenUsd > 0) this.log?.('spend charge not written; this step under-counts the owner\'s day', { owner: this.owner, usd: this.unwrittenUsd });
+    const sleep = this.options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+    for (const delayMs of SETTLE_RETRY_DELAYS_MS) {
+      if (this.unwrittenUsd <= 0) return;
+      await sleep(delayMs);
+      await this.writeUnwritten();
+    }
+    if (this.unwrittenUsd > 0) this.options.log?.("spend charge not written; the owner's day is under-counted by it", { owner: this.owner, usd: this.unwrittenUsd });
   }
 
   private async writeUnwritten(): Promise<void> {
@@ -66,7 +90,7 @@ export class StepSpendMeter implements SpendMeter {
       this.unwrittenCalls -= calls;
     } catch (error) {
       // Kept: the next charge (or the step's settle) writes it, and checks count it meanwhile.
-      this.log?.('spend charge failed; kept for the next one', { owner: this.owner, usd, error: describeError(error) });
+      this.options.log?.('spend charge failed; kept for the next one', { owner: this.owner, usd, error: describeError(error) });
     }
   }
 }

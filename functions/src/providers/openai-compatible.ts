@@ -324,7 +324,8 @@ class OpenAiCompatibleProvider implements ModelProvider {
       const call = answer.toolCalls[index];
       // A hole or a nameless call means deltas went missing: the calls cannot be trusted.
       if (call === undefined || call.id === '' || call.name === '') {
-        throw new MalformedResponseError(`${this.name}: streamed tool call ${index} arrived without its ID or name`);
+        const billedUsd = this.cost(answer.usage, requestChars, answer.content, answer.toolCalls).costUsd;
+        throw new MalformedResponseError(`${this.name}: streamed tool call ${index} arrived without its ID or name`, { billedUsd });
       }
       toolCalls.push({ id: call.id, name: call.name, arguments: call.arguments });
     }
@@ -356,21 +357,32 @@ class OpenAiCompatibleProvider implements ModelProvider {
     usage: { prompt_tokens: number; completion_tokens: number } | null,
     requestChars: number,
   ): ChatResponse {
+    // An answer refused here was billed all the same: the error carries its cost, for the owner's spend.
+    const billed = this.cost(usage, requestChars, content, toolCalls);
     if (finishReason === 'content_filter') {
-      throw new ProviderRequestError(`${this.name}: the provider's content filter stopped the answer`);
+      throw new ProviderRequestError(`${this.name}: the provider's content filter stopped the answer`, { billedUsd: billed.costUsd });
     }
     if (content === null && toolCalls.length === 0) {
-      throw new MalformedResponseError(`${this.name}: the message has neither content nor tool calls`);
+      throw new MalformedResponseError(`${this.name}: the message has neither content nor tool calls`, { billedUsd: billed.costUsd });
     }
-    // Some compatible servers omit usage: estimate at four characters a token rather than report zero.
-    const inputTokens = usage?.prompt_tokens ?? Math.ceil(requestChars / 4);
-    const outputTokens = usage?.completion_tokens ?? Math.ceil(((content ?? '').length + toolCalls.reduce((sum, call) => sum + call.name.length + call.arguments.length, 0)) / 4);
     return {
       message: toolCalls.length > 0 ? { role: 'assistant', content, toolCalls } : { role: 'assistant', content },
       finishReason: finishReasonOf(finishReason, toolCalls.length > 0),
-      usage: { inputTokens, outputTokens },
-      costUsd: (inputTokens / 1000) * this.config.inputUsdPer1kTokens + (outputTokens / 1000) * this.config.outputUsdPer1kTokens,
+      usage: billed.usage,
+      costUsd: billed.costUsd,
     };
+  }
+
+  /** Tokens and price of one answer; some compatible servers omit usage: estimated at four characters a token rather than zero. */
+  private cost(
+    usage: { prompt_tokens: number; completion_tokens: number } | null,
+    requestChars: number,
+    content: string | null,
+    toolCalls: readonly { readonly name: string; readonly arguments: string }[],
+  ): { usage: ChatResponse['usage']; costUsd: number } {
+    const inputTokens = usage?.prompt_tokens ?? Math.ceil(requestChars / 4);
+    const outputTokens = usage?.completion_tokens ?? Math.ceil(((content ?? '').length + toolCalls.reduce((sum, call) => sum + call.name.length + call.arguments.length, 0)) / 4);
+    return { usage: { inputTokens, outputTokens }, costUsd: (inputTokens / 1000) * this.config.inputUsdPer1kTokens + (outputTokens / 1000) * this.config.outputUsdPer1kTokens };
   }
 
   private httpError(status: number, headers: Headers, text: string): Error {

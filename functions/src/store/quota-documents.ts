@@ -56,8 +56,18 @@ function decodeOverride(snapshot: DocumentSnapshot): UserLimitsOverride | null {
   return parsed.data;
 }
 
-/** `quotaUsage/{uid}/spendDays/{day}`: what the user's model calls of that UTC day cost. */
-const spendDaySchema = z.looseObject({ usd: z.number().min(0), calls: z.number().int().min(0).optional() });
+/**
+ * `quotaUsage/{uid}/spendDays/{day}`: what the user's model calls of that UTC day cost. Below zero
+ * is allowed: an operator's credit (a negative increment) that overshoots is still a readable day.
+ */
+const spendDaySchema = z.looseObject({ usd: z.number(), calls: z.number().int().min(0).optional() });
+
+/** A user's spend or limits document is malformed: their calls wait for an operator to repair it. */
+export class UnreadableSpendRecordError extends PhaselineError {
+  constructor(message: string, options: { readonly cause?: unknown } = {}) {
+    super('internal', false, message, options);
+  }
+}
 
 /** A spend day kept this long after it ends (the TTL policy on `expireAt`): enough for a month's accounting. */
 const SPEND_DAY_RETENTION_MS = 35 * 86_400_000;
@@ -190,15 +200,27 @@ export class SpendLedger {
     private readonly defaults: QuotaDefaults,
   ) {}
 
-  /** The owner's daily cap: the operator's override, else the default for the kind of account their last submit used. */
-  async capUsd(uid: string): Promise<number> {
-    const [usage, override] = await this.db.getAll(this.db.doc(quotaUsagePath(uid)), this.db.doc(userLimitsPath(uid)));
-    if (!usage || !override) throw new Error('getAll returned fewer snapshots than references');
-    return limitsFor(this.defaults, decodeUsage(usage).anonymous === true, decodeOverride(override)).spendUsdPerDay;
+  /**
+   * Whether the owner's account was anonymous at their last submit, which picks the default cap.
+   * Absent (no submit recorded it, or a record from before the cap): signed-in.
+   */
+  async isAnonymous(uid: string): Promise<boolean> {
+    return decodeUsage(await this.db.doc(quotaUsagePath(uid)).get()).anonymous === true;
   }
 
-  async spentUsd(uid: string, nowMs: number): Promise<number> {
-    return decodeSpent(await this.db.doc(spendDayPath(uid, spendDay(nowMs))).get());
+  /**
+   * What the owner spent today and the cap in force now (the operator's override read afresh, so a
+   * cut applies from the next call): one round trip. A malformed spend or limits document is an
+   * UnreadableSpendRecordError: nothing is spent against a record nobody can read.
+   */
+  async today(uid: string, anonymous: boolean, nowMs: number): Promise<{ readonly spentUsd: number; readonly capUsd: number }> {
+    const [spent, override] = await this.db.getAll(this.db.doc(spendDayPath(uid, spendDay(nowMs))), this.db.doc(userLimitsPath(uid)));
+    if (!spent || !override) throw new Error('getAll returned fewer snapshots than references');
+    try {
+      return { spentUsd: decodeSpent(spent), capUsd: limitsFor(this.defaults, anonymous, decodeOverride(override)).spendUsdPerDay };
+    } catch (error) {
+      throw new UnreadableSpendRecordError(error instanceof Error ? error.message : String(error), { cause: error });
+    }
   }
 
   /** Adds the cost of some calls to the owner's day. */

@@ -81,7 +81,7 @@ export function newRunning(
   claimed: { readonly owner: string; readonly decisions: Readonly<Record<string, string>>; readonly staleReclaims: number },
 ): Running {
   const { store } = deps;
-  const spend = new StepSpendMeter(deps.spendLedger ?? defaultSpendLedger(store), claimed.owner, store.clock, deps.log);
+  const spend = new StepSpendMeter(deps.spendLedger ?? defaultSpendLedger(store), claimed.owner, store.clock, deps.log ? { log: deps.log } : {});
   return { deps, worker, pipeline, input, decisions: claimed.decisions, staleReclaimsAtClaim: claimed.staleReclaims, controller: new AbortController(), progressAtMs: store.clock.now(), spend };
 }
 
