@@ -32,8 +32,10 @@ async function main(): Promise<void> {
 Ready in ${((Date.now() - startMs) / 1000).toFixed(1)} s.
 
   Chat page            ${running.pageUrl ?? '(not served)'}
+  Operator console     ${running.pageUrl ? `${running.pageUrl}ops (for users with the admin claim: npx phaseline admin grant <uid>)` : '(not served)'}
   submitJob            ${config.functionsBaseUrl}/submitJob
   cancelJob, decideJob ${config.functionsBaseUrl}/cancelJob, ${config.functionsBaseUrl}/decideJob
+  opsAction            ${config.functionsBaseUrl}/opsAction
   Firestore emulator   http://${config.firestoreHost}:${config.firestorePort} (rules from firestore.rules)
   Auth emulator        ${config.authEmulatorUrl}
   Cloud Tasks emulator http://${host}:${ports.tasks}

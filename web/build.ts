@@ -1,6 +1,7 @@
 /**
- * Builds the chat page into web/dist: esbuild bundles src/main.ts (and the CSS it imports) for
- * the browser; index.html is copied beside it. The page reads where the emulators are from
+ * Builds the pages into web/dist: esbuild bundles src/main.ts (the chat page) and src/ops.ts (the
+ * operator console), each with the CSS it imports, for the browser; index.html and ops.html are
+ * copied beside them. The page reads where the emulators are from
  * /config.json at run time, so one build serves `npm start` and the browser test alike.
  *
  *   npm run build:web      (type-checks web/ first, then calls this)
@@ -11,6 +12,8 @@ import { join } from 'node:path';
 
 export const WEB_ROOT = __dirname;
 export const WEB_DIST = join(WEB_ROOT, 'dist');
+/** The pages, each with its own bundle: the chat (`/`, app.js) and the operator console (`/ops`, ops.js). */
+export const PAGES = ['index.html', 'ops.html'] as const;
 
 export interface WebBuildResult {
   readonly outdir: string;
@@ -22,7 +25,7 @@ export async function buildWeb(options: { readonly minify?: boolean } = {}): Pro
   rmSync(WEB_DIST, { recursive: true, force: true });
   mkdirSync(WEB_DIST, { recursive: true });
   const result = await build({
-    entryPoints: { app: join(WEB_ROOT, 'src', 'main.ts') },
+    entryPoints: { app: join(WEB_ROOT, 'src', 'main.ts'), ops: join(WEB_ROOT, 'src', 'ops.ts') },
     outdir: WEB_DIST,
     bundle: true,
     format: 'esm',
@@ -34,7 +37,7 @@ export async function buildWeb(options: { readonly minify?: boolean } = {}): Pro
     logLevel: 'warning',
     legalComments: 'linked',
   });
-  copyFileSync(join(WEB_ROOT, 'index.html'), join(WEB_DIST, 'index.html'));
+  for (const page of PAGES) copyFileSync(join(WEB_ROOT, page), join(WEB_DIST, page));
   const files = Object.entries(result.metafile.outputs).map(([path, output]) => ({ path, bytes: output.bytes }));
   return { outdir: WEB_DIST, files };
 }

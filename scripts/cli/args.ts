@@ -1,6 +1,8 @@
 /** The command line: one pure parse into a typed command, and the usage text. */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { MAX_JOBS_IN_FLIGHT, MAX_SPEND_USD_PER_DAY, MAX_SUBMITS_PER_MINUTE } from '../../functions/src/core/quota';
+import { PHASE_NAME_PATTERN } from '../../functions/src/core/pipeline';
+import { ADMIN_ACTIONS, type AdminAction } from './admin-commands';
 import { UsageError } from './errors';
 
 export const USAGE = `phaseline: submit, watch and operate Phaseline jobs
@@ -23,12 +25,19 @@ As a user (your jobs only; reads go through the Firestore security rules):
 As an operator (admin SDK: the emulators locally, Application Default Credentials when deployed):
   list --all [--limit <n>]              The most recent jobs of every user
   release <jobId>                       Requeue a quarantined job with a fresh budget
+  redrive <jobId> --from <phase>        Run a completed, failed or quarantined job again from a
+      --reason "<text>"                 phase (required: why); that phase's and later phases' state
+                                        is set aside for audit, applied effects are not sent again
+      --by <name>                       Who re-drives it, for the timeline (default: your login name)
   sweep                                 Run one sweep now, in this process (see below)
   limits <uid>                          A user's limits: the operator's override and the defaults
       --jobs-in-flight <n|default>      Set (or clear) how many jobs the user may have in flight
       --submits-per-minute <n|default>  Set (or clear) how many jobs they may submit a minute
       --spend-usd-per-day <usd|default> Set (or clear) their model spend per UTC day in USD
       --reset                           Clear the override: the defaults apply again
+  admin grant <uid>                     Make a user an operator (custom claim admin: true), for the
+                                        operator console (/ops) and its actions
+  admin revoke <uid>                    Take it away again (and sign the user out everywhere)
   queue stats                           Depth and oldest task of the runJobStep Cloud Tasks queue
   queue pause | queue resume            Stop or restart dispatching (a provider outage, say)
                                         The queue commands need a deployed project: the Cloud Tasks
@@ -79,9 +88,11 @@ export type Command =
   | { readonly name: 'cancel'; readonly jobId: string; readonly reason?: string }
   | { readonly name: 'decide'; readonly jobId: string; readonly questionId: string; readonly answer: string }
   | { readonly name: 'release'; readonly jobId: string }
+  | { readonly name: 'redrive'; readonly jobId: string; readonly fromPhase: string; readonly reason: string; readonly by?: string }
   | { readonly name: 'sweep' }
   | { readonly name: 'limits'; readonly uid: string; readonly change: LimitsChange }
-  | { readonly name: 'queue'; readonly action: QueueAction };
+  | { readonly name: 'queue'; readonly action: QueueAction }
+  | { readonly name: 'admin'; readonly action: AdminAction; readonly uid: string };
 
 /** Per limit: a number sets it, null clears it (the default applies), absent leaves it. */
 export interface LimitsChange {
@@ -124,9 +135,11 @@ const COMMAND_OPTIONS: Readonly<Record<Exclude<Command['name'], 'help'>, Options
   cancel: { reason: { type: 'string' } },
   decide: {},
   release: {},
+  redrive: { from: { type: 'string' }, reason: { type: 'string' }, by: { type: 'string' } },
   sweep: {},
   limits: { 'jobs-in-flight': { type: 'string' }, 'submits-per-minute': { type: 'string' }, 'spend-usd-per-day': { type: 'string' }, reset: { type: 'boolean' } },
   queue: {},
+  admin: {},
 };
 
 const isCommandName = (name: string): name is keyof typeof COMMAND_OPTIONS => Object.hasOwn(COMMAND_OPTIONS, name);
@@ -234,11 +247,22 @@ function commandFrom(name: keyof typeof COMMAND_OPTIONS, values: Record<string, 
     case 'release':
       noMorePositionals(positionals, 1, 'release');
       return { name: 'release', jobId: jobIdArgument(positionals[0], 'release') };
+    case 'redrive':
+      return redriveCommand(values, positionals);
     case 'sweep':
       noMorePositionals(positionals, 0, 'sweep');
       return { name: 'sweep' };
     case 'limits':
       return limitsCommand(values, positionals);
+    case 'admin': {
+      const [action, uid] = positionals;
+      if (action === undefined || !(ADMIN_ACTIONS as readonly string[]).includes(action) || uid === undefined) {
+        throw new UsageError('admin needs grant or revoke and a user ID: phaseline admin grant <uid>');
+      }
+      if (!UID_PATTERN.test(uid)) throw new UsageError(`"${uid}" is not a user ID (1 to 128 characters, no "/" or spaces)`);
+      noMorePositionals(positionals, 2, 'admin');
+      return { name: 'admin', action: action as AdminAction, uid };
+    }
     case 'queue': {
       const action = positionals[0];
       if (action === undefined || !(QUEUE_ACTIONS as readonly string[]).includes(action)) {
@@ -275,6 +299,19 @@ function submitCommand(values: Record<string, string | boolean | undefined>, pos
   if (inputJson === undefined) throw new UsageError(`submit ${pipeline} needs the input as JSON (an argument, or --input-file <path>)`);
   noMorePositionals(positionals, 2, 'submit');
   return { name: 'submit', pipeline, source: { kind: 'json', input: parseJsonInput(inputJson, 'argument') }, ...extras };
+}
+
+function redriveCommand(values: Record<string, string | boolean | undefined>, positionals: readonly string[]): Command {
+  noMorePositionals(positionals, 1, 'redrive');
+  const jobId = jobIdArgument(positionals[0], 'redrive');
+  const fromPhase = stringOption(values, 'from');
+  if (fromPhase === undefined) throw new UsageError('redrive needs the phase to run again from: phaseline redrive <jobId> --from <phase> --reason "<why>"');
+  if (!PHASE_NAME_PATTERN.test(fromPhase)) throw new UsageError(`--from must be a phase name (lower-case letters, digits and "-"), not "${fromPhase}"`);
+  const reason = stringOption(values, 'reason');
+  if (reason === undefined || reason.trim() === '') throw new UsageError('redrive needs --reason "<why>": the job\'s timeline records who re-drove it and why');
+  const by = stringOption(values, 'by');
+  if (by?.trim() === '') throw new UsageError('--by must not be empty');
+  return { name: 'redrive', jobId, fromPhase, reason, ...(by === undefined ? {} : { by }) };
 }
 
 /** A limit's value: a whole number in range, or "default" to clear the operator's value. */

@@ -3,10 +3,11 @@
  * program apart from the process: tests call it with their own Io and environment.
  */
 import { quotaDefaultsFromEnv } from '../../functions/src/config/environment';
+import { adminCommand } from './admin-commands';
 import { parseInvocation, USAGE } from './args';
 import { CliError, EXIT } from './errors';
 import { processIo, type Io } from './io';
-import { limits, listAll, openOperatorContext, release, sweep } from './operator-commands';
+import { limits, listAll, openOperatorContext, redrive, release, sweep } from './operator-commands';
 import { queueCommand } from './queue-commands';
 import { resolveTarget } from './target';
 import { cancel, decide, listOwn, submit, userContext, watch } from './user-commands';
@@ -36,10 +37,12 @@ export function run(argv: readonly string[], io: Io, env: NodeJS.ProcessEnv): Pr
     }
     const target = resolveTarget(global, env);
     if (command.name === 'queue') return await queueCommand(target, io, command);
-    if (command.name === 'release' || command.name === 'sweep' || command.name === 'limits' || (command.name === 'list' && command.all)) {
+    if (command.name === 'admin') return await adminCommand(target, io, command);
+    if (command.name === 'release' || command.name === 'redrive' || command.name === 'sweep' || command.name === 'limits' || (command.name === 'list' && command.all)) {
       const ctx = await openOperatorContext(target, io, env);
       try {
         if (command.name === 'release') return await release(ctx, command);
+        if (command.name === 'redrive') return await redrive(ctx, command);
         if (command.name === 'limits') return await limits(ctx, command, quotaDefaultsFromEnv(env));
         if (command.name === 'sweep') return await sweep(ctx);
         return await listAll(ctx, command);

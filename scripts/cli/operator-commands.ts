@@ -5,12 +5,14 @@
  * Application Default Credentials.
  */
 import { randomBytes } from 'node:crypto';
+import { userInfo } from 'node:os';
 import { deleteApp, initializeApp, type App } from 'firebase-admin/app';
 import { getFirestore } from 'firebase-admin/firestore';
 import { systemClock } from '../../functions/src/core/clock';
 import { describeError, PhaselineError } from '../../functions/src/core/errors';
 import type { QuotaDefaults, UserLimits } from '../../functions/src/core/quota';
-import { OperatorActionRefusedError, releaseQuarantined } from '../../functions/src/engine/operator';
+import type { PipelineRegistry } from '../../functions/src/core/pipeline';
+import { OperatorActionRefusedError, redriveJob, releaseQuarantined } from '../../functions/src/engine/operator';
 import { sweep as runSweep } from '../../functions/src/engine/sweeper';
 import { notifyStoppedEffects } from '../../functions/src/pipelines/notify/config';
 import { decodeJob } from '../../functions/src/store/codec';
@@ -35,6 +37,8 @@ export interface OperatorContext {
   /** "Now" for a sweep; the wall clock outside tests. */
   readonly now: () => number;
   readonly time: TimeOptions;
+  /** The pipelines a re-drive names phases of; the deployed ones when absent (tests give their own). */
+  readonly pipelines?: PipelineRegistry;
   close(): Promise<void>;
 }
 
@@ -87,6 +91,7 @@ export async function openOperatorContext(target: Target, io: Io, env: NodeJS.Pr
 
 type ListCommand = Extract<Command, { name: 'list' }>;
 type ReleaseCommand = Extract<Command, { name: 'release' }>;
+type RedriveCommand = Extract<Command, { name: 'redrive' }>;
 type LimitsCommand = Extract<Command, { name: 'limits' }>;
 
 /** Every user's jobs, newest first (a single-field index: no composite index needed). */
@@ -117,6 +122,45 @@ export async function release(ctx: OperatorContext, command: ReleaseCommand): Pr
     throw error;
   }
   ctx.io.out(`Released job ${command.jobId}: queued at step ${result.job.step}, attempts and stale reclaims reset to 0.`);
+  ctx.io.out(
+    result.enqueued
+      ? `Task ${result.taskId} enqueued.`
+      : `Its task ${result.taskId} could not be enqueued; the job stays queued and the sweeper dispatches it once the lost-task grace period has passed.`,
+  );
+  return EXIT.ok;
+}
+
+/** Who runs this CLI, for a re-drive's timeline when --by is not given. */
+function localOperatorName(): string {
+  try {
+    return `${userInfo().username} (phaseline CLI)`;
+  } catch {
+    return 'an operator (phaseline CLI)';
+  }
+}
+
+/** Runs a completed, failed or quarantined job again from a phase (the engine's redriveJob); refusals exit 1 with the reason. */
+export async function redrive(ctx: OperatorContext, command: RedriveCommand): Promise<number> {
+  const by = command.by ?? localOperatorName();
+  let result;
+  try {
+    result = await redriveJob(
+      ctx.store,
+      ctx.queue,
+      { jobId: command.jobId, fromPhase: command.fromPhase, by, reason: command.reason },
+      ctx.now(),
+      {
+        ...(ctx.pipelines ? { pipelines: ctx.pipelines } : {}),
+        log: (message, detail) => ctx.io.err(`warning: ${message}${detail ? ` ${JSON.stringify(detail)}` : ''}`),
+      },
+    );
+  } catch (error) {
+    if (error instanceof OperatorActionRefusedError) throw new CliError(`Re-drive refused: ${error.message}`);
+    throw error;
+  }
+  const resumes = result.resumesAt === command.fromPhase ? '' : ` (it resumes at ${result.resumesAt}, an earlier phase it never finished)`;
+  ctx.io.out(`Re-drove job ${command.jobId} from ${command.fromPhase}${resumes}: queued at step ${result.job.step}, attempts and stale reclaims reset to 0.`);
+  ctx.io.out(`Set aside for audit: ${result.setAside} documents, under jobs/${command.jobId}/setAside/${result.auditPrefix}…`);
   ctx.io.out(
     result.enqueued
       ? `Task ${result.taskId} enqueued.`

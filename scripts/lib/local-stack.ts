@@ -162,7 +162,8 @@ export async function serveWeb(options: { readonly config: WebConfig; readonly p
     }
     const pathname = decodeURIComponent(new URL(request.url ?? '/', 'http://localhost').pathname);
     if (pathname === '/config.json') return send(200, CONTENT_TYPES['.json'] ?? 'application/json', configBody);
-    const file = normalize(join(root, pathname === '/' ? 'index.html' : pathname));
+    // A page is also served at its name without `.html` (`/ops` → ops.html), as Hosting's cleanUrls does.
+    const file = normalize(join(root, pathname === '/' ? 'index.html' : extname(pathname) === '' ? `${pathname}.html` : pathname));
     const inside = relative(root, file);
     if (inside.startsWith('..') || inside.startsWith(sep) || !existsSync(file) || !statSync(file).isFile()) {
       return send(404, 'text/plain; charset=utf-8', 'Not found\n');

@@ -139,11 +139,11 @@ describe('submissionValidator', () => {
   test('returns the pipeline schema output (defaults applied) and a null conversation', () => {
     expect(validate({ pipeline: 'echo', input: { text: 'hi' } })).toEqual({
       ok: true,
-      value: { pipeline: 'echo', input: { text: 'hi', times: 1 }, conversationId: null },
+      value: { pipeline: 'echo', input: { text: 'hi', times: 1 }, conversationId: null, pipelineVersion: 1 },
     });
     expect(validate({ pipeline: 'echo', input: { text: 'hi', times: 2 }, conversationId: 'conv_1-A' })).toEqual({
       ok: true,
-      value: { pipeline: 'echo', input: { text: 'hi', times: 2 }, conversationId: 'conv_1-A' },
+      value: { pipeline: 'echo', input: { text: 'hi', times: 2 }, conversationId: 'conv_1-A', pipelineVersion: 1 },
     });
   });
 

@@ -118,10 +118,36 @@ export interface JobRecord {
   readonly createdAtMs: number;
   readonly updatedAtMs: number;
   readonly finishedAtMs: number | null;
+  /**
+   * The version of its pipeline the job was submitted on (`PipelineDefinition.version`). A job
+   * written before versions existed reads as 1 (every pipeline was at version 1 until then); null
+   * when whoever created it did not say (a tool writing jobs without submit's validation). What a
+   * worker may read is decided per checkpoint and section, by the version that wrote each
+   * (core/versions.ts); this records where the job started.
+   */
+  readonly pipelineVersion?: number | null;
+  /** The last re-drive an operator made of this job (engine/operator.ts), or null/absent if none. */
+  readonly redrive?: JobRedrive | null;
+}
+
+/** An operator's re-drive: the job restarted from a phase, its later state set aside for audit. */
+export interface JobRedrive {
+  /** Re-drives of this job so far, this one included; it numbers what each set aside. */
+  readonly count: number;
+  readonly fromPhase: string;
+  /** Who re-drove it, and why, as the operator said. */
+  readonly by: string;
+  readonly reason: string;
+  readonly atMs: number;
+  /** The status the job had when it was re-driven. */
+  readonly previousStatus: JobStatus;
+  /** Documents set aside (under `jobs/{id}/setAside`, IDs starting with `auditPrefix`). */
+  readonly setAside: number;
+  readonly auditPrefix: string;
 }
 
 /** What a job is asked to do, and by whom: the fields a submit sets. */
-export type JobRequest = Pick<JobRecord, 'id' | 'owner' | 'pipeline' | 'input' | 'conversationId' | 'idempotencyKey'>;
+export type JobRequest = Pick<JobRecord, 'id' | 'owner' | 'pipeline' | 'input' | 'conversationId' | 'idempotencyKey' | 'pipelineVersion'>;
 
 /** A job as it is first written: queued for step 0, due at once, its `submitted` event the first in its timeline. */
 export function newQueuedJob(request: JobRequest, nowMs: number): JobRecord {
@@ -151,6 +177,8 @@ export function newQueuedJob(request: JobRequest, nowMs: number): JobRecord {
     createdAtMs: nowMs,
     updatedAtMs: nowMs,
     finishedAtMs: null,
+    pipelineVersion: request.pipelineVersion ?? null,
+    redrive: null,
   };
 }
 

@@ -16,6 +16,8 @@ export interface SectionRecord<TData = unknown> {
   /** Order of recording within the phase and unit. */
   readonly seq: number;
   readonly recordedAtMs: number;
+  /** The version of the phase that recorded it (core/versions.ts); absent on sections recorded before versions existed. */
+  readonly version?: number;
 }
 
 export interface StepContext<TInput> {
@@ -137,7 +139,33 @@ export interface PhaseDefinition<TInput, TState> {
   readonly needs?: readonly PhaseDefinition<TInput, unknown>[];
   run?(context: StepContext<TInput>): Promise<PhaseOutcome<TState>>;
   readonly fanOut?: FanOut<TInput, TState, unknown>;
+  /**
+   * The pipeline version in which this phase's checkpoint and section schemas took their present
+   * form (default 1). Every checkpoint records the version of the phase that wrote it. A deploy that
+   * changes either schema raises it to the pipeline's new version and says in `older` how to read
+   * what the earlier version wrote (core/versions.ts has the reading rules).
+   */
+  readonly version?: number;
+  /** How this phase reads what an earlier version of it wrote, by that version: a migration, or a refusal with its reason. */
+  readonly older?: Readonly<Record<number, OlderVersionReading>>;
 }
+
+/**
+ * Reads an earlier version's stored data as this version's. Each function gets the stored value as
+ * it was written; what it returns is then parsed by the phase's present schema (`state`, `section`),
+ * so a migration cannot smuggle in a value the phase would not write itself.
+ */
+export interface PhaseMigration {
+  readonly state?: (old: unknown) => unknown;
+  readonly section?: (old: unknown) => unknown;
+}
+
+/** This phase cannot read what that version wrote: a job holding such state fails, with this reason. */
+export interface PhaseRefusal {
+  readonly refuse: string;
+}
+
+export type OlderVersionReading = PhaseMigration | PhaseRefusal;
 
 export interface PublishedResult {
   readonly outcome: 'complete' | 'partial';
@@ -150,6 +178,12 @@ export interface PublishedResult {
 export interface PipelineDefinition<TInput> {
   readonly name: string;
   readonly description: string;
+  /**
+   * This definition's version (default 1), recorded on each job at submit (`pipelineVersion`).
+   * Raise it with a deploy that changes a phase's checkpoint or section schema (that phase's
+   * `version` follows it); jobs in flight across the deploy are read through the phases' `older`.
+   */
+  readonly version?: number;
   readonly input: z.ZodType<TInput>;
   readonly phases: readonly PhaseDefinition<TInput, unknown>[];
   /** Builds the published answer from the final checkpoints; runs inside the completing step. */
@@ -172,7 +206,11 @@ export function defineFanOutPhase<TInput, TState, TUnitState>(
 
 export function definePipeline<TInput>(pipeline: PipelineDefinition<TInput>): PipelineDefinition<TInput> {
   const names = new Set<string>();
+  const version = pipeline.version ?? 1;
+  if (!Number.isInteger(version) || version < 1) throw new Error(`Pipeline ${pipeline.name}: version must be a whole number from 1, not ${String(version)}`);
   for (const phase of pipeline.phases) {
+    const problem = phaseVersionProblem(phase, version);
+    if (problem !== null) throw new Error(`Pipeline ${pipeline.name}: phase ${phase.name} ${problem}`);
     if (names.has(phase.name)) throw new Error(`Pipeline ${pipeline.name}: phase ${phase.name} is defined twice`);
     if (!PHASE_NAME_PATTERN.test(phase.name)) throw new Error(`Pipeline ${pipeline.name}: phase name ${phase.name} must be kebab-case, at most 64 characters`);
     if ((phase.run === undefined) === (phase.fanOut === undefined)) {
@@ -184,6 +222,23 @@ export function definePipeline<TInput>(pipeline: PipelineDefinition<TInput>): Pi
     names.add(phase.name);
   }
   return pipeline;
+}
+
+/** What is wrong with a phase's version declarations, for a pipeline at `pipelineVersion`; null when nothing is. */
+export function phaseVersionProblem(phase: Pick<PhaseDefinition<unknown, unknown>, 'version' | 'older'>, pipelineVersion: number): string | null {
+  const version = phase.version ?? 1;
+  if (!Number.isInteger(version) || version < 1 || version > pipelineVersion) {
+    return `has version ${String(version)}: a phase's version is a whole number from 1 to its pipeline's version (${pipelineVersion})`;
+  }
+  for (const [key, reading] of Object.entries(phase.older ?? {})) {
+    const from = Number(key);
+    if (!Number.isInteger(from) || from < 1 || from >= version) return `declares how to read version ${key}, which is not an earlier version of it (1 to ${version - 1})`;
+    const refuses = 'refuse' in reading;
+    const migrates = 'state' in reading || 'section' in reading;
+    if (refuses === migrates) return `must either migrate or refuse what version ${key} wrote, not ${refuses ? 'both' : 'neither'}`;
+    if (refuses && reading.refuse.trim() === '') return `refuses version ${key} without a reason`;
+  }
+  return null;
 }
 
 /** Pipelines by name; the submit endpoint validates input against the named one. */

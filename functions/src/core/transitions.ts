@@ -76,6 +76,8 @@ export const JOB_TRANSITIONS = {
   decide: { from: ['waiting'], to: ['queued'] },
   cancel: { from: ['queued', 'running', 'waiting'], to: ['cancelled'] },
   release: { from: ['quarantined'], to: ['queued'] },
+  /** An operator restarts a job from a named phase (not a cancelled one: its owner stopped it). */
+  redrive: { from: ['completed', 'failed', 'quarantined'], to: ['queued'] },
 } as const satisfies Record<string, Move<JobStatus>>;
 
 export type JobTransitionName = keyof typeof JOB_TRANSITIONS;
@@ -361,6 +363,51 @@ export function releaseJob(job: JobRecord, nowMs: number): Transition<JobRecord>
     events: [{ kind: 'released', message: `Released from quarantine by an operator${was}; attempts and stale reclaims reset, resuming at step ${next.step}` }],
     dispatch: jobDispatch(next),
   };
+}
+
+export interface RedriveInput {
+  readonly fromPhase: string;
+  /** Who re-drove it and why, as the operator said. */
+  readonly by: string;
+  readonly reason: string;
+  /** Documents set aside by this re-drive (its commit and the pages before it), and the prefix of their IDs under `setAside`. */
+  readonly setAside: number;
+  readonly auditPrefix: string;
+  /** Where the job resumes: `fromPhase`, or an earlier phase it never finished (stored state decides). */
+  readonly resumesAt: string;
+}
+
+/**
+ * completed, failed or quarantined → queued at a new step: an operator re-drives the job from a
+ * phase, whose state (and every later phase's) the same commit set aside. Budgets start fresh, and
+ * what ended the job is cleared (outcome, finish time, quarantine, last error, and the retention
+ * marker, so the sweeper does not expire the documents of a job that runs again).
+ */
+export function redriveJobRecord(job: JobRecord, input: RedriveInput, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.redrive.from, 're-drive');
+  const count = (job.redrive?.count ?? 0) + 1;
+  const next: JobRecord = {
+    ...nextStep(job, nowMs),
+    status: 'queued',
+    outcome: null,
+    phase: input.resumesAt,
+    attempts: 0,
+    staleReclaims: 0,
+    finishedAtMs: null,
+    quarantine: null,
+    lastError: null,
+    waiting: null,
+    fanout: null,
+    retention: null,
+    redrive: { count, fromPhase: input.fromPhase, by: input.by, reason: input.reason, atMs: nowMs, previousStatus: job.status, setAside: input.setAside, auditPrefix: input.auditPrefix },
+  };
+  const why = job.quarantine?.reason ?? job.lastError?.message;
+  const was = job.status === 'completed' || why === undefined ? job.status : `${job.status} (${why})`;
+  const resumes = input.resumesAt === input.fromPhase ? '' : `; it resumes at ${input.resumesAt}, an earlier phase it never finished`;
+  const message =
+    `Re-driven from ${input.fromPhase} by ${input.by}: ${input.reason}. It was ${was}; ${input.setAside} documents of ${input.fromPhase} and later phases ` +
+    `set aside for audit (setAside/${input.auditPrefix}…)${resumes}; attempts and stale reclaims reset, resuming at step ${next.step}`;
+  return { next, events: [{ kind: 'redriven', message }], dispatch: jobDispatch(next) };
 }
 
 // ---- Unit transitions ------------------------------------------------------------------------

@@ -3,6 +3,7 @@ import type { Clock, RandomSource } from '../core/clock';
 import type { DraftThrottle } from '../core/draft-throttle';
 import type { CoalescingFlusher } from '../core/flusher';
 import { UNMETERED, type PhaseDefinition, type SectionRecord, type SpendMeter, type StepContext, type StepLimits } from '../core/pipeline';
+import { phaseVersion } from '../core/versions';
 import { refusingEffectLedger, type EffectLedger } from '../effects/ledger';
 
 export interface ContextParts<TInput> {
@@ -74,6 +75,7 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
         data: validated,
         seq: parts.sections.length,
         recordedAtMs: parts.clock.now(),
+        version: phaseVersion(parts.phase),
       };
       await parts.durable.writeSection(section);
       parts.sections.push(section);

@@ -3,10 +3,13 @@
  * event on the job's timeline.
  */
 import { describeError, OwnershipLostError, PhaselineError } from '../core/errors';
-import type { JobRecord } from '../core/job';
-import { jobDispatch, releaseJob, type Transition } from '../core/transitions';
+import type { JobRecord, JobStatus } from '../core/job';
+import type { PipelineRegistry } from '../core/pipeline';
+import { JOB_TRANSITIONS, jobDispatch, redriveJobRecord, releaseJob, type Transition } from '../core/transitions';
+import { deployedPipelines } from '../pipelines';
 import { decodeUnit } from '../store/codec';
 import type { JobStore } from '../store/job-store';
+import { countSetAside, readEarlierAttempt, readOutbox, readSetAsidePage, setAsidePrefix, SET_ASIDE, writeSetAside, type SetAsideMark } from '../store/phase-documents';
 import type { TaskQueuePort } from '../store/task-queue';
 import { UNITS } from './indexed-queries';
 
@@ -67,5 +70,167 @@ export async function releaseQuarantined(
   } catch (error) {
     log('release: the job is queued but its task could not be enqueued; the sweeper will dispatch it', { jobId, taskId: dispatch.id, error: describeError(error) });
     return { job: released.next, taskId: dispatch.id, enqueued: false };
+  }
+}
+
+// ---- Re-drive ---------------------------------------------------------------------------------
+
+export interface RedriveRequest {
+  readonly jobId: string;
+  /** The phase to run again: it and every later phase are set aside and redone. */
+  readonly fromPhase: string;
+  /** Who re-drives it (an operator's uid or name) and why: both go on the job's timeline. */
+  readonly by: string;
+  readonly reason: string;
+}
+
+export interface RedriveResult {
+  readonly job: JobRecord;
+  readonly taskId: string;
+  /** False when the task could not be enqueued; the job is queued all the same and the sweeper dispatches it. */
+  readonly enqueued: boolean;
+  /** Documents set aside, and the prefix of their IDs under `jobs/{id}/setAside`. */
+  readonly setAside: number;
+  readonly auditPrefix: string;
+  /** Where the job resumes: `fromPhase`, or an earlier phase it never finished. */
+  readonly resumesAt: string;
+}
+
+export interface RedriveOptions {
+  /** The pipelines whose phases the re-drive names; by default the deployed ones (only their phase lists are read). */
+  readonly pipelines?: PipelineRegistry;
+  /** Documents moved per commit (tests use a small one to exercise paging); never more than MAX_SET_ASIDE_PER_COMMIT. */
+  readonly pageSize?: number;
+  readonly log?: (message: string, detail?: Record<string, unknown>) => void;
+}
+
+/**
+ * Documents one commit sets aside at most. A commit holds at most 500 writes; each document costs
+ * up to three (its copy, its removal or a unit's parking, that unit's claim slot), and the last
+ * commit also writes the job, its event, the published answer's move and any fan-out revocations.
+ */
+export const MAX_SET_ASIDE_PER_COMMIT = 150;
+/** Bytes of copies one commit carries at most (a request is limited to 10 MiB; transcripts can be large). */
+export const MAX_SET_ASIDE_BYTES_PER_COMMIT = 6 * 1024 * 1024;
+const MAX_COMMIT_WRITES = 500;
+const MAX_BY_LENGTH = 200;
+const MAX_REASON_LENGTH = 1_000;
+
+/** One commit of a re-drive: a page set aside, or the last commit, with its transition. */
+interface RedriveStep {
+  readonly done?: { readonly transition: Transition<JobRecord>; readonly resumesAt: string; readonly setAside: number };
+}
+
+let deployed: PipelineRegistry | undefined;
+/** The deployed pipelines, built once; a re-drive reads their phase lists only, never their backends. */
+function deployedRegistry(): PipelineRegistry {
+  deployed ??= deployedPipelines(() => {
+    throw new Error('a re-drive reads the pipelines\' phase lists only');
+  });
+  return deployed;
+}
+
+const REDRIVABLE: readonly JobStatus[] = JOB_TRANSITIONS.redrive.from;
+
+/** Why a job in this status cannot be re-driven, or null when it can. */
+export function redriveRefusal(job: Pick<JobRecord, 'id' | 'status'>): string | null {
+  if (REDRIVABLE.includes(job.status)) return null;
+  if (job.status === 'cancelled') {
+    return `Job ${job.id} was cancelled by its owner; a re-drive would resume the work (and the effects) they stopped. They can submit it again.`;
+  }
+  return `Job ${job.id} is ${job.status}; only a completed, failed or quarantined job can be re-driven (a ${job.status} job is still in the engine's hands).`;
+}
+
+/**
+ * Restarts a completed, failed or quarantined job from a named phase. Everything that phase and the
+ * later ones stored (checkpoints, fan-out units, sections, their transcripts and drafts) is set
+ * aside for audit, and so is the published answer, so that the re-run publishes its own; the effect
+ * ledger stays as it is, so an effect already applied is found applied and never sent again, and
+ * one whose outcome was unknown is looked up before anything is retried. The job goes back to the
+ * queue at a new step with fresh budgets, its timeline saying who re-drove it and why.
+ *
+ * The last commit sets aside what is left and moves the job, in one transaction that reads the job:
+ * when everything fits in one commit (MAX_SET_ASIDE_PER_COMMIT documents), that is the only one.
+ * More is set aside in pages first, each in a transaction that checks the job is still as it was
+ * (still ended, not re-driven since), the last phase first; running the same re-drive again after
+ * an interruption goes on where it stopped, and one from another phase is refused until then.
+ * Refusals (an unknown job, pipeline or phase, a status that does not allow it, no reason given) are
+ * OperatorActionRefusedError.
+ */
+export async function redriveJob(store: JobStore, queue: TaskQueuePort, request: RedriveRequest, nowMs: number, options: RedriveOptions = {}): Promise<RedriveResult> {
+  const by = request.by.trim();
+  const reason = request.reason.trim();
+  if (by === '' || by.length > MAX_BY_LENGTH) throw new OperatorActionRefusedError(`A re-drive names who makes it (by): 1 to ${MAX_BY_LENGTH} characters.`);
+  if (reason === '' || reason.length > MAX_REASON_LENGTH) throw new OperatorActionRefusedError(`A re-drive says why (reason, 1 to ${MAX_REASON_LENGTH} characters): the job's timeline keeps it.`);
+  const job = await store.read(request.jobId);
+  if (!job) throw new OperatorActionRefusedError(`Job ${request.jobId} does not exist.`);
+  const refusal = redriveRefusal(job);
+  if (refusal !== null) throw new OperatorActionRefusedError(refusal);
+  const pipeline = (options.pipelines ?? deployedRegistry()).get(job.pipeline);
+  if (!pipeline) throw new OperatorActionRefusedError(`Job ${job.id} belongs to pipeline ${job.pipeline}, which this deployment does not have.`);
+  const index = pipeline.phases.findIndex((phase) => phase.name === request.fromPhase);
+  if (index === -1) {
+    throw new OperatorActionRefusedError(`Pipeline ${pipeline.name} has no phase "${request.fromPhase}"; its phases are ${pipeline.phases.map((phase) => phase.name).join(', ')}.`);
+  }
+  const phases = pipeline.phases.slice(index).map((phase) => phase.name);
+  const earlierPhases = pipeline.phases.slice(0, index).map((phase) => phase.name);
+  const mark: SetAsideMark = { redrive: (job.redrive?.count ?? 0) + 1, epoch: job.epoch, fromPhase: request.fromPhase, by, atMs: nowMs };
+  const auditPrefix = setAsidePrefix(mark);
+  const pageSize = Math.max(1, Math.min(options.pageSize ?? MAX_SET_ASIDE_PER_COMMIT, MAX_SET_ASIDE_PER_COMMIT));
+
+  for (;;) {
+    let step: RedriveStep;
+    try {
+      step = await store.transactReading<RedriveStep>(
+        job.id,
+        () => null,
+        async ({ tx, job: current }) => {
+          // Still the job this re-drive was decided on: ended the same way, not re-driven or run since.
+          const changed = redriveRefusal(current) ?? (current.epoch !== mark.epoch || (current.redrive?.count ?? 0) !== mark.redrive - 1 ? `Job ${job.id} changed while it was being re-driven (it is ${current.status} at epoch ${current.epoch}); nothing more was set aside.` : null);
+          if (changed !== null) throw new OperatorActionRefusedError(changed);
+          const earlier = await readEarlierAttempt(store, tx, job.id, mark);
+          if (earlier !== null && earlier !== request.fromPhase) {
+            throw new OperatorActionRefusedError(
+              `An interrupted re-drive of job ${job.id} from ${earlier} already set some of its documents aside (${SET_ASIDE}/${auditPrefix}…); run it again from ${earlier} to finish it.`,
+            );
+          }
+          const reserve = 4 + (current.fanout?.unitIds?.length ?? 0);
+          const size = Math.min(pageSize, Math.floor((MAX_COMMIT_WRITES - reserve) / 3));
+          const page = await readSetAsidePage(store, tx, job.id, phases, size, MAX_SET_ASIDE_BYTES_PER_COMMIT);
+          if (page.full) {
+            writeSetAside(store, tx, job.id, mark, page.documents);
+            return { value: {} };
+          }
+          const outbox = await readOutbox(store, tx, current);
+          const kept = earlierPhases.length > 0 ? await tx.getAll(...earlierPhases.map((phase) => store.checkpointRef(job.id, phase))) : [];
+          const resumesAt = earlierPhases[kept.findIndex((snapshot) => !snapshot.exists)] ?? request.fromPhase;
+          // Earlier pages, this attempt's and an interrupted one's, count too.
+          const before = await countSetAside(store, tx, job.id, mark);
+          const documents = outbox ? [...page.documents, outbox] : page.documents;
+          writeSetAside(store, tx, job.id, mark, documents);
+          const setAside = before + documents.length;
+          const transition = redriveJobRecord(current, { fromPhase: request.fromPhase, by, reason, setAside, auditPrefix, resumesAt }, nowMs);
+          return { next: transition.next, events: transition.events, value: { done: { transition, resumesAt, setAside } } };
+        },
+      );
+    } catch (error) {
+      if (error instanceof OwnershipLostError) throw new OperatorActionRefusedError(`Job ${job.id} cannot be re-driven: ${error.message}`);
+      throw error;
+    }
+    if (step.done === undefined) continue;
+    const { transition, resumesAt, setAside } = step.done;
+    const dispatch = jobDispatch(transition.next);
+    const result = { job: transition.next, taskId: dispatch.id, setAside, auditPrefix, resumesAt };
+    try {
+      await queue.enqueue(dispatch.task, { id: dispatch.id });
+      return { ...result, enqueued: true };
+    } catch (error) {
+      (options.log ?? ((message, detail) => console.warn(message, detail)))('re-drive: the job is queued but its task could not be enqueued; the sweeper will dispatch it', {
+        jobId: job.id,
+        taskId: dispatch.id,
+        error: describeError(error),
+      });
+      return { ...result, enqueued: false };
+    }
   }
 }

@@ -22,6 +22,8 @@ export interface Submission {
   readonly pipeline: string;
   readonly input: unknown;
   readonly conversationId: string | null;
+  /** The version of the named pipeline the input was validated against: the job records it. */
+  readonly pipelineVersion: number;
 }
 
 export type Validated<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly message: string };
@@ -65,7 +67,7 @@ export function submissionValidator(pipelines: PipelineRegistry): (body: unknown
     // Wrapped so that the issue paths read `input.field`, as the caller wrote the body.
     const checked = z.object({ input: pipeline.input }).safeParse({ input });
     if (!checked.success) return { ok: false, message: `Invalid input for pipeline "${name}":\n${z.prettifyError(checked.error)}` };
-    return { ok: true, value: { pipeline: name, input: checked.data.input, conversationId: conversationId ?? null } };
+    return { ok: true, value: { pipeline: name, input: checked.data.input, conversationId: conversationId ?? null, pipelineVersion: pipeline.version ?? 1 } };
   };
 }
 

@@ -84,6 +84,22 @@ const jobDocumentSchema = z.object({
   createdAt: millis,
   updatedAt: millis,
   finishedAt: millis.nullable(),
+  /** Absent on jobs written before versions existed: version 1 (every pipeline was at 1 then). Null: not recorded by its creator. */
+  pipelineVersion: z.number().int().positive().nullable().default(1),
+  /** Absent on jobs never re-driven. */
+  redrive: z
+    .object({
+      count: z.number().int().positive(),
+      fromPhase: z.string(),
+      by: z.string(),
+      reason: z.string(),
+      at: millis,
+      previousStatus: z.enum(JOB_STATUSES),
+      setAside: z.number().int().nonnegative(),
+      auditPrefix: z.string(),
+    })
+    .nullable()
+    .default(null),
 });
 
 const ts = (ms: number): Timestamp => Timestamp.fromMillis(ms);
@@ -147,6 +163,17 @@ export function decodeJob(id: string, data: DocumentData | undefined): JobRecord
     createdAtMs: doc.createdAt,
     updatedAtMs: doc.updatedAt,
     finishedAtMs: doc.finishedAt,
+    pipelineVersion: doc.pipelineVersion,
+    redrive: doc.redrive && {
+      count: doc.redrive.count,
+      fromPhase: doc.redrive.fromPhase,
+      by: doc.redrive.by,
+      reason: doc.redrive.reason,
+      atMs: doc.redrive.at,
+      previousStatus: doc.redrive.previousStatus,
+      setAside: doc.redrive.setAside,
+      auditPrefix: doc.redrive.auditPrefix,
+    },
   };
 }
 
@@ -191,6 +218,19 @@ export function encodeJob(job: JobRecord): DocumentData {
     createdAt: ts(job.createdAtMs),
     updatedAt: ts(job.updatedAtMs),
     finishedAt: tsOrNull(job.finishedAtMs),
+    pipelineVersion: job.pipelineVersion ?? null,
+    redrive: job.redrive
+      ? {
+          count: job.redrive.count,
+          fromPhase: job.redrive.fromPhase,
+          by: job.redrive.by,
+          reason: job.redrive.reason,
+          at: ts(job.redrive.atMs),
+          previousStatus: job.redrive.previousStatus,
+          setAside: job.redrive.setAside,
+          auditPrefix: job.redrive.auditPrefix,
+        }
+      : null,
   };
 }
 

@@ -49,6 +49,8 @@ export interface NewJob {
   readonly input: unknown;
   readonly conversationId: string | null;
   readonly idempotencyKey: string | null;
+  /** The version of the pipeline the input was validated against (submit's validator says); not part of the request's identity. */
+  readonly pipelineVersion?: number;
 }
 
 export type CreateJobResult =
@@ -193,11 +195,19 @@ export class JobStore {
       const refusal = admission ? await admission(tx, ref.id, nowMs) : null;
       if (refusal) return { refused: refusal };
       const job = newQueuedJob(
-        { id: ref.id, owner: request.owner, pipeline: request.pipeline, input: request.input, conversationId: request.conversationId, idempotencyKey: request.idempotencyKey },
+        {
+          id: ref.id,
+          owner: request.owner,
+          pipeline: request.pipeline,
+          input: request.input,
+          conversationId: request.conversationId,
+          idempotencyKey: request.idempotencyKey,
+          pipelineVersion: request.pipelineVersion ?? null,
+        },
         nowMs,
       );
       tx.create(ref, { ...encodeJob(job), requestFingerprint: fingerprint });
-      tx.create(this.db.doc(eventPath(ref.id, eventId(1))), eventDocument(job, { kind: 'submitted', message: `Submitted to ${job.pipeline}` }, nowMs));
+      tx.create(this.db.doc(eventPath(ref.id, eventId(1))), eventDocument(job, { kind: 'submitted', message: `Submitted to ${job.pipeline}${job.pipelineVersion ? ` (version ${job.pipelineVersion})` : ''}` }, nowMs));
       if (conversation && !conversation.snapshot.exists) tx.create(conversation.ref, { owner: request.owner, createdAtMs: nowMs });
       return { created: true, job };
     });

@@ -22,7 +22,8 @@ export const EXPIRE_AT = 'expireAt';
  * `artifacts` and `artifactChunks` are direct subcollections of the job (pages a research step
  * kept); a job without them simply has nothing there to stamp.
  */
-export const EXPIRING_JOB_COLLECTIONS = ['transcripts', 'events', 'drafts', 'artifacts', 'artifactChunks'] as const;
+// Last: what re-drives set aside for audit (store/phase-documents.ts) is kept as long as the job's own timeline, no longer.
+export const EXPIRING_JOB_COLLECTIONS = ['transcripts', 'events', 'drafts', 'artifacts', 'artifactChunks', 'setAside'] as const;
 export type ExpiringJobCollection = (typeof EXPIRING_JOB_COLLECTIONS)[number];
 
 /** Every collection group with a TTL policy on `expireAt`: the job's expiring children and the rejected tasks. */

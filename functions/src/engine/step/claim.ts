@@ -61,6 +61,8 @@ export async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<Step
     kind: 'checkpoint-refused',
     message: `Stored checkpoint of ${refusal.phase} failed validation and will be redone: ${refusal.reason}`,
   }));
+  // Stored state this worker's pipeline version cannot read (refused, or written by a newer version): settled with the reason at once, never run around.
+  if (loaded.unreadable) return settleError(deps, claim, loaded.unreadable, EMPTY_FLUSH, refusedNotes);
   const index = resumePhaseIndex(pipeline, new Set(loaded.states.keys()));
   if (index >= pipeline.phases.length) return complete(running, claim, loaded.states, refusedNotes);
 

@@ -1,7 +1,7 @@
 /** One unit step: claim (or take over) a fan-out unit, run it under its own lease, and record its outcome. */
 import { z } from 'zod';
 import { OwnershipLostError, SpendLimitReachedError, TerminalError, toPhaselineError } from '../../core/errors';
-import { applyClaimTally } from '../../core/flusher';
+import { applyClaimTally, EMPTY_FLUSH } from '../../core/flusher';
 import { type JobRecord, type JobWait, type StepTask } from '../../core/job';
 import { waitRecord } from '../../core/lifecycle';
 import { claimUnit, takeOverUnit, TransitionRefused, yieldUnit, type Transition } from '../../core/transitions';
@@ -60,6 +60,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   }
   const fanOut = phase.fanOut;
   const loaded = await loadCheckpoints(store, job.id, running.pipeline);
+  if (loaded.unreadable) return settleUnitError(deps, claim, loaded.unreadable, EMPTY_FLUSH);
   const sections = await loadSections(store, job.id, phase, unit.unit);
   // One owner-write path for the whole step: heartbeats, progress, sections and transcripts share the slot's update time.
   const session = store.unitSession(claim);

@@ -1,0 +1,30 @@
+/**
+ * `opsAction`: the operator console's actions over HTTP (see http/ops-handler.ts). The ID token is
+ * verified with revocation checked, so `phaseline admin revoke` (which also revokes the user's
+ * refresh tokens) takes effect at the next call, not when the token expires.
+ */
+import { getAuth } from 'firebase-admin/auth';
+import { logger } from 'firebase-functions/logger';
+import { onRequest } from 'firebase-functions/v2/https';
+import { systemClock } from '../core/clock';
+import { createOpsActionHandler, OPERATOR_CLAIM } from '../http/ops-handler';
+import { JobStore } from '../store/job-store';
+import { adminApp, firestore, stepQueue } from './admin';
+import { engineOptionsFromEnv } from './config';
+
+let handler: ReturnType<typeof createOpsActionHandler> | undefined;
+function opsHandler(): ReturnType<typeof createOpsActionHandler> {
+  handler ??= createOpsActionHandler({
+    store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
+    queue: stepQueue(),
+    verifyToken: async (token) => {
+      const decoded = await getAuth(adminApp()).verifyIdToken(token, true);
+      return { uid: decoded.uid, admin: decoded[OPERATOR_CLAIM] === true };
+    },
+    logger,
+  });
+  return handler;
+}
+
+/** An operator releases, cancels or re-drives any job; every call checks the `admin` claim. */
+export const opsAction = onRequest((request, response) => opsHandler()(request, response));

@@ -1,0 +1,141 @@
+/**
+ * Re-drive and external effects, through the notify pipeline and the local receiver (the system of
+ * record) on the official Firestore emulator: the effect ledger is not set aside, so a re-driven
+ * job finds every applied effect applied and sends it no more, and an effect a lost worker left
+ * `applying` (outcome unknown) is looked up at the receiver before anything is sent: found means
+ * applied (never sent again), not found means sent once more under the same key.
+ */
+import type { JobRecord } from '../../functions/src/core/job';
+import { pipelineRegistry } from '../../functions/src/core/pipeline';
+import { redriveJob } from '../../functions/src/engine/operator';
+import { runStep } from '../../functions/src/engine/runner';
+import { sweep } from '../../functions/src/engine/sweeper';
+import { effectEntrySchema, type EffectEntry } from '../../functions/src/effects/ledger';
+import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';
+import { buildPlan, notifyInput, type NotifyPlan } from '../../functions/src/pipelines/notify';
+import { decodeJob } from '../../functions/src/store/codec';
+import { jobPath, JOBS } from '../../functions/src/store/paths';
+import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { applyRequestsFor, eventually, httpAdapter, messagesPerRecipient, notifySetup, startReceiver, type Receiver } from '../support/receiver';
+
+let receiver: Receiver;
+const notify = notifySetup(() => receiver);
+let harness: EngineHarness;
+
+beforeAll(() => {
+  // The first expired lease quarantines: a worker lost mid-apply leaves a quarantined job behind.
+  harness = engineHarness('redrive-effects', pipelineRegistry(...([...notify.registry.values()] as [never])), { maxStaleReclaims: 0 });
+});
+beforeEach(async () => {
+  harness.queue.drain();
+  await harness.firestore.reset();
+  receiver = await startReceiver(harness.clock);
+  notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
+});
+afterEach(() => receiver.stop());
+afterAll(() => harness.firestore.close());
+
+const db = () => harness.firestore.db;
+const kinds = (outcomes: readonly { kind: string }[]) => outcomes.map((outcome) => outcome.kind);
+const readJob = async (jobId: string): Promise<JobRecord> => decodeJob(jobId, (await db().doc(jobPath(jobId)).get()).data());
+const entry = async (jobId: string, key: string): Promise<EffectEntry> => effectEntrySchema.parse((await db().doc(`${JOBS}/${jobId}/effects/${key}`).get()).data());
+const applyRequests = () => receiver.requests.filter((request) => request.op === 'apply').length;
+const redrive = (jobId: string, fromPhase: string) =>
+  redriveJob(harness.store, harness.queue, { jobId, fromPhase, by: 'ops-ana', reason: 'the receiver had a bad day' }, harness.clock.now(), { pipelines: notify.registry });
+
+async function submitNotify(recipients: number): Promise<{ jobId: string; plan: NotifyPlan }> {
+  const input = { campaign: 'Renewal', recipients };
+  const jobId = await harness.submit('notify', input, 'owner-1');
+  return { jobId, plan: buildPlan(jobId, notifyInput.parse(input)) };
+}
+
+test('a completed notify job re-driven from its plan sends nothing again: every effect is found applied in the ledger', async () => {
+  const { jobId, plan } = await submitNotify(3);
+  expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
+  expect(applyRequests()).toBe(6);
+
+  const result = await redrive(jobId, 'plan');
+  expect(result.setAside).toBe(3); // the plan and send checkpoints, the published answer
+  expect((await db().collection(`${JOBS}/${jobId}/effects`).get()).size).toBe(6);
+
+  expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
+  // Planned again, the same keys; the ledger says applied; the receiver got nothing more.
+  expect(applyRequests()).toBe(6);
+  for (const message of plan.messages) expect(applyRequestsFor(receiver, message.sendKey)).toBe(1);
+  expect([...messagesPerRecipient(receiver).values()]).toEqual([1, 1, 1]);
+  const job = await readJob(jobId);
+  expect(job).toMatchObject({ status: 'completed', outcome: 'complete' });
+  expect(job.progress).toMatchObject({ total: 3, done: 3, sent: 3, logged: 3, unknown: 0 });
+  // One published answer, the re-run's.
+  expect((await db().collection(`${JOBS}/${jobId}/results`).get()).size).toBe(1);
+});
+
+/**
+ * Runs a notify job's send step until its third message is held at the receiver, then loses the
+ * worker: the lease expires, and the sweeper quarantines the job (one lost worker is over the limit
+ * here) with that effect `applying`, its outcome unknown.
+ */
+async function quarantinedWithThirdMessageInFlight(where: 'after-apply' | 'before-apply') {
+  const { jobId, plan } = await submitNotify(4);
+  expect(kinds(await harness.drain(1))).toEqual(['handed-off']); // the plan
+  notify.deps.current = { ...notify.deps.current, adapter: createHttpEffectAdapter({ baseUrl: receiver.url, timeoutMs: 120_000, name: 'the test receiver' }) };
+  const hold = gate();
+  const third = plan.messages[2]!.sendKey;
+  if (where === 'after-apply') {
+    receiver.afterApply = async (application) => {
+      if (application.key === third) await hold.promise; // applied at the receiver; the answer never comes back
+    };
+  } else {
+    receiver.beforeApply = async ({ key }) => {
+      if (key === third) await hold.promise;
+    };
+  }
+  const [task] = harness.queue.drain();
+  const lost = runStep(harness.deps('lost-worker'), task!.task);
+  await eventually(() => receiver.requests.some((request) => request.op === 'apply' && request.key === third), 'the third message reached the receiver');
+  expect((await entry(jobId, third)).state).toBe('applying');
+
+  harness.clock.advance((harness.options.leaseSeconds + 1) * 1000);
+  await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+  expect(await readJob(jobId)).toMatchObject({ status: 'quarantined' });
+  // Held before applying: once released, the receiver fails it without applying (a 500, an unknown outcome).
+  if (where === 'before-apply') receiver.inject({ op: 'apply', mode: 'fail-before-apply', times: 1, key: third });
+  hold.open();
+  expect((await lost).kind).toBe('ownership-lost');
+  receiver.afterApply = null;
+  receiver.beforeApply = null;
+  notify.deps.current = { ...notify.deps.current, adapter: httpAdapter(receiver) };
+  return { jobId, plan, third };
+}
+
+test('an effect whose outcome was unknown (applied, its answer lost) is looked up after the re-drive, found, and never sent again', async () => {
+  const { jobId, plan, third } = await quarantinedWithThirdMessageInFlight('after-apply');
+  expect(applyRequestsFor(receiver, third)).toBe(1);
+
+  await redrive(jobId, 'send');
+  expect(kinds(await harness.drain())).toEqual(['handed-off', 'completed']);
+
+  expect(await entry(jobId, third)).toMatchObject({ state: 'applied', reconciled: true });
+  expect(applyRequestsFor(receiver, third)).toBe(1);
+  expect(receiver.requests.some((request) => request.op === 'lookup' && request.key === third)).toBe(true);
+  expect(messagesPerRecipient(receiver).size).toBe(4);
+  expect([...messagesPerRecipient(receiver).values()].every((count) => count === 1)).toBe(true);
+  for (const message of plan.messages) expect((await entry(jobId, message.recordKey)).state).toBe('applied');
+  expect(await readJob(jobId)).toMatchObject({ status: 'completed', outcome: 'complete' });
+});
+
+test('an effect whose outcome was unknown and that never reached the receiver is looked up, not found, and sent once under the same key', async () => {
+  const { jobId, third } = await quarantinedWithThirdMessageInFlight('before-apply');
+  expect(receiver.applied('message').some((application) => application.key === third)).toBe(false);
+
+  await redrive(jobId, 'send');
+  await harness.drain();
+
+  expect(await entry(jobId, third)).toMatchObject({ state: 'applied', reconciled: false });
+  // Looked up first (not there), then sent again under the same key: two requests, one application.
+  expect(receiver.requests.filter((request) => request.op === 'lookup' && request.key === third).length).toBeGreaterThanOrEqual(1);
+  expect(applyRequestsFor(receiver, third)).toBe(2);
+  expect(receiver.applied('message').filter((application) => application.key === third)).toHaveLength(1);
+  expect([...messagesPerRecipient(receiver).values()].every((count) => count === 1)).toBe(true);
+  expect(await readJob(jobId)).toMatchObject({ status: 'completed', outcome: 'complete' });
+});

@@ -1,0 +1,333 @@
+/**
+ * Re-drive on the official Firestore emulator: an operator restarts a completed, failed or
+ * quarantined job from a named phase (engine/operator.ts redriveJob). What that phase and the later
+ * ones stored (checkpoints, fan-out units, sections, transcripts) and the published answer are set
+ * aside under `setAside`, readable and out of every read of the engine; the re-run redoes exactly
+ * those phases, resumes no old transcript, reuses no old unit, publishes once; the timeline says
+ * who and why. Paging past one commit, an interrupted re-drive, and every refusal.
+ */
+import type { JobRecord } from '../../functions/src/core/job';
+import { canaryPipeline } from '../../functions/src/pipelines/canary';
+import { pipelineRegistry } from '../../functions/src/core/pipeline';
+import { OperatorActionRefusedError, redriveJob, type RedriveOptions, type RedriveRequest } from '../../functions/src/engine/operator';
+import { decodeJob, decodeUnit, encodeJob } from '../../functions/src/store/codec';
+import type { JobStore } from '../../functions/src/store/job-store';
+import { jobPath, JOBS, messagePath } from '../../functions/src/store/paths';
+import { SET_ASIDE } from '../../functions/src/store/phase-documents';
+import { engineHarness, type EngineHarness } from '../support/engine';
+import { behaviour, firstPhase, resetBehaviour, testPipeline } from '../support/test-pipeline';
+
+let harness: EngineHarness;
+const pipelines = pipelineRegistry(testPipeline, canaryPipeline);
+
+beforeAll(() => {
+  harness = engineHarness('redrive', pipelines);
+});
+beforeEach(async () => {
+  resetBehaviour();
+  harness.queue.drain();
+  await harness.firestore.reset();
+});
+afterAll(() => harness.firestore.close());
+
+const db = () => harness.firestore.db;
+const kinds = (outcomes: readonly { kind: string }[]) => outcomes.map((outcome) => outcome.kind);
+const readJob = async (jobId: string): Promise<JobRecord> => decodeJob(jobId, (await db().doc(jobPath(jobId)).get()).data());
+const ids = async (jobId: string, collection: string): Promise<string[]> => (await db().collection(`${JOBS}/${jobId}/${collection}`).get()).docs.map((doc) => doc.id).sort();
+const events = async (jobId: string) =>
+  (await db().collection(`${JOBS}/${jobId}/events`).get()).docs
+    .map((doc) => ({ id: doc.id, kind: doc.get('kind') as string, message: doc.get('message') as string, status: doc.get('status') as string }))
+    .sort((a, b) => a.id.localeCompare(b.id));
+
+const request = (jobId: string, fromPhase: string, extra: Partial<RedriveRequest> = {}): RedriveRequest => ({ jobId, fromPhase, by: 'ops-ana', reason: 'the totals were computed wrong', ...extra });
+const redrive = (jobId: string, fromPhase: string, options: RedriveOptions = {}, extra: Partial<RedriveRequest> = {}) =>
+  redriveJob(harness.store, harness.queue, request(jobId, fromPhase, extra), harness.clock.now(), { pipelines, ...options });
+
+/** Rewrites a job document as the engine would have left it. */
+async function rewriteJob(jobId: string, change: (job: JobRecord) => JobRecord): Promise<void> {
+  const snapshot = await db().doc(jobPath(jobId)).get();
+  await db().doc(jobPath(jobId)).set({ ...encodeJob(change(decodeJob(jobId, snapshot.data()))), requestFingerprint: snapshot.get('requestFingerprint') as string });
+}
+
+/** A two-phase job run to completion, its second phase's sections saving a transcript each before they are recorded. */
+async function completedTwoPhaseJob(sections: number, conversationId?: string): Promise<{ jobId: string; firstRuns: () => number; resumed: string[] }> {
+  let firstRuns = 0;
+  const resumed: string[] = [];
+  behaviour.first = (context) => {
+    firstRuns += 1;
+    return Promise.resolve({ kind: 'done', state: { sections: context.input.sections } });
+  };
+  behaviour.second = async (context) => {
+    const { sections: total } = context.checkpoint(firstPhase);
+    const recorded = new Set(context.sections().map((section) => section.id));
+    for (let index = 0; index < total; index += 1) {
+      const id = `s${index}`;
+      if (recorded.has(id)) continue;
+      // A transcript found here is a thread resumed: a re-driven section must start a fresh one.
+      if ((await context.loadTranscript(id)) !== null) resumed.push(id);
+      await context.saveTranscript(id, { messages: [{ role: 'user', content: `section ${id}` }] });
+      behaviour.sectionRuns.set(id, (behaviour.sectionRuns.get(id) ?? 0) + 1);
+      await context.recordSection(id, { value: (index + 1) * (firstRuns + behaviour.publishes) });
+    }
+    return { kind: 'done', state: { total: context.sections().reduce((sum, section) => sum + (section.data as { value: number }).value, 0) } };
+  };
+  const jobId = await harness.submit('two-phase', { sections }, 'user-1', conversationId);
+  expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
+  return { jobId, firstRuns: () => firstRuns, resumed };
+}
+
+describe('a completed job re-driven from a phase', () => {
+  test('sets that phase aside (checkpoint, sections, transcripts, the published answer), redoes it alone, and publishes once more', async () => {
+    const { jobId, firstRuns, resumed } = await completedTwoPhaseJob(3);
+    const before = await readJob(jobId);
+    const firstAnswer = await db().doc(`${JOBS}/${jobId}/results/final`).get();
+    expect(firstAnswer.get('markdown')).toBe('total 6');
+    harness.clock.advance(60_000);
+
+    const result = await redrive(jobId, 'second');
+    const prefix = `r1e${before.epoch}~`;
+    expect(result).toMatchObject({ enqueued: true, taskId: `${jobId}-s${before.step + 1}-d0`, setAside: 8, auditPrefix: prefix, resumesAt: 'second' });
+
+    // Out of every place the engine reads, and kept, whole, for audit.
+    expect(await ids(jobId, 'checkpoints')).toEqual(['first']);
+    expect(await ids(jobId, 'sections')).toEqual([]);
+    expect(await ids(jobId, 'transcripts')).toEqual([]);
+    expect(await ids(jobId, 'results')).toEqual([]);
+    expect(await ids(jobId, SET_ASIDE)).toEqual(
+      [
+        'checkpoints~second',
+        'outbox~final',
+        ...['s0', 's1', 's2'].map((id) => `sections~second~-~${id}`),
+        ...['s0', 's1', 's2'].map((id) => `transcripts~second~-~${id}~000000`),
+      ].map((id) => `${prefix}${id}`).sort(),
+    );
+    const asideAnswer = await db().doc(`${JOBS}/${jobId}/${SET_ASIDE}/${prefix}outbox~final`).get();
+    expect(asideAnswer.get('markdown')).toBe('total 6');
+    expect(asideAnswer.get('setAside')).toEqual({ redrive: 1, epoch: before.epoch, fromPhase: 'second', by: 'ops-ana', atMs: harness.clock.now(), collection: 'outbox', id: 'final', path: `${JOBS}/${jobId}/results/final` });
+    expect((await db().doc(`${JOBS}/${jobId}/${SET_ASIDE}/${prefix}sections~second~-~s1`).get()).get('data')).toEqual({ value: 2 });
+
+    const job = await readJob(jobId);
+    expect(job).toMatchObject({ status: 'queued', phase: 'second', outcome: null, attempts: 0, staleReclaims: 0, finishedAtMs: null, retention: null, step: before.step + 1 });
+    expect(job.redrive).toEqual({ count: 1, fromPhase: 'second', by: 'ops-ana', reason: 'the totals were computed wrong', atMs: harness.clock.now(), previousStatus: 'completed', setAside: 8, auditPrefix: prefix });
+    const redriven = (await events(jobId)).find((event) => event.kind === 'redriven');
+    expect(redriven?.status).toBe('queued');
+    expect(redriven?.message).toMatch(/^Re-driven from second by ops-ana: the totals were computed wrong\. It was completed; 8 documents of second and later phases set aside/);
+
+    // The re-run: the second phase alone, every section done again in a fresh thread, published once.
+    expect(kinds(await harness.drain())).toEqual(['handed-off', 'completed']);
+    expect(firstRuns()).toBe(1);
+    expect(Object.fromEntries(behaviour.sectionRuns)).toEqual({ s0: 2, s1: 2, s2: 2 });
+    expect(resumed).toEqual([]);
+    expect(await ids(jobId, 'results')).toEqual(['final']);
+    const answer = await db().doc(`${JOBS}/${jobId}/results/final`).get();
+    expect(answer.get('markdown')).toBe('total 12');
+    expect(answer.get('createdAtMs')).toBeGreaterThan(firstAnswer.get('createdAtMs') as number);
+    expect(behaviour.publishes).toBe(2);
+    const ended = await readJob(jobId);
+    expect(ended).toMatchObject({ status: 'completed', outcome: 'complete' });
+    expect(ended.retention?.dueAtMs).toBe(harness.clock.now());
+    // The timeline reads straight through: completed, re-driven (queued), claimed, ..., completed.
+    const timeline = await events(jobId);
+    expect(timeline.map((event) => event.kind).slice(-6)).toEqual(['completed', 'redriven', 'claimed', 'checkpointed', 'claimed', 'completed']);
+  });
+
+  test('a duplicate of the completing step publishes nothing more: the outbox holds one answer', async () => {
+    const { jobId } = await completedTwoPhaseJob(1);
+    await redrive(jobId, 'first');
+    expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
+    // Every step's task delivered again (Cloud Tasks may): nothing claims, nothing is published twice.
+    const { step } = await readJob(jobId);
+    for (let each = 0; each <= step; each += 1) harness.queue.tasks.push({ id: `again-${each}`, task: { jobId, step: each }, delaySeconds: 0 });
+    expect(new Set(kinds(await harness.drain()))).toEqual(new Set(['not-claimable']));
+    expect(await ids(jobId, 'results')).toEqual(['final']);
+    expect(behaviour.publishes).toBe(2);
+  });
+
+  test('an answer published into a conversation is set aside with the rest, and the re-run publishes there again', async () => {
+    const { jobId } = await completedTwoPhaseJob(1, 'conv-1');
+    const result = await redrive(jobId, 'second');
+    expect((await db().doc(messagePath('conv-1', jobId)).get()).exists).toBe(false);
+    expect((await db().doc(`${JOBS}/${jobId}/${SET_ASIDE}/${result.auditPrefix}outbox~${jobId}`).get()).get('setAside.path')).toBe(messagePath('conv-1', jobId));
+    await harness.drain();
+    expect((await db().doc(messagePath('conv-1', jobId)).get()).get('markdown')).toBe('total 2');
+  });
+
+  test('re-driven twice: each re-drive numbers what it set aside, and the timeline keeps both', async () => {
+    const { jobId } = await completedTwoPhaseJob(1);
+    const first = await redrive(jobId, 'second');
+    await harness.drain();
+    const second = await redrive(jobId, 'first', {}, { by: 'ops-bo', reason: 'again' });
+    expect(first.auditPrefix).toMatch(/^r1e\d+~$/);
+    expect(second.auditPrefix).toMatch(/^r2e\d+~$/);
+    expect(second.job.redrive).toMatchObject({ count: 2, by: 'ops-bo', fromPhase: 'first' });
+    expect((await ids(jobId, SET_ASIDE)).filter((id) => id.startsWith(second.auditPrefix))).toHaveLength(5);
+    expect((await events(jobId)).filter((event) => event.kind === 'redriven')).toHaveLength(2);
+    await harness.drain();
+    expect((await readJob(jobId)).status).toBe('completed');
+  });
+});
+
+describe('a fan-out phase re-driven', () => {
+  const text = 'One two three.\n\nFour five.\n\nSix.';
+
+  test('its units are parked without their results (kept for audit), re-run under new claims, their cost counted once', async () => {
+    const jobId = await harness.submit('canary', { text }, 'user-1');
+    await harness.drain();
+    expect((await readJob(jobId)).status).toBe('completed');
+    const unitsBefore = (await db().collection(`${JOBS}/${jobId}/units`).get()).docs.map((doc) => decodeUnit(doc.ref.path, doc.data()));
+    expect(unitsBefore.map((unit) => [unit.unit, unit.status, unit.epoch])).toEqual([['p00', 'done', 1], ['p01', 'done', 1], ['p02', 'done', 1]]);
+
+    const result = await redrive(jobId, 'measure');
+    expect(await ids(jobId, 'checkpoints')).toEqual(['split']);
+    const parked = (await db().collection(`${JOBS}/${jobId}/units`).get()).docs.map((doc) => decodeUnit(doc.ref.path, doc.data()));
+    for (const unit of parked) expect(unit).toMatchObject({ status: 'running', lease: null, result: null, epoch: 1, lastError: { code: 'set-aside' } });
+    const aside = await db().doc(`${JOBS}/${jobId}/${SET_ASIDE}/${result.auditPrefix}units~measure~p01`).get();
+    expect(aside.get('result')).toMatchObject({ words: 2, sentences: 1 });
+    expect(aside.get('status')).toBe('done');
+    // 3 units, 2 checkpoints (measure, summarize), 3 summary sections, the answer.
+    expect(result.setAside).toBe(9);
+
+    expect(kinds(await harness.drain())).toContain('completed');
+    const unitsAfter = (await db().collection(`${JOBS}/${jobId}/units`).get()).docs.map((doc) => decodeUnit(doc.ref.path, doc.data()));
+    // A new claim number: a worker of the set-aside run can never pass for one of the re-run.
+    expect(unitsAfter.map((unit) => [unit.unit, unit.status, unit.epoch])).toEqual([['p00', 'done', 2], ['p01', 'done', 2], ['p02', 'done', 2]]);
+    expect((await db().doc(`${JOBS}/${jobId}/results/final`).get()).get('markdown')).toContain('3 paragraphs, 6 words.');
+  });
+
+  test('a job quarantined in its fan-out is re-driven from it: the fan-out ends, its units are parked, and it runs again', async () => {
+    const jobId = await harness.submit('canary', { text }, 'user-1');
+    expect(kinds(await harness.drain(2))).toEqual(['handed-off', 'fanned-out']);
+    const nowMs = harness.clock.now();
+    await rewriteJob(jobId, (job) => ({ ...job, status: 'quarantined', quarantine: { reason: 'unit p01: its lease expired 4 times', atMs: nowMs }, finishedAtMs: nowMs }));
+    expect((await readJob(jobId)).fanout?.unitIds).toEqual(['p00', 'p01', 'p02']);
+    // One unit still held by a worker: its claim slot is revoked both as the fan-out ends and as the unit is parked.
+    const unitRef = harness.store.unitRef(jobId, 'measure', 'p01');
+    const held = decodeUnit(unitRef.path, (await unitRef.get()).data());
+    await unitRef.set({ ...(await unitRef.get()).data(), status: 'running', epoch: 1, lease: { epoch: 1, worker: 'w-stuck', expiresAt: (await unitRef.get()).get('nextRunAt') as unknown, renewedAt: null } });
+    await harness.store.claimSlotRef(jobId, 'measure~p01').set({ epoch: 1, state: 'held', worker: 'w-stuck', atMs: nowMs });
+    expect(held.status).toBe('queued');
+    harness.queue.drain();
+
+    const result = await redrive(jobId, 'measure');
+    expect(result).toMatchObject({ setAside: 3, resumesAt: 'measure' });
+    expect(result.job).toMatchObject({ status: 'queued', fanout: null, quarantine: null });
+    expect(kinds(await harness.drain())).toContain('completed');
+    expect((await readJob(jobId)).status).toBe('completed');
+  });
+
+  test('from a later phase while an earlier one never finished: it resumes at the earlier one, and says so', async () => {
+    const jobId = await harness.submit('canary', { text }, 'user-1');
+    expect(kinds(await harness.drain(2))).toEqual(['handed-off', 'fanned-out']);
+    const nowMs = harness.clock.now();
+    await rewriteJob(jobId, (job) => ({ ...job, status: 'failed', fanout: null, lastError: { code: 'terminal', message: 'a bug', retryable: false, atMs: nowMs }, finishedAtMs: nowMs }));
+    harness.queue.drain();
+    const result = await redrive(jobId, 'summarize');
+    expect(result).toMatchObject({ resumesAt: 'measure', setAside: 0 });
+    expect(result.job.phase).toBe('measure');
+    const redriven = (await events(jobId)).find((event) => event.kind === 'redriven');
+    expect(redriven?.message).toContain('It was failed (a bug); 0 documents of summarize and later phases set aside for audit');
+    expect(redriven?.message).toContain('it resumes at measure, an earlier phase it never finished');
+    await harness.drain();
+    expect((await readJob(jobId)).status).toBe('completed');
+  });
+});
+
+describe('more than one commit holds', () => {
+  test('set aside in pages, the last phase first, and the job moved by the last commit only', async () => {
+    const { jobId } = await completedTwoPhaseJob(5);
+    // 1 checkpoint, 5 sections, 5 transcripts and the answer, two documents a commit.
+    const result = await redrive(jobId, 'second', { pageSize: 2 });
+    expect(result.setAside).toBe(12);
+    expect(await ids(jobId, SET_ASIDE)).toHaveLength(12);
+    expect(await ids(jobId, 'sections')).toEqual([]);
+    expect((await events(jobId)).filter((event) => event.kind === 'redriven')).toHaveLength(1);
+    await harness.drain();
+    expect((await readJob(jobId)).status).toBe('completed');
+  });
+
+  test('an interrupted re-drive leaves the job as it was; run again it finishes; another phase is refused until then', async () => {
+    const { jobId } = await completedTwoPhaseJob(5);
+    const before = await readJob(jobId);
+    let commits = 0;
+    const interrupted: JobStore = Object.create(harness.store) as JobStore;
+    const transactReading: JobStore['transactReading'] = (jobId, check, body) => {
+      commits += 1;
+      if (commits === 3) return Promise.reject(new Error('the connection was reset (injected)'));
+      return harness.store.transactReading(jobId, check, body);
+    };
+    interrupted.transactReading = transactReading;
+    await expect(redriveJob(interrupted, harness.queue, request(jobId, 'first'), harness.clock.now(), { pipelines, pageSize: 2 })).rejects.toThrow('injected');
+
+    // Two pages went through, from the last phase: the job itself has not moved.
+    const job = await readJob(jobId);
+    expect(job).toMatchObject({ status: 'completed', step: before.step, epoch: before.epoch });
+    expect(await ids(jobId, SET_ASIDE)).toHaveLength(4);
+    expect(await ids(jobId, 'checkpoints')).toEqual(['first']);
+    expect(harness.queue.tasks).toHaveLength(0);
+
+    const other = redrive(jobId, 'second');
+    await expect(other).rejects.toThrow(OperatorActionRefusedError);
+    await expect(other).rejects.toThrow(`An interrupted re-drive of job ${jobId} from first already set some of its documents aside (setAside/r1e${before.epoch}~…); run it again from first to finish it.`);
+
+    const finished = await redrive(jobId, 'first', { pageSize: 2 });
+    // 2 checkpoints, 5 sections, 5 transcripts, the answer: every one counted once.
+    expect(finished.setAside).toBe(13);
+    expect(await ids(jobId, SET_ASIDE)).toHaveLength(13);
+    expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
+  });
+
+  test('a job that changes between two pages (run and ended again under another attempt) stops the re-drive: nothing more is set aside', async () => {
+    const { jobId } = await completedTwoPhaseJob(5);
+    let commits = 0;
+    const racing: JobStore = Object.create(harness.store) as JobStore;
+    const transactReading: JobStore['transactReading'] = async (jobId, check, body) => {
+      commits += 1;
+      // Before the second page: someone else's re-drive ran and the job ended again (a new epoch).
+      if (commits === 2) await rewriteJob(jobId, (job) => ({ ...job, epoch: job.epoch + 1 }));
+      return harness.store.transactReading(jobId, check, body);
+    };
+    racing.transactReading = transactReading;
+    const attempt = redriveJob(racing, harness.queue, request(jobId, 'second'), harness.clock.now(), { pipelines, pageSize: 2 });
+    await expect(attempt).rejects.toThrow(`Job ${jobId} changed while it was being re-driven (it is completed at epoch`);
+    expect(await ids(jobId, SET_ASIDE)).toHaveLength(2);
+    expect((await readJob(jobId)).status).toBe('completed');
+    expect(harness.queue.tasks).toHaveLength(0);
+  });
+});
+
+describe('refusals: nothing is written', () => {
+  async function expectRefused(jobId: string, fromPhase: string, message: string, extra: Partial<RedriveRequest> = {}) {
+    const before = (await db().doc(jobPath(jobId)).get()).updateTime;
+    const attempt = redrive(jobId, fromPhase, {}, extra);
+    await expect(attempt).rejects.toThrow(OperatorActionRefusedError);
+    await expect(attempt).rejects.toThrow(message);
+    expect((await db().doc(jobPath(jobId)).get()).updateTime?.isEqual(before!)).toBe(true);
+    expect(await ids(jobId, SET_ASIDE)).toEqual([]);
+    expect(harness.queue.tasks).toHaveLength(0);
+  }
+
+  test('an unknown phase names the phases there are', async () => {
+    const { jobId } = await completedTwoPhaseJob(1);
+    await expectRefused(jobId, 'third', 'Pipeline two-phase has no phase "third"; its phases are first, second.');
+  });
+
+  test('a queued, running or waiting job is still the engine\'s; a cancelled one was stopped by its owner', async () => {
+    const jobId = await harness.submit('two-phase', { sections: 1 }, 'user-1');
+    harness.queue.drain();
+    await expectRefused(jobId, 'first', `Job ${jobId} is queued; only a completed, failed or quarantined job can be re-driven`);
+    const nowMs = harness.clock.now();
+    await rewriteJob(jobId, (job) => ({ ...job, status: 'running', epoch: 1, lease: { epoch: 1, worker: 'w', expiresAtMs: nowMs + 60_000 } }));
+    await expectRefused(jobId, 'first', `Job ${jobId} is running;`);
+    await rewriteJob(jobId, (job) => ({ ...job, status: 'waiting', lease: null, waiting: { reason: 'decision', questionId: 'q', question: 'Go on?', options: ['yes'], untilMs: null } }));
+    await expectRefused(jobId, 'first', `Job ${jobId} is waiting;`);
+    await rewriteJob(jobId, (job) => ({ ...job, status: 'cancelled', waiting: null, finishedAtMs: nowMs }));
+    await expectRefused(jobId, 'first', `Job ${jobId} was cancelled by its owner; a re-drive would resume the work (and the effects) they stopped.`);
+  });
+
+  test('no reason, no operator, no such job', async () => {
+    const { jobId } = await completedTwoPhaseJob(1);
+    await expectRefused(jobId, 'first', 'A re-drive says why (reason', { reason: '  ' });
+    await expectRefused(jobId, 'first', 'A re-drive names who makes it (by)', { by: '' });
+    await expect(redrive('no-such-job', 'first')).rejects.toThrow('Job no-such-job does not exist.');
+  });
+});
