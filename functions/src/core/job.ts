@@ -227,6 +227,8 @@ export interface UnitRecord {
   readonly costInJob: Readonly<Record<string, number>>;
   readonly claimTally: ClaimTally | null;
   readonly result: unknown;
+  /** The version of its phase that produced `result` (core/versions.ts); absent on results from before versions existed (version 1). */
+  readonly resultVersion?: number;
   readonly lastError: { readonly code: string; readonly message: string; readonly atMs: number } | null;
   readonly updatedAtMs: number;
 }

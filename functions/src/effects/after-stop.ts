@@ -19,6 +19,14 @@ import { applyChange, countEffectStates, UNRESOLVED_EFFECT_STATES, type EffectCh
 import type { EffectAdapter, LookupOutcome } from './port';
 import { stoppedEffectsSentence } from './stop-report';
 
+/** How the stopped-effects pass closes an effect the system of record does not have: failed because its job stopped, not because the target refused it. */
+const STOPPED_JOB_DOES_NOT_RETRY = 'a stopped job does not retry';
+
+/** Whether an entry failed only because its job had stopped (a re-drive may send it again, after a lookup). */
+export function failedBecauseStopped(entry: Pick<EffectEntry, 'state' | 'resolution'>): boolean {
+  return entry.state === 'failed' && (entry.resolution ?? '').endsWith(STOPPED_JOB_DOES_NOT_RETRY);
+}
+
 export interface StoppedReconcileOptions {
   /**
    * An entry that went unknown more recently than this is left for a later run when the target
@@ -151,7 +159,7 @@ export async function reconcileStoppedJob(store: JobStore, adapter: EffectAdapte
         countLookup: true,
         countUnknown,
         lastOutcome: `not found at ${adapter.name} after the job stopped`,
-        resolution: `not applied: ${adapter.name} does not have it, and a stopped job does not retry`,
+        resolution: `not applied: ${adapter.name} does not have it, and ${STOPPED_JOB_DOES_NOT_RETRY}`,
       });
       if (written) notApplied += 1;
       continue;

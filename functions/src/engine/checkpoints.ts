@@ -94,8 +94,13 @@ const sectionDocument = z.object({
 });
 
 /** How a stored section's data reads under the phase's present version. */
+/** The version a stored section was written by: sections record it since versions exist; one without it was recorded before, when every pipeline was at version 1. */
+export function storedSectionVersion(version: number | undefined): number {
+  return version ?? 1;
+}
+
 function readSection(phase: PhaseDefinition<unknown, unknown>, data: unknown, version: number | undefined): StoredReading {
-  return readStored(phase, 'section', data, version ?? null);
+  return readStored(phase, 'section', data, storedSectionVersion(version));
 }
 
 export async function loadCheckpoints(store: JobStore, jobId: string, pipeline: PipelineDefinition<unknown>): Promise<LoadedCheckpoints> {
@@ -120,10 +125,10 @@ export async function loadCheckpoints(store: JobStore, jobId: string, pipeline: 
     } else if (reading.kind === 'corrupt') refused.push({ phase: phase.name, reason: reading.reason });
     else unreadable.note(refusalOf(reading));
   }
-  // The phase the job resumes at may hold sections an earlier version recorded: when it declares how
-  // to read earlier versions, they are checked now, so that one it refuses fails the job before it runs.
+  // The phase the job resumes at may hold sections an earlier version recorded: when the phase is past
+  // version 1, they are checked now, so that one it refuses (or cannot read) fails the job before any new work.
   const resumeAt = pipeline.phases[resumePhaseIndex(pipeline, new Set(states.keys()))];
-  if (unreadable.error === null && resumeAt !== undefined && Object.keys(resumeAt.older ?? {}).length > 0) {
+  if (unreadable.error === null && resumeAt !== undefined && (phaseVersion(resumeAt) > 1 || Object.keys(resumeAt.older ?? {}).length > 0)) {
     for (const doc of await readPhaseSectionDocuments(store, jobId, resumeAt.name)) {
       const envelope = sectionDocument.safeParse(doc.data);
       if (envelope.success) unreadable.note(refusalOf(readSection(resumeAt, envelope.data.data, envelope.data.version)));

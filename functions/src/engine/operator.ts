@@ -11,7 +11,15 @@ import { decodeUnit } from '../store/codec';
 import type { JobStore } from '../store/job-store';
 import { countSetAside, readEarlierAttempt, readOutbox, readSetAsidePage, setAsidePrefix, SET_ASIDE, writeSetAside, type SetAsideMark } from '../store/phase-documents';
 import type { TaskQueuePort } from '../store/task-queue';
+import { failedBecauseStopped } from '../effects/after-stop';
+import { parseEffectEntry } from '../effects/firestore-ledger';
+import { markEffectUnknown } from '../store/effect-access';
+import { clearExpiryStamps } from '../store/retention';
 import { UNITS } from './indexed-queries';
+import { UNKNOWN_EFFECT_STATE } from './owner-actions';
+
+/** The job's effect ledger (store/paths.ts effectsPath), read in the re-drive's commit. */
+const EFFECTS = 'effects';
 
 /** The action does not apply to the job as it stands (wrong status, no such job). Nothing was written. */
 export class OperatorActionRefusedError extends PhaselineError {
@@ -47,6 +55,11 @@ export async function releaseQuarantined(
       async ({ tx, job }) => {
         if (job.status !== 'quarantined') {
           throw new OperatorActionRefusedError(`Job ${jobId} is ${job.status}; only a quarantined job can be released.`);
+        }
+        // A re-drive that stopped between its pages has set part of the job aside: released now, it would run on half its state.
+        const interrupted = await readEarlierAttempt(store, tx, jobId, { redrive: (job.redrive?.count ?? 0) + 1, epoch: job.epoch });
+        if (interrupted !== null) {
+          throw new OperatorActionRefusedError(`An interrupted re-drive of job ${jobId} from ${interrupted} already set some of its documents aside; run it again from ${interrupted} to finish it, rather than releasing the job.`);
         }
         // Units keep their stale-reclaim count across fan-outs; a release is a fresh start for them too.
         const units = await tx.get(store.jobRef(jobId).collection(UNITS));
@@ -194,7 +207,10 @@ export async function redriveJob(store: JobStore, queue: TaskQueuePort, request:
               `An interrupted re-drive of job ${job.id} from ${earlier} already set some of its documents aside (${SET_ASIDE}/${auditPrefix}…); run it again from ${earlier} to finish it.`,
             );
           }
-          const reserve = 4 + (current.fanout?.unitIds?.length ?? 0);
+          // Effects the stopped-effects pass closed as not applied because the job had stopped: the re-run may send them, after a lookup.
+          const ledger = await tx.get(store.jobRef(job.id).collection(EFFECTS));
+          const reopened = ledger.docs.filter((doc) => failedBecauseStopped(parseEffectEntry(doc.ref.path, doc.data())));
+          const reserve = 4 + (current.fanout?.unitIds?.length ?? 0) + reopened.length;
           const size = Math.min(pageSize, Math.floor((MAX_COMMIT_WRITES - reserve) / 3));
           const page = await readSetAsidePage(store, tx, job.id, phases, size, MAX_SET_ASIDE_BYTES_PER_COMMIT);
           if (page.full) {
@@ -208,6 +224,9 @@ export async function redriveJob(store: JobStore, queue: TaskQueuePort, request:
           const before = await countSetAside(store, tx, job.id, mark);
           const documents = outbox ? [...page.documents, outbox] : page.documents;
           writeSetAside(store, tx, job.id, mark, documents);
+          for (const doc of reopened) {
+            markEffectUnknown(tx, doc.ref, { state: UNKNOWN_EFFECT_STATE, unknownSinceMs: nowMs, unknownBecause: 'not applied when the job stopped; the re-driven job looks it up before sending it' });
+          }
           const setAside = before + documents.length;
           const transition = redriveJobRecord(current, { fromPhase: request.fromPhase, by, reason, setAside, auditPrefix, resumesAt }, nowMs);
           return { next: transition.next, events: transition.events, value: { done: { transition, resumesAt, setAside } } };
@@ -221,16 +240,21 @@ export async function redriveJob(store: JobStore, queue: TaskQueuePort, request:
     const { transition, resumesAt, setAside } = step.done;
     const dispatch = jobDispatch(transition.next);
     const result = { job: transition.next, taskId: dispatch.id, setAside, auditPrefix, resumesAt };
+    const log = options.log ?? ((message: string, detail?: Record<string, unknown>) => console.warn(message, detail));
+    let enqueued = true;
     try {
       await queue.enqueue(dispatch.task, { id: dispatch.id });
-      return { ...result, enqueued: true };
     } catch (error) {
-      (options.log ?? ((message, detail) => console.warn(message, detail)))('re-drive: the job is queued but its task could not be enqueued; the sweeper will dispatch it', {
-        jobId: job.id,
-        taskId: dispatch.id,
-        error: describeError(error),
-      });
-      return { ...result, enqueued: false };
+      enqueued = false;
+      log('re-drive: the job is queued but its task could not be enqueued; the sweeper will dispatch it', { jobId: job.id, taskId: dispatch.id, error: describeError(error) });
     }
+    // The sweeper may have stamped the ended job's timeline to expire: the stamps come off, or TTL would delete it under the re-run.
+    // (The commit above cleared the job's retention marker, so no sweep stamps it again until it ends.)
+    try {
+      await clearExpiryStamps(store, job.id);
+    } catch (error) {
+      log('re-drive: the retention stamps of the job could not all be removed; they are renewed when it ends again', { jobId: job.id, error: describeError(error) });
+    }
+    return { ...result, enqueued };
   }
 }

@@ -254,6 +254,8 @@ const unitDocumentSchema = z.object({
   costInJob: counts.default({}),
   claimTally: claimTallySchema.nullable().default(null),
   result: z.unknown(),
+  /** Absent on results from before versions existed: version 1. */
+  resultVersion: z.number().int().positive().optional(),
   lastError: z.object({ code: z.string(), message: z.string(), at: millis }).nullable(),
   updatedAt: millis,
 });
@@ -285,6 +287,7 @@ export function decodeUnit(path: string, data: DocumentData | undefined): UnitRe
     costInJob: doc.costInJob,
     claimTally: doc.claimTally,
     result: doc.result ?? null,
+    ...(doc.resultVersion === undefined ? {} : { resultVersion: doc.resultVersion }),
     lastError: doc.lastError && { code: doc.lastError.code, message: doc.lastError.message, atMs: doc.lastError.at },
     updatedAtMs: doc.updatedAt,
   };
@@ -317,6 +320,7 @@ export function encodeUnit(unit: UnitRecord): DocumentData {
     costInJob: unit.costInJob,
     claimTally: unit.claimTally,
     result: unit.result ?? null,
+    ...(unit.resultVersion === undefined ? {} : { resultVersion: unit.resultVersion }),
     lastError: unit.lastError && { code: unit.lastError.code, message: unit.lastError.message, at: ts(unit.lastError.atMs) },
     updatedAt: ts(unit.updatedAtMs),
   };

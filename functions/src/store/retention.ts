@@ -7,7 +7,7 @@
  * document, its published answer, sections, checkpoints, units, claims and the effect ledger have
  * no such policy and stay.
  */
-import { FieldPath, Timestamp, type DocumentReference, type QueryDocumentSnapshot } from 'firebase-admin/firestore';
+import { FieldPath, FieldValue, Timestamp, type DocumentReference, type QueryDocumentSnapshot } from 'firebase-admin/firestore';
 import type { JobRecord, RetentionStamping } from '../core/job';
 import { decodeJob } from './codec';
 import type { JobStore, JobVersion } from './job-store';
@@ -114,4 +114,37 @@ export async function saveStamping(store: JobStore, stamping: StampingJob, reten
     if (isFailedPrecondition(error)) return false;
     throw error;
   }
+}
+
+/**
+ * Takes the retention stamps off a job's expiring documents: for a job that runs again (a re-drive)
+ * after the sweeper stamped them, so that TTL does not delete its timeline under the re-run. Paged
+ * (one batch per page); a document gone meanwhile (TTL got there first) is skipped. Returns how
+ * many stamps were removed. When the job ends again, the sweeper stamps everything afresh.
+ */
+export async function clearExpiryStamps(store: JobStore, jobId: string, pageSize = MAX_STAMPS_PER_BATCH): Promise<number> {
+  let cleared = 0;
+  for (const collection of EXPIRING_JOB_COLLECTIONS) {
+    let after: string | null = null;
+    for (;;) {
+      let query = store.jobRef(jobId).collection(collection).orderBy(FieldPath.documentId()).limit(pageSize);
+      if (after !== null) query = query.startAfter(after);
+      const page = await query.get();
+      const stamped = page.docs.filter((doc) => doc.get(EXPIRE_AT) !== undefined);
+      if (stamped.length > 0) {
+        const batch = store.db.batch();
+        for (const doc of stamped) batch.update(doc.ref, { [EXPIRE_AT]: FieldValue.delete() });
+        try {
+          await batch.commit();
+        } catch {
+          // One document gone (expired meanwhile) fails the batch: the rest one by one, the missing skipped.
+          await Promise.all(stamped.map((doc) => doc.ref.update({ [EXPIRE_AT]: FieldValue.delete() }).catch(() => undefined)));
+        }
+        cleared += stamped.length;
+      }
+      if (page.size < pageSize) break;
+      after = page.docs[page.docs.length - 1]?.id ?? null;
+    }
+  }
+  return cleared;
 }

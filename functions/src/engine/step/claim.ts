@@ -6,7 +6,7 @@ import { type JobRecord, type StepTask } from '../../core/job';
 import { claimJob, takeOverJob, TransitionRefused, type Transition } from '../../core/transitions';
 import { resumePhaseIndex, type PhaseDefinition } from '../../core/pipeline';
 import type { EventDraft, JobClaim } from '../../store/job-store';
-import { loadCheckpoints } from '../checkpoints';
+import { loadCheckpoints, NewerVersionError } from '../checkpoints';
 import { startFanOut } from './fan-out';
 import { runPhase } from './phase-step';
 import { complete } from './publication';
@@ -53,6 +53,11 @@ export async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<Step
   const input = pipeline.input.safeParse(job.input);
   if (!input.success) {
     return settleError(deps, claim, new TerminalError(`Stored input fails the ${pipeline.name} schema: ${z.prettifyError(input.error)}`), EMPTY_FLUSH);
+  }
+  // A job started on a newer version of its pipeline is left to a worker of that version (a rolling deploy, a rollback): never run by an older one.
+  const startedOn = job.pipelineVersion ?? 1;
+  if (startedOn > (pipeline.version ?? 1)) {
+    return settleError(deps, claim, new NewerVersionError(`Job ${job.id} started on version ${startedOn} of ${pipeline.name}; this worker runs version ${pipeline.version ?? 1} and leaves it to a newer one`), EMPTY_FLUSH);
   }
   const running = newRunning(deps, worker, pipeline, input.data, job);
 

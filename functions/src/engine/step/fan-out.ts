@@ -5,6 +5,7 @@ import { applyClaimTally, EMPTY_FLUSH, type FlushPayload } from '../../core/flus
 import { type JobRecord } from '../../core/job';
 import { joinJob, startFanOutJob, unitDispatch, type Dispatch } from '../../core/transitions';
 import { type PhaseDefinition, type StepContext } from '../../core/pipeline';
+import { phaseVersion } from '../../core/versions';
 import { decodeUnit, type UnitRecord } from '../../store/codec';
 import type { EventDraft, JobClaim, UnitClaim } from '../../store/job-store';
 import { readFanOutUnits } from '../../store/checkpoint-reads';
@@ -24,6 +25,19 @@ import { settleError } from './settle';
 
 /** Thrown inside a fan-out commit when the pipeline's `join` fails: a defect, so the job fails with it. */
 export class JoinFailedError extends TerminalError {}
+
+/**
+ * A unit result an earlier version of its phase produced: the phase's declared refusal, or (nothing
+ * declared: unit results have no migration) a refusal that says so. Thrown inside the join, it fails the job with that reason.
+ */
+function refuseOlderResult(phase: PhaseDefinition<unknown, unknown>, unit: Pick<UnitRecord, 'unit' | 'resultVersion'>): void {
+  const producedBy = unit.resultVersion ?? 1;
+  const version = phaseVersion(phase);
+  if (producedBy === version) return;
+  const declared = phase.older?.[producedBy];
+  const why = declared !== undefined && 'refuse' in declared ? declared.refuse : 'unit results have no migration, and this version declares no way to read one';
+  throw new JoinFailedError(`Phase ${phase.name} (version ${version}) refuses unit ${unit.unit}'s result, produced by version ${producedBy}: ${why}`);
+}
 
 /** Joins a fan-out; anything that fails in it (a unit result or a join that no longer validates) fails the job with that reason. */
 export function joinState(phase: PhaseDefinition<unknown, unknown>, results: () => ReadonlyMap<string, unknown>, context: StepContext<unknown>): unknown {
@@ -74,7 +88,9 @@ export async function startFanOut(
         const unit = unitIds[position] as string;
         const existing = snapshot.exists ? decodeUnit(snapshot.ref.path, snapshot.data()) : null;
         // A unit finished under an earlier fan-out of this phase is reused as it is, if its result still validates.
-        const result = existing?.status === 'done' ? fanOut.unitState.safeParse(existing.result) : null;
+        // A result an earlier version of the phase produced is not reused: the unit runs again under this version.
+        const current = existing?.status === 'done' && (existing.resultVersion ?? 1) === phaseVersion(phase);
+        const result = current ? fanOut.unitState.safeParse(existing.result) : null;
         const record: UnitRecord = {
           jobId: job.id,
           unit,
@@ -148,15 +164,17 @@ export async function finishUnit(running: Running, claim: UnitClaim, phase: Phas
         for (const doc of siblings) {
           const sibling = decodeUnit(doc.ref.path, doc.data());
           if (sibling.phase !== phase.name) continue;
+          // A sibling finished by a worker of an earlier version (during a deploy) is never joined silently with this version's results.
+          if (sibling.unit !== claim.unit) refuseOlderResult(phase, sibling);
           results.set(sibling.unit, fanOut.unitState.parse(sibling.unit === claim.unit ? result : sibling.result));
         }
         return results;
       }, bareContext(running, claim.jobId, phase, loaded.states, 'a join'));
       tx.set(store.checkpointRef(claim.jobId, phase.name), checkpointDocumentFor(phase, state, claim.fanoutEpoch, nowMs));
       const joined = joinJob(next, { nextPhase: phaseAfter(running, phase), message: `${phase.name}: all ${fanout.units} units finished` }, nowMs);
-      return { next: joined.next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result }, events: [...events, ...joined.events], value: joined.dispatch };
+      return { next: joined.next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result, resultVersion: phaseVersion(phase) }, events: [...events, ...joined.events], value: joined.dispatch };
     }
-    return { next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result }, events, value: undefined };
+    return { next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result, resultVersion: phaseVersion(phase) }, events, value: undefined };
   });
   await dispatchQuietly(running.deps, settled);
   return settled !== undefined;

@@ -7,7 +7,7 @@ import { waitRecord } from '../../core/lifecycle';
 import { claimUnit, takeOverUnit, TransitionRefused, yieldUnit, type Transition } from '../../core/transitions';
 import { decodeJob, decodeUnit, encodeUnitFlush, type UnitRecord } from '../../store/codec';
 import type { UnitClaim } from '../../store/job-store';
-import { loadCheckpoints, loadSections } from '../checkpoints';
+import { loadCheckpoints, loadSections, NewerVersionError } from '../checkpoints';
 import { durableWrites } from './durable-writes';
 import { JoinFailedError, finishUnit } from './fan-out';
 import { NoProgressError, RunnerDeps, Running, StepOutcome, defaultWorkerName, dispatchQuietly, freshLease, lost, newRunning, progressGated, startDrafts, startFlusher, untilAborted, workingContext } from './running';
@@ -59,6 +59,10 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
     return failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit}: pipeline ${job.pipeline} has no fan-out phase ${unit.phase}, or the stored input no longer validates`));
   }
   const fanOut = phase.fanOut;
+  const startedOn = job.pipelineVersion ?? 1;
+  if (startedOn > (running.pipeline.version ?? 1)) {
+    return settleUnitError(deps, claim, new NewerVersionError(`Job ${job.id} started on version ${startedOn} of ${running.pipeline.name}; this worker runs version ${running.pipeline.version ?? 1} and leaves it to a newer one`), EMPTY_FLUSH);
+  }
   const loaded = await loadCheckpoints(store, job.id, running.pipeline);
   if (loaded.unreadable) return settleUnitError(deps, claim, loaded.unreadable, EMPTY_FLUSH);
   const sections = await loadSections(store, job.id, phase, unit.unit);

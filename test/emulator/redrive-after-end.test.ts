@@ -1,0 +1,113 @@
+/**
+ * Re-drive against what the job left behind when it first ended (found by a hostile review): the
+ * retention stamps the sweeper put on its timeline, and a re-drive interrupted between its pages.
+ */
+import type { JobRecord } from '../../functions/src/core/job';
+import { canaryPipeline } from '../../functions/src/pipelines/canary';
+import { pipelineRegistry } from '../../functions/src/core/pipeline';
+import { redriveJob, releaseQuarantined } from '../../functions/src/engine/operator';
+import type { JobStore } from '../../functions/src/store/job-store';
+import { encodeJob } from '../../functions/src/store/codec';
+import { RETENTION_GRACE_MS } from '../../functions/src/engine/retention';
+import { sweep } from '../../functions/src/engine/sweeper';
+import { decodeJob } from '../../functions/src/store/codec';
+import { jobPath, JOBS } from '../../functions/src/store/paths';
+import { EXPIRE_AT } from '../../functions/src/store/retention';
+import { engineHarness, type EngineHarness } from '../support/engine';
+import { behaviour, firstPhase, resetBehaviour, testPipeline } from '../support/test-pipeline';
+
+let harness: EngineHarness;
+const pipelines = pipelineRegistry(testPipeline, canaryPipeline);
+const DAY_MS = 86_400_000;
+
+beforeAll(() => {
+  harness = engineHarness('redrive-after-end', pipelines);
+});
+beforeEach(async () => {
+  resetBehaviour();
+  harness.queue.drain();
+  await harness.firestore.reset();
+});
+afterAll(() => harness.firestore.close());
+
+const db = () => harness.firestore.db;
+const kinds = (outcomes: readonly { kind: string }[]) => outcomes.map((outcome) => outcome.kind);
+const readJob = async (jobId: string): Promise<JobRecord> => decodeJob(jobId, (await db().doc(jobPath(jobId)).get()).data());
+const redrive = (jobId: string, fromPhase: string) =>
+  redriveJob(harness.store, harness.queue, { jobId, fromPhase, by: 'ops-ana', reason: 'redo it' }, harness.clock.now(), { pipelines });
+
+test('a job re-driven near the end of its retention runs again with none of its documents still set to expire (its timeline is not deleted under it)', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 2 }, 'user-1');
+  expect(kinds(await harness.drain())).toContain('completed');
+  const ended = await readJob(jobId);
+  // The sweeper stamps the ended job's events (and transcripts, drafts, artifacts) with expireAt = end + 30 days.
+  harness.clock.set(ended.finishedAtMs! + RETENTION_GRACE_MS + 1_000);
+  await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+  expect((await readJob(jobId)).retention).toBeNull();
+
+  // Day 29 and a half: an operator re-drives it. README: "retention marker [is] cleared (the sweeper neither expires nor settles a job that runs again)".
+  harness.clock.set(ended.finishedAtMs! + harness.options.retentionDays * DAY_MS - 12 * 3_600_000);
+  await redrive(jobId, 'second');
+  expect((await readJob(jobId)).status).toBe('queued');
+
+  // Firestore's TTL deletes a document within a day of its expireAt: list what of this live job is due to go within the day.
+  const dueWithinADay = (await db().collection(`${JOBS}/${jobId}/events`).get()).docs
+    .filter((doc) => {
+      const at = doc.get(EXPIRE_AT) as { toMillis(): number } | undefined;
+      return at !== undefined && at.toMillis() <= harness.clock.now() + DAY_MS;
+    })
+    .map((doc) => doc.get('kind') as string);
+  expect(dueWithinADay).toEqual([]);
+});
+
+test('a re-drive interrupted between its pages: release is refused (it would run on half-set-aside state); the re-drive run again finishes it, redoing the phase with no old transcript', async () => {
+  let firstRuns = 0;
+  const resumed: string[] = [];
+  behaviour.first = (context) => {
+    firstRuns += 1;
+    return Promise.resolve({ kind: 'done', state: { sections: context.input.sections } });
+  };
+  // One section a step, each saving a transcript before it is recorded.
+  behaviour.second = async (context) => {
+    const { sections: total } = context.checkpoint(firstPhase);
+    const recorded = new Set(context.sections().map((section) => section.id));
+    for (let index = 0; index < total; index += 1) {
+      const id = `s${index}`;
+      if (recorded.has(id)) continue;
+      if ((await context.loadTranscript(id)) !== null) resumed.push(id);
+      await context.saveTranscript(id, { messages: [{ role: 'user', content: `section ${id}` }] });
+      await context.recordSection(id, { value: index });
+      return { kind: 'yield' };
+    }
+    return { kind: 'done', state: { total: 0 } };
+  };
+  const jobId = await harness.submit('two-phase', { sections: 4 }, 'user-1');
+  expect(kinds(await harness.drain(4))).toEqual(['handed-off', 'handed-off', 'handed-off', 'handed-off']); // first, s0, s1, s2
+  harness.queue.drain();
+  // Quarantined (its worker lost once too often) mid-second.
+  const snapshot = await db().doc(jobPath(jobId)).get();
+  const nowMs = harness.clock.now();
+  const job = decodeJob(jobId, snapshot.data());
+  await db().doc(jobPath(jobId)).set({ ...encodeJob({ ...job, status: 'quarantined', lease: null, quarantine: { reason: 'lost its worker 4 times', atMs: nowMs }, finishedAtMs: nowMs }), requestFingerprint: snapshot.get('requestFingerprint') as string });
+
+  // The operator re-drives from first; the connection drops after the first page.
+  let commits = 0;
+  const interrupted: JobStore = Object.create(harness.store) as JobStore;
+  interrupted.transactReading = ((id, check, body) => {
+    commits += 1;
+    if (commits === 2) return Promise.reject(new Error('the connection was reset (injected)'));
+    return harness.store.transactReading(id, check, body);
+  });
+  await expect(redriveJob(interrupted, harness.queue, { jobId, fromPhase: 'first', by: 'ops-ana', reason: 'redo it' }, harness.clock.now(), { pipelines, pageSize: 2 })).rejects.toThrow('injected');
+  expect((await readJob(jobId)).status).toBe('quarantined');
+
+  // The console still offers release on a quarantined job; another operator presses it, and is refused with what to do.
+  await expect(releaseQuarantined(harness.store, harness.queue, jobId, harness.clock.now(), () => undefined)).rejects.toThrow(
+    /An interrupted re-drive of job \w+ from first already set some of its documents aside; run it again from first to finish it/,
+  );
+  expect((await readJob(jobId)).status).toBe('quarantined');
+  await redrive(jobId, 'first');
+  await harness.drain();
+  // README (re-drive): the re-run "resumes no old transcript"; and the operator asked for `first` to be redone.
+  expect({ status: (await readJob(jobId)).status, resumed, firstRuns }).toEqual({ status: 'completed', resumed: [], firstRuns: 2 });
+});
