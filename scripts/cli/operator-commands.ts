@@ -114,8 +114,13 @@ export async function listAll(ctx: OperatorContext, command: ListCommand): Promi
 export async function release(ctx: OperatorContext, command: ReleaseCommand): Promise<number> {
   let result;
   try {
-    result = await releaseQuarantined(ctx.store, ctx.queue, command.jobId, ctx.now(), (message, detail) =>
-      ctx.io.err(`warning: ${message}${detail ? ` ${JSON.stringify(detail)}` : ''}`),
+    result = await releaseQuarantined(
+      ctx.store,
+      ctx.queue,
+      command.jobId,
+      ctx.now(),
+      (message, detail) => ctx.io.err(`warning: ${message}${detail ? ` ${JSON.stringify(detail)}` : ''}`),
+      localOperatorName(),
     );
   } catch (error) {
     if (error instanceof OperatorActionRefusedError) throw new CliError(`Release refused: ${error.message}`);

@@ -149,6 +149,9 @@ describe('an operator', () => {
     expect(await readJob(jobId)).toMatchObject({ status: 'queued', attempts: 0, staleReclaims: 0, quarantine: null, owner: USER });
     expect(harness.queue.tasks.map((task) => task.id)).toEqual([`${jobId}-s5-d0`]);
     expect(await timeline(jobId)).toEqual(['submitted', 'released']);
+    // The timeline names who released it.
+    const released = await harness.firestore.db.collection(`jobs/${jobId}/events`).where('kind', '==', 'released').get();
+    expect(released.docs[0]?.get('message')).toMatch(new RegExp(`^Released from quarantine by operator ${OPERATOR}`));
     expect(logged).toContainEqual({ level: 'info', message: 'opsAction: done', fields: { action: 'release', jobId, by: OPERATOR, status: 'queued' } });
     // The released job runs to completion.
     await harness.drain();

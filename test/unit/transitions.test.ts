@@ -243,6 +243,8 @@ describe('job transitions', () => {
     const released = releaseJob(job({ status: 'quarantined', quarantine: { reason: 'poison', atMs: 0 }, finishedAtMs: 5 }), NOW);
     expect(released.next).toMatchObject({ status: 'queued', quarantine: null, attempts: 0, staleReclaims: 0, step: 3, finishedAtMs: null });
     expect(released.dispatch?.id).toBe('job-1-s3-d0');
+    expect(released.events[0]?.message).toMatch(/^Released from quarantine by an operator \(it was quarantined because poison\)/);
+    expect(releaseJob(job({ status: 'quarantined', quarantine: null }), NOW, 'ops-ana').events[0]?.message).toMatch(/^Released from quarantine by operator ops-ana;/);
     for (const status of otherThan('quarantined')) expect(() => releaseJob(job({ status }), NOW)).toThrow(TransitionRefused);
   });
 

@@ -353,14 +353,14 @@ export function cancelJobRecord(job: JobRecord, input: { readonly cancellation: 
   };
 }
 
-/** quarantined → queued at a new step with fresh budgets: an operator's release. */
-export function releaseJob(job: JobRecord, nowMs: number): Transition<JobRecord> {
+/** quarantined → queued at a new step with fresh budgets: an operator's release (`by` names them when known). */
+export function releaseJob(job: JobRecord, nowMs: number, by: string | null = null): Transition<JobRecord> {
   refuseUnless(job, JOB_TRANSITIONS.release.from, 'release');
   const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', quarantine: null, attempts: 0, staleReclaims: 0, finishedAtMs: null };
   const was = job.quarantine ? ` (it was quarantined because ${job.quarantine.reason})` : '';
   return {
     next,
-    events: [{ kind: 'released', message: `Released from quarantine by an operator${was}; attempts and stale reclaims reset, resuming at step ${next.step}` }],
+    events: [{ kind: 'released', message: `Released from quarantine by ${by === null ? 'an operator' : `operator ${by}`}${was}; attempts and stale reclaims reset, resuming at step ${next.step}` }],
     dispatch: jobDispatch(next),
   };
 }

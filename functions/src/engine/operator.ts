@@ -46,6 +46,8 @@ export async function releaseQuarantined(
   jobId: string,
   nowMs: number,
   log: (message: string, detail?: Record<string, unknown>) => void = (message, detail) => console.warn(message, detail),
+  /** Who releases it, for the job's timeline (the console's operator uid, the CLI's login). */
+  by: string | null = null,
 ): Promise<ReleaseResult> {
   let released: Transition<JobRecord>;
   try {
@@ -67,7 +69,7 @@ export async function releaseQuarantined(
           const unit = decodeUnit(snapshot.ref.path, snapshot.data());
           if (unit.status !== 'done' && unit.staleReclaims > 0) store.commitUnit(tx, snapshot, { ...unit, staleReclaims: 0 });
         }
-        const released = releaseJob(job, nowMs);
+        const released = releaseJob(job, nowMs, by);
         return { next: released.next, events: released.events, value: released };
       },
     );

@@ -79,7 +79,7 @@ async function perform(deps: OpsActionDeps, request: OpsActionRequest, by: strin
   if (!job) throw new OwnerActionError(404, `No job ${request.jobId}`);
   switch (request.action) {
     case 'release': {
-      const released = await releaseQuarantined(deps.store, deps.queue, request.jobId, nowMs, (message, detail) => log.warn(`opsAction: ${message}`, detail));
+      const released = await releaseQuarantined(deps.store, deps.queue, request.jobId, nowMs, (message, detail) => log.warn(`opsAction: ${message}`, detail), by);
       return { status: released.job.status, taskId: released.taskId, enqueued: released.enqueued };
     }
     case 'cancel': {
