@@ -4,11 +4,8 @@
  * opens a job of the signed-in user that this tab did not send.
  */
 import './styles.css';
-import { initializeApp } from 'firebase/app';
-import { connectAuthEmulator, getAuth, signInAnonymously, type User } from 'firebase/auth';
-import { connectFirestoreEmulator, getFirestore } from 'firebase/firestore';
 import { createApi, type ResearchRequest } from './api';
-import { loadConfig } from './config';
+import { connectAndSignIn } from './connect';
 import { byId } from './dom';
 import { newId, Session, type TurnRecord } from './session';
 import { Turn, type TurnDeps } from './turn';
@@ -33,15 +30,7 @@ async function main(): Promise<void> {
   const sections = byId('sections', HTMLInputElement);
   const words = byId('words', HTMLInputElement);
 
-  const config = await loadConfig();
-  const app = initializeApp({ apiKey: config.apiKey, projectId: config.projectId, authDomain: '127.0.0.1' });
-  const auth = getAuth(app);
-  connectAuthEmulator(auth, config.authEmulatorUrl, { disableWarnings: true });
-  const db = getFirestore(app);
-  connectFirestoreEmulator(db, config.firestoreHost, config.firestorePort);
-
-  await auth.authStateReady();
-  const user: User = auth.currentUser ?? (await signInAnonymously(auth)).user;
+  const { config, db, user } = await connectAndSignIn();
   who.textContent = `Signed in anonymously · ${user.uid.slice(0, 8)}…`;
   who.title = user.uid;
   who.dataset.uid = user.uid;

@@ -5,10 +5,8 @@
  * user anyway). With it, the console (ops-console.ts) starts.
  */
 import './styles.css';
-import { initializeApp } from 'firebase/app';
-import { connectAuthEmulator, getAuth, signInAnonymously, type User } from 'firebase/auth';
-import { connectFirestoreEmulator, getFirestore } from 'firebase/firestore';
-import { loadConfig } from './config';
+import type { User } from 'firebase/auth';
+import { connectAndSignIn } from './connect';
 import { byId, el } from './dom';
 import { createOpsApi } from './ops-api';
 import { OpsConsole } from './ops-console';
@@ -24,15 +22,7 @@ async function main(): Promise<void> {
   const gate = byId('gate', HTMLDivElement);
   const root = byId('ops', HTMLElement);
 
-  const config = await loadConfig();
-  const app = initializeApp({ apiKey: config.apiKey, projectId: config.projectId, authDomain: '127.0.0.1' });
-  const auth = getAuth(app);
-  connectAuthEmulator(auth, config.authEmulatorUrl, { disableWarnings: true });
-  const db = getFirestore(app);
-  connectFirestoreEmulator(db, config.firestoreHost, config.firestorePort);
-
-  await auth.authStateReady();
-  const user: User = auth.currentUser ?? (await signInAnonymously(auth)).user;
+  const { config, db, user } = await connectAndSignIn();
   who.title = user.uid;
   who.dataset.uid = user.uid;
 
