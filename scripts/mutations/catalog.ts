@@ -79,6 +79,7 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [
       { files: [FENCING], names: 'bug 14: update time: a job commit' },
       { files: [RUNNER], names: 'fault 6: the same task delivered twice' },
+      { files: ['test/emulator/fanout.test.ts'], names: 'units finishing at once hold no locks' },
     ],
   },
   {
@@ -88,6 +89,14 @@ export const MUTANTS: readonly Mutant[] = [
     search: 'tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }), { lastUpdateTime: snapshot.updateTime });',
     replace: 'tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }));',
     tests: [{ files: [FENCING], names: 'bug 14: update time: a unit commit' }],
+  },
+  {
+    name: 'unit-commit-slot-fence',
+    removes: "the claim-slot precondition on a unit holder's conditioned commit (a yield that does not write the job lands after its fan-out ended)",
+    file: 'functions/src/store/job-store.ts',
+    search: '    if (slotFence) this.writeFencedSlot(tx, slotRef, slotFence, heldUnitEpoch(current), heldUnitEpoch(next), next.lease?.worker ?? null);\n    else this.syncClaimSlot',
+    replace: '    void slotFence;\n    this.syncClaimSlot',
+    tests: [{ files: ['test/emulator/fanout.test.ts'], names: 'ends between its read and its commit lands nothing' }],
   },
   {
     name: 'outbox-in-completion',
@@ -375,9 +384,25 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'spend-checked-before-call',
     removes: "the section runner's spend check before a model call (a job past its owner's daily cap goes on spending)",
     file: 'functions/src/agent/section-runner.ts',
-    search: '      await this.deps.spend?.beforeCall();\n',
-    replace: '',
+    search: 'await Promise.allSettled([this.settleSave(), this.deps.spend?.beforeCall()]);',
+    replace: 'await Promise.allSettled([this.settleSave()]);',
     tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'reaches the cap waits with a question' }],
+  },
+  {
+    name: 'saved-before-model-call',
+    removes: "the section runner's wait for the last tool result's save before the next model call (a call is paid for while the result before it may never be recorded)",
+    file: 'functions/src/agent/section-runner.ts',
+    search: 'await Promise.allSettled([this.settleSave(), this.deps.spend?.beforeCall()]);',
+    replace: 'await Promise.allSettled([Promise.resolve(), this.deps.spend?.beforeCall()]);',
+    tests: [{ files: ['test/unit/agent-section-runner.test.ts'], names: 'a tool result is on record before the next tool runs' }],
+  },
+  {
+    name: 'result-saved-before-next-tool',
+    removes: "the section runner's wait for a tool result's save before the next tool call runs",
+    file: 'functions/src/agent/section-runner.ts',
+    search: '      // The result before this one is on record before this call runs.\n      await this.settleSave();\n',
+    replace: '',
+    tests: [{ files: ['test/unit/agent-section-runner.test.ts'], names: 'a tool result is on record before the next tool runs|bug 3: killed after result 2 of 3' }],
   },
   {
     name: 'spend-charged',

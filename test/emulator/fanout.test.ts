@@ -1,5 +1,7 @@
 import { z } from 'zod';
 import { defineFanOutPhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
+import type { DocumentReference, DocumentSnapshot, ReadOptions } from 'firebase-admin/firestore';
+import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { runStep } from '../../functions/src/engine/runner';
 import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { decodeJob } from '../../functions/src/store/codec';
@@ -79,6 +81,64 @@ test('units finishing at the same moment join exactly once and hand off exactly 
   expect((await runStep(harness.deps(), unitTasks[0]!.task)).kind).toBe('not-claimable');
   await harness.drain();
   expect((await db().doc(`${JOBS}/${jobId}`).get()).get('status')).toBe('completed');
+});
+
+test('units finishing at once hold no locks: a unit commits its finish without a transaction, and the fan-out still joins once', async () => {
+  // A finish in a transaction that reads the job locks it; on the emulator the unit that lost the race waited about three seconds.
+  const jobId = await harness.submit('canary', { text });
+  await harness.drain(2);
+  const unitTasks = harness.queue.drain();
+  const transactions = jest.spyOn(db(), 'runTransaction');
+  try {
+    const outcomes = await Promise.all(unitTasks.map((recorded, index) => runStep(harness.deps(`racing-worker-${index}`), recorded.task)));
+    expect(outcomes.map((outcome) => outcome.kind)).toEqual(['unit-done', 'unit-done', 'unit-done']);
+    // One transaction per unit: its claim. The finishes (and the join) are conditioned commits.
+    expect(transactions).toHaveBeenCalledTimes(unitTasks.length);
+  } finally {
+    transactions.mockRestore();
+  }
+  const job = decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
+  expect(job.fanout).toBeNull();
+  expect((await kinds(jobId)).filter((kind) => kind === 'unit-done')).toHaveLength(3);
+  expect((await kinds(jobId)).filter((kind) => kind === 'joined')).toHaveLength(1);
+  await harness.drain();
+  expect((await db().doc(`${JOBS}/${jobId}`).get()).get('status')).toBe('completed');
+});
+
+test('a unit whose fan-out ends between its read and its commit lands nothing: its claim slot fences a commit that does not write the job', async () => {
+  const jobId = await harness.submit('stepped-units', { units: 1 });
+  expect((await harness.drain(1)).map((outcome) => outcome.kind)).toEqual(['fanned-out']);
+  const [unitTask] = harness.queue.drain();
+  if (!unitTask) throw new Error('no unit task');
+  const owner = (await db().doc(`${JOBS}/${jobId}`).get()).get('owner') as string;
+  const getAll = db().getAll.bind(db());
+  let cancelled = false;
+  // The yield reads the job, the unit and its claim slot; the owner cancels right after that read.
+  const reads = jest.spyOn(db(), 'getAll').mockImplementation(async (...refs: (DocumentReference | ReadOptions)[]): Promise<DocumentSnapshot[]> => {
+    const snapshots = await getAll(...refs);
+    const paths = refs.map((ref) => ('path' in ref ? ref.path : ''));
+    const slotRead = paths.length === 3 && paths[0] === `${JOBS}/${jobId}` && paths[1]?.includes('/units/') === true && paths[2]?.includes('/claims/') === true;
+    if (!cancelled && slotRead) {
+      cancelled = true;
+      await cancelJob(harness.store, { jobId, owner, reason: 'cancelled while its unit commits' });
+    }
+    return snapshots;
+  });
+  let outcome;
+  try {
+    outcome = await runStep(harness.deps('unit-worker'), unitTask.task);
+  } finally {
+    reads.mockRestore();
+    // The stepped pipeline counts its unit runs for the test below.
+    unitRuns.clear();
+  }
+  expect(cancelled).toBe(true);
+  expect(outcome.kind).toBe('ownership-lost');
+  expect((await db().doc(`${JOBS}/${jobId}`).get()).get('status')).toBe('cancelled');
+  const [unit] = (await db().collection(`${JOBS}/${jobId}/units`).get()).docs;
+  // The yield would have queued the unit again at its next step and sent its task.
+  expect(unit?.get('status')).toBe('running');
+  expect(harness.queue.tasks).toEqual([]);
 });
 
 test('the canary rejects input that is only whitespace before any job exists', () => {

@@ -103,6 +103,7 @@ class WorkerStore {
     store.asOwner = (claim, body) => track(() => base.asOwner(claim, body));
     store.asOwnerReading = (claim, body) => track(() => base.asOwnerReading(claim, body));
     store.asUnitOwner = (claim, body) => track(() => base.asUnitOwner(claim, body));
+    store.commitAsUnitOwner = (claim, body) => track(() => base.commitAsUnitOwner(claim, body));
     // Sections and transcripts go through the claim's conditioned commits: those are owner writes too.
     const tracked = (session: ClaimSession): ClaimSession => {
       const commit = session.commit.bind(session);

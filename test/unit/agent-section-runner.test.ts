@@ -239,6 +239,46 @@ function sumOfUsage(usage: readonly UsageEntry[]): CostTally {
 // ---------------------------------------------------------------- tests
 
 describe('runSection: first attempt', () => {
+  test('a tool result is on record before the next tool runs and before the next model call; the spend check runs beside its save', async () => {
+    const h = harness([toolTurn('c1', 'c2'), answer('Done.')]);
+    const order: string[] = [];
+    const describe = (message: ChatMessage | undefined): string => (message?.role === 'tool' ? `result ${message.toolCallId}` : (message?.role ?? 'nothing'));
+    const save = h.transcripts.save.bind(h.transcripts);
+    h.transcripts.save = async (sectionId, transcript) => {
+      const what = describe(transcript.messages.at(-1));
+      order.push(`save ${what} started`);
+      // The commit takes a turn of the event loop, as a Firestore round trip does.
+      await new Promise((resolve) => setImmediate(resolve));
+      await save(sectionId, transcript);
+      order.push(`save ${what} landed`);
+    };
+    h.toolbox.beforeExecute = (toolCall) => order.push(`tool ${toolCall.id}`);
+    const chat = h.provider.chat.bind(h.provider);
+    h.provider.chat = (request) => {
+      order.push('model call');
+      return chat(request);
+    };
+    const deps: SectionDeps = { ...h.deps, spend: { beforeCall: () => Promise.resolve(void order.push('spend check')), charge: () => undefined } };
+
+    expect(await runSection(spec, deps)).toMatchObject({ kind: 'written', text: 'Done.' });
+    expect(order).toEqual([
+      'spend check',
+      'model call',
+      'save assistant started',
+      'save assistant landed',
+      'tool c1',
+      'save result c1 started',
+      'save result c1 landed',
+      'tool c2',
+      'save result c2 started',
+      'spend check',
+      'save result c2 landed',
+      'model call',
+      'save assistant started',
+      'save assistant landed',
+    ]);
+  });
+
   test('two tool rounds then an answer: every step saved, each tool run once, after its call was recorded', async () => {
     const h = harness([toolTurn('c1'), toolTurn('c2', 'c3'), answer('Recycling recovers 95% of cobalt.')]);
     h.toolbox.beforeExecute = (toolCall) => {

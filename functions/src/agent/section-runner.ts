@@ -277,6 +277,8 @@ class SectionRun {
   private messages: ChatMessage[] = [];
   private attempts = { warm: 0, cold: 0 };
   private tally: CostTally = EMPTY_TALLY;
+  /** A tool result's save still in flight (see saveInBackground). */
+  private pendingSave: Promise<void> | null = null;
   /** What each model answer made in this process cost, so discarding it can count the waste exactly. */
   private readonly costs = new WeakMap<ChatMessage, CallCost>();
 
@@ -291,6 +293,19 @@ class SectionRun {
   }
 
   async run(): Promise<SectionOutcome> {
+    let outcome: SectionOutcome;
+    try {
+      outcome = await this.runThread();
+    } catch (error) {
+      // The error that ended the section is the one to report; a save still in flight is let finish first.
+      await this.settleSave().catch(() => undefined);
+      throw error;
+    }
+    await this.settleSave();
+    return outcome;
+  }
+
+  private async runThread(): Promise<SectionOutcome> {
     this.signal.throwIfAborted();
     const stored = await this.deps.transcripts.load(this.spec.sectionId);
     if (stored === null) {
@@ -389,6 +404,8 @@ class SectionRun {
    */
   private async runOpenCalls(): Promise<void> {
     for (const call of openToolCalls(this.messages)) {
+      // The result before this one is on record before this call runs.
+      await this.settleSave();
       this.signal.throwIfAborted();
       let result: ToolResult;
       try {
@@ -404,7 +421,8 @@ class SectionRun {
       this.messages.push(
         sources.length === 0 ? { role: 'tool', toolCallId: call.id, name: call.name, content } : { role: 'tool', toolCallId: call.id, name: call.name, content, sources },
       );
-      await this.save();
+      // Settled before the next tool call, or (the group's last result) beside the spend check before the next model call.
+      this.saveInBackground();
     }
   }
 
@@ -506,7 +524,7 @@ class SectionRun {
         if (lastFailure !== null) throw lastFailure;
         throw new OutOfTimeError(`${Math.max(0, Math.round(leftMs))} ms left in the step, less than the ${this.policy.minCallTimeMs} ms a model call needs`);
       }
-      await this.deps.spend?.beforeCall();
+      await this.readyForCall();
       const cutByStep = leftMs < this.policy.callTimeoutMs;
       const timeoutMs = Math.floor(Math.min(this.policy.callTimeoutMs, leftMs));
       let response: ChatResponse;
@@ -602,13 +620,36 @@ class SectionRun {
     this.deps.onUsage?.({ sectionId: this.spec.sectionId, generation: this.generation, kind, delta, detail });
   }
 
+  /**
+   * Before a model call: the last save on record and the spend cap checked, side by side (one round
+   * trip of waiting instead of two). Both must pass; a failed save is reported before a refusal.
+   */
+  private async readyForCall(): Promise<void> {
+    const [saved, checked] = await Promise.allSettled([this.settleSave(), this.deps.spend?.beforeCall()]);
+    if (saved.status === 'rejected') throw saved.reason;
+    if (checked.status === 'rejected') throw checked.reason;
+  }
+
+  /** Starts a save without waiting for it; the next save, model call or the section's end waits for it (settleSave). */
+  private saveInBackground(): void {
+    const saving = this.save();
+    // Awaited by settleSave; until then a failure must not be an unhandled rejection.
+    saving.catch(() => undefined);
+    this.pendingSave = saving;
+  }
+
+  /** Waits for the save in flight, if any, and reports its failure. */
+  private async settleSave(): Promise<void> {
+    const pending = this.pendingSave;
+    this.pendingSave = null;
+    if (pending) await pending;
+  }
+
   private async save(): Promise<void> {
-    await this.deps.transcripts.save(this.spec.sectionId, {
-      generation: this.generation,
-      messages: [...this.messages],
-      attempts: { ...this.attempts },
-      tally: this.tally,
-    });
+    const transcript = { generation: this.generation, messages: [...this.messages], attempts: { ...this.attempts }, tally: this.tally };
+    // One save at a time: each appends to the log as the one before left it.
+    await this.settleSave();
+    await this.deps.transcripts.save(this.spec.sectionId, transcript);
   }
 
   private written(text: string): SectionOutcome {

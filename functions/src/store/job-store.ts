@@ -102,6 +102,11 @@ export interface ClaimSlotRecord {
   readonly atMs: number;
 }
 
+/** A claim slot's update time as read before a commit (null: it did not exist), to condition the commit on. */
+export interface SlotFence {
+  readonly updateTime: Timestamp | null;
+}
+
 /** The writes a job commit carries: a batch's (conditioned commits) or a transaction's. */
 export interface JobWriter {
   set(ref: DocumentReference, data: DocumentData, options?: SetOptions): unknown;
@@ -358,6 +363,58 @@ export class JobStore {
     );
   }
 
+  /**
+   * As `asUnitOwner` for a change that decides from the job and unit records alone: one read of
+   * the job, the unit and its claim slot, then one batch conditioned on the unit's and the slot's
+   * update times (and the job's when it writes the job), with no transaction. The slot stands in
+   * for the job when the job is not written: every commit that ends the fan-out revokes the slots.
+   * Nothing is locked while the body runs, so two units finishing at once do not wait on each
+   * other's locks (the emulator held the loser for about three seconds); the one whose
+   * precondition failed reads again and decides again from what the other committed. `body` must
+   * be free of side effects.
+   */
+  async commitAsUnitOwner<T>(
+    claim: UnitClaim,
+    body: (context: { tx: JobWriter; job: JobRecord; unit: UnitRecord }) => Promise<{ next?: JobRecord; nextUnit?: UnitRecord; events?: readonly EventDraft[]; value: T }>,
+  ): Promise<T> {
+    const jobRef = this.jobRef(claim.jobId);
+    const unitRef = this.unitRef(claim.jobId, claim.phase, claim.unit);
+    const slotRef = this.claimSlotRef(claim.jobId, unitClaimSlot(claim.phase, claim.unit));
+    return this.retryingWrite(`unit ${claim.jobId}/${claim.unit}`, async () => {
+      for (let attempt = 1; ; attempt += 1) {
+        const [snapshot, unitSnapshot, slotSnapshot] = await this.db.getAll(jobRef, unitRef, slotRef);
+        if (!snapshot?.exists || !unitSnapshot?.exists || !slotSnapshot) throw new OwnershipLostError(`Unit ${claim.jobId}/${claim.unit} does not exist`);
+        const job = decodeJob(claim.jobId, snapshot.data());
+        const unit = decodeUnit(unitRef.path, unitSnapshot.data());
+        const slotRevoked = slotSnapshot.exists && (slotSnapshot.get('state') !== 'held' || slotSnapshot.get('epoch') !== claim.epoch);
+        if (!holdsUnitClaim(job, unit, claim) || slotRevoked) {
+          throw new OwnershipLostError(
+            `Unit claim epoch ${claim.epoch} no longer owns ${claim.jobId}/${claim.unit} (unit ${unit.status}, epoch ${unit.epoch}; job ${job.status}${slotRevoked ? '; claim slot revoked' : ''})`,
+          );
+        }
+        const batch = this.db.batch();
+        this.endedFanOuts.set(batch, []);
+        const { next, nextUnit, events = [], value } = await body({ tx: batch, job, unit });
+        // The unit is rewritten as it is when the body changes nothing of it: its precondition is what fences the commit.
+        this.commitUnit(batch, unitSnapshot, nextUnit ?? unit, unit, { updateTime: slotSnapshot.exists ? (slotSnapshot.updateTime ?? null) : null });
+        if (next) this.commitJob(batch, snapshot, job, next, events.map((event) => ({ ...event, unit: claim.unit })));
+        else for (const { ref, data } of this.unitEventDocuments(job, unit, events)) batch.create(ref, data);
+        try {
+          await batch.commit();
+        } catch (error) {
+          this.endedFanOuts.delete(batch);
+          if (!isFailedPrecondition(error)) throw error;
+          noteCommitPreconditionFailed();
+          if (attempt >= MAX_JOB_COMMIT_ATTEMPTS) throw new CheckpointWriteError(`unit ${claim.jobId}/${claim.unit} kept changing under ${attempt} conditioned commits`, error);
+          continue;
+        }
+        this.ownerViews.delete(claim.jobId);
+        await this.revokeEndedFanOuts(batch);
+        return value;
+      }
+    });
+  }
+
   claimSlotRef(jobId: string, slot: string): DocumentReference {
     return this.db.doc(claimPath(jobId, slot));
   }
@@ -433,10 +490,21 @@ export class JobStore {
    */
   private syncClaimSlot(tx: JobWriter, ref: DocumentReference, before: number | null, after: number | null, worker: string | null): void {
     if (before === after) return;
+    tx.set(ref, this.slotRecord(before, after, worker));
+  }
+
+  private slotRecord(before: number | null, after: number | null, worker: string | null): ClaimSlotRecord {
     const nowMs = this.clock.now();
-    const record: ClaimSlotRecord =
-      after !== null ? { epoch: after, state: 'held', worker, atMs: nowMs } : { epoch: before ?? 0, state: 'revoked', worker: null, atMs: nowMs };
-    tx.set(ref, record);
+    return after !== null ? { epoch: after, state: 'held', worker, atMs: nowMs } : { epoch: before ?? 0, state: 'revoked', worker: null, atMs: nowMs };
+  }
+
+  /** The slot as syncClaimSlot would leave it, in one write conditioned on the slot as read (one write per document per commit). */
+  private writeFencedSlot(tx: JobWriter, ref: DocumentReference, fence: SlotFence, before: number | null, after: number | null, worker: string | null): void {
+    const lastWrite = { lastWriteAtMs: this.clock.now() };
+    const changed = before === after ? null : this.slotRecord(before, after, worker);
+    if (fence.updateTime) tx.update(ref, { ...changed, ...lastWrite }, { lastUpdateTime: fence.updateTime });
+    // A unit from before claim slots existed: its slot is made now, and creating it fails if another commit made it first.
+    else tx.create(ref, { ...(changed ?? this.slotRecord(null, after, worker)), ...lastWrite });
   }
 
   /**
@@ -485,9 +553,16 @@ export class JobStore {
     return record;
   }
 
-  commitUnit(tx: JobWriter, snapshot: DocumentSnapshot, next: UnitRecord, current: UnitRecord = decodeUnit(snapshot.ref.path, snapshot.data())): void {
+  /**
+   * Writes the unit record conditioned on its update time, and its claim slot when the held epoch
+   * changes. With `slotFence` (the slot's update time as read; null: the slot did not exist) the
+   * slot is written in any case, conditioned on it: a fan-out ended since the read fails the commit.
+   */
+  commitUnit(tx: JobWriter, snapshot: DocumentSnapshot, next: UnitRecord, current: UnitRecord = decodeUnit(snapshot.ref.path, snapshot.data()), slotFence?: SlotFence): void {
     if (!snapshot.updateTime) throw new Error(`Unit ${snapshot.ref.path}: snapshot without an update time`);
-    this.syncClaimSlot(tx, this.claimSlotRef(next.jobId, unitClaimSlot(next.phase, next.unit)), heldUnitEpoch(current), heldUnitEpoch(next), next.lease?.worker ?? null);
+    const slotRef = this.claimSlotRef(next.jobId, unitClaimSlot(next.phase, next.unit));
+    if (slotFence) this.writeFencedSlot(tx, slotRef, slotFence, heldUnitEpoch(current), heldUnitEpoch(next), next.lease?.worker ?? null);
+    else this.syncClaimSlot(tx, slotRef, heldUnitEpoch(current), heldUnitEpoch(next), next.lease?.worker ?? null);
     noteUnitCommit(current, next);
     tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }), { lastUpdateTime: snapshot.updateTime });
   }

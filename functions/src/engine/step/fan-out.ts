@@ -148,7 +148,7 @@ export async function finishUnit(running: Running, claim: UnitClaim, phase: Phas
   const fanOut = phase.fanOut;
   if (!fanOut) throw new Error(`Phase ${phase.name} has no fan-out`);
   const nowMs = store.clock.now();
-  const settled = await store.asUnitOwner(claim, async ({ tx, job, unit }) => {
+  const settled = await store.commitAsUnitOwner(claim, async ({ tx, job, unit }) => {
     const fanout = job.fanout;
     if (fanout?.epoch !== claim.fanoutEpoch) throw new OwnershipLostError(`Job ${claim.jobId} is no longer in fan-out epoch ${claim.fanoutEpoch}`);
     const applied = applyClaimTally(unit, pending, claim.epoch);

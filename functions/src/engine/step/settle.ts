@@ -28,7 +28,7 @@ export async function giveBack(running: Running, owner: SectionOwner, stall: NoP
       return { kind: 'stalled', reason: stall.message };
     }
     const { claim } = owner;
-    const given = await store.asUnitOwner(claim, ({ job, unit }) => {
+    const given = await store.commitAsUnitOwner(claim, ({ job, unit }) => {
       const applied = applyClaimTally(unit, pending, claim.epoch);
       const transition = giveBackUnit(applied.next, { why: stall.message, options: store.options }, nowMs);
       if (transition.quarantine !== undefined) {
@@ -85,7 +85,7 @@ export async function settleError(deps: RunnerDeps, claim: JobClaim, error: Phas
 export async function settleUnitError(deps: RunnerDeps, claim: UnitClaim, error: PhaselineError, pending: FlushPayload): Promise<StepOutcome> {
   const { store } = deps;
   const nowMs = store.clock.now();
-  const settled = await store.asUnitOwner<SettledUnitError>(claim, ({ job, unit }) => {
+  const settled = await store.commitAsUnitOwner<SettledUnitError>(claim, ({ job, unit }) => {
     const decision = decideAfterError(unit, error, store.options, nowMs, deps.random);
     const lastError = { code: error.code, message: error.message, atMs: nowMs };
     const applied = applyClaimTally(unit, pending, claim.epoch);
@@ -159,7 +159,7 @@ export async function waitAtSpendLimit(running: Running, owner: SectionOwner, re
  */
 export async function waitJobFromUnit(deps: RunnerDeps, claim: UnitClaim, waiting: JobWait, pending: FlushPayload, message: string): Promise<void> {
   const { store } = deps;
-  await store.asUnitOwner(claim, ({ job: current, unit: currentUnit }) => {
+  await store.commitAsUnitOwner(claim, ({ job: current, unit: currentUnit }) => {
     const applied = applyClaimTally(currentUnit, pending, claim.epoch);
     const charged = chargeUnit(current, applied.next);
     return Promise.resolve({

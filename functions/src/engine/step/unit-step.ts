@@ -122,7 +122,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
 
   try {
     if (outcome.kind === 'yield') {
-      const yielded = await store.asUnitOwner(claim, ({ unit: current }) => {
+      const yielded = await store.commitAsUnitOwner(claim, ({ unit: current }) => {
         const applied = applyClaimTally(current, pending, claim.epoch);
         const transition = yieldUnit(applied.next, store.clock.now());
         return Promise.resolve({ nextUnit: transition.next, events: [...applied.notes, ...transition.events], value: transition.dispatch });
