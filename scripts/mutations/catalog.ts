@@ -389,6 +389,14 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'reaches the cap waits with a question' }],
   },
   {
+    name: 'limits-copied-to-spend-day',
+    removes: "setUserLimits' copy of the override into the spend days the steps read before every call (an operator's cut waits for the next step)",
+    file: 'functions/src/store/quota-documents.ts',
+    search: '      tx.set(db.doc(spendDayPath(uid, spendDay(dayMs))), { limits: override, usd: FieldValue.increment(0), [EXPIRE_AT]: spendDayExpiry(dayMs) }, { merge: true });',
+    replace: '      void dayMs;',
+    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: "an operator's cut applies from the next model call" }],
+  },
+  {
     name: 'saved-before-model-call',
     removes: "the section runner's wait for the last tool result's save before the next model call (a call is paid for while the result before it may never be recorded)",
     file: 'functions/src/agent/section-runner.ts',

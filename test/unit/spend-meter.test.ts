@@ -12,7 +12,7 @@ import { UnreadableSpendRecordError, type SpendLedger } from '../../functions/sr
 class MemoryLedger {
   spent = 0;
   calls = 0;
-  anonymousReads = 0;
+  factsReads = 0;
   todayReads = 0;
   failNextCharges = 0;
   /** A malformed spend document: the read says so. */
@@ -23,9 +23,9 @@ class MemoryLedger {
 
   constructor(public cap: number) {}
 
-  isAnonymous(): Promise<boolean> {
-    this.anonymousReads += 1;
-    return Promise.resolve(false);
+  stepFacts(): Promise<{ anonymous: boolean; override: null }> {
+    this.factsReads += 1;
+    return Promise.resolve({ anonymous: false, override: null });
   }
 
   today(): Promise<{ spentUsd: number; capUsd: number }> {
@@ -61,7 +61,7 @@ test('a call starts while the day is under the cap, and is refused once it is re
   expect(refused).toMatchObject({ spentUsd: 1, capUsd: 1, resetAtMs: nextSpendResetMs(clock.now()) });
   expect((refused as Error).message).toBe("Today's model spend of $1.00 reached this account's daily limit of $1.00; it resets at 2026-12-02 00:00 UTC.");
   // The kind of account is read once per step; the day's spend and the cap before every call.
-  expect(ledger.anonymousReads).toBe(1);
+  expect(ledger.factsReads).toBe(1);
   expect(ledger.todayReads).toBe(3);
 });
 

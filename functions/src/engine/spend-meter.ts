@@ -1,7 +1,8 @@
 /**
  * The owner's daily spend cap inside one step (core/quota.ts decides, store/quota-documents.ts
- * reads and charges). Before each model call it reads what every worker of the owner charged
- * today and the cap in force (an operator's cut applies from the next call), plus what this step
+ * reads and charges). Once per step it reads the kind of account and the operator's override;
+ * before each model call, what every worker of the owner charged today and the cap in force (an
+ * operator's cut made with `setUserLimits` applies from the next call), plus what this step
  * charged and has not seen written; after each call it charges the call's cost. Charges are
  * written one after another, and a check waits for the writes before it, so this step never checks
  * against less than it spent: the cap is passed by at most the calls that were already in flight
@@ -11,7 +12,7 @@ import type { Clock } from '../core/clock';
 import { describeError, SpendLimitReachedError } from '../core/errors';
 import type { SpendMeter } from '../core/pipeline';
 import { nextSpendResetMs, spendAllowsCall, spendLimitMessage } from '../core/quota';
-import { UnreadableSpendRecordError, type SpendLedger } from '../store/quota-documents';
+import { UnreadableSpendRecordError, type SpendFacts, type SpendLedger } from '../store/quota-documents';
 
 /** Waits before the settle's further tries of a charge that could not be written (a transient Firestore error). */
 const SETTLE_RETRY_DELAYS_MS = [250, 1_000, 4_000];
@@ -23,7 +24,7 @@ export interface SpendMeterOptions {
 }
 
 export class StepSpendMeter implements SpendMeter {
-  private anonymous: Promise<boolean> | null = null;
+  private facts: Promise<SpendFacts> | null = null;
   /** The chain of charge writes; each check waits for it. */
   private writes: Promise<void> = Promise.resolve();
   /** Charged in this step and not yet written (a failed write keeps its amount here for the next). */
@@ -39,16 +40,15 @@ export class StepSpendMeter implements SpendMeter {
 
   async beforeCall(): Promise<void> {
     await this.writes;
-    // The kind of account is read once per step; the day's spend and the cap before every call.
-    this.anonymous ??= this.ledger.isAnonymous(this.owner).catch((error: unknown) => {
-      this.anonymous = null;
+    // The kind of account and the override are read once per step; the day's spend (and the cap, when an operator set it) before every call.
+    this.facts ??= this.ledger.stepFacts(this.owner).catch((error: unknown) => {
+      this.facts = null;
       throw error;
     });
-    const anonymous = await this.anonymous;
     const nowMs = this.clock.now();
     let today: { readonly spentUsd: number; readonly capUsd: number };
     try {
-      today = await this.ledger.today(this.owner, anonymous, nowMs);
+      today = await this.ledger.today(this.owner, await this.facts, nowMs);
     } catch (error) {
       if (!(error instanceof UnreadableSpendRecordError)) throw error;
       // Nothing is spent against a record nobody can read; the job waits for it to be repaired, it does not fail.

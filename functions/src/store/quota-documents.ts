@@ -60,7 +60,16 @@ function decodeOverride(snapshot: DocumentSnapshot): UserLimitsOverride | null {
  * `quotaUsage/{uid}/spendDays/{day}`: what the user's model calls of that UTC day cost. Below zero
  * is allowed: an operator's credit (a negative increment) that overshoots is still a readable day.
  */
-const spendDaySchema = z.looseObject({ usd: z.number(), calls: z.number().int().min(0).optional() });
+const spendDaySchema = z.looseObject({
+  usd: z.number(),
+  calls: z.number().int().min(0).optional(),
+  /** The operator's override as `setUserLimits` last wrote it (null: none), so a check needs no read of `userLimits`. */
+  limits: userLimitsOverrideSchema.nullable().optional(),
+});
+
+/** Today's and tomorrow's days get the override's copy: a step that read the old one before midnight finds the new one after it. */
+const DAYS_GIVEN_THE_OVERRIDE = 2;
+const DAY_MS = 86_400_000;
 
 /** A user's spend or limits document is malformed: their calls wait for an operator to repair it. */
 export class UnreadableSpendRecordError extends PhaselineError {
@@ -72,11 +81,19 @@ export class UnreadableSpendRecordError extends PhaselineError {
 /** A spend day kept this long after it ends (the TTL policy on `expireAt`): enough for a month's accounting. */
 const SPEND_DAY_RETENTION_MS = 35 * 86_400_000;
 
-function decodeSpent(snapshot: DocumentSnapshot | undefined): number {
-  if (!snapshot?.exists) return 0;
+function decodeSpendDay(snapshot: DocumentSnapshot | undefined): z.infer<typeof spendDaySchema> {
+  if (!snapshot?.exists) return { usd: 0 };
   const parsed = spendDaySchema.safeParse(snapshot.data());
   if (!parsed.success) throw corrupt(snapshot.ref.path, parsed.error);
-  return parsed.data.usd;
+  return parsed.data;
+}
+
+function decodeSpent(snapshot: DocumentSnapshot | undefined): number {
+  return decodeSpendDay(snapshot).usd;
+}
+
+function spendDayExpiry(dayMs: number): Timestamp {
+  return Timestamp.fromMillis(nextSpendResetMs(dayMs) + SPEND_DAY_RETENTION_MS);
 }
 
 function decodeUsage(snapshot: DocumentSnapshot): QuotaUsage {
@@ -164,7 +181,9 @@ export async function readUserLimits(db: Firestore, defaults: QuotaDefaults, uid
 
 /**
  * Sets (a number) or clears (null) each named limit of the user's override; limits not named keep
- * their value. Validated before it is written, so a submit never meets a malformed override.
+ * their value. Validated before it is written, so a submit never meets a malformed override. The
+ * same commit copies the override into today's and tomorrow's spend days, which the steps read
+ * before every model call: a cut applies from the next call without a read of `userLimits` per call.
  */
 export async function setUserLimits(
   db: Firestore,
@@ -178,21 +197,33 @@ export async function setUserLimits(
     // A null in the change clears that limit; the update time is written afresh.
     const merged: Record<string, unknown> = { ...current, ...change };
     const next = Object.fromEntries(Object.entries(merged).filter(([name, value]) => name !== 'updatedAtMs' && value !== null));
-    if (Object.keys(next).length === 0) {
-      tx.delete(ref);
-      return null;
+    let override: UserLimitsOverride | null = null;
+    if (Object.keys(next).length > 0) {
+      const parsed = userLimitsOverrideSchema.safeParse({ ...next, updatedAtMs: nowMs });
+      if (!parsed.success) throw new PhaselineError('invalid_input', false, `Invalid limits for ${uid}: ${parsed.error.issues.map((issue) => `${issue.path.join('.')} ${issue.message}`).join('; ')}`);
+      override = parsed.data;
     }
-    const parsed = userLimitsOverrideSchema.safeParse({ ...next, updatedAtMs: nowMs });
-    if (!parsed.success) throw new PhaselineError('invalid_input', false, `Invalid limits for ${uid}: ${parsed.error.issues.map((issue) => `${issue.path.join('.')} ${issue.message}`).join('; ')}`);
-    tx.set(ref, parsed.data);
-    return parsed.data;
+    if (override === null) tx.delete(ref);
+    else tx.set(ref, override);
+    for (let day = 0; day < DAYS_GIVEN_THE_OVERRIDE; day += 1) {
+      const dayMs = nowMs + day * DAY_MS;
+      // `usd` is made 0 if the day has none yet (a spend day always has it), never changed.
+      tx.set(db.doc(spendDayPath(uid, spendDay(dayMs))), { limits: override, usd: FieldValue.increment(0), [EXPIRE_AT]: spendDayExpiry(dayMs) }, { merge: true });
+    }
+    return override;
   });
+}
+
+/** What a step reads of its owner once: the kind of account (it picks the default cap) and the operator's override as it stood. */
+export interface SpendFacts {
+  readonly anonymous: boolean;
+  readonly override: UserLimitsOverride | null;
 }
 
 /**
  * The spend side for the steps: which cap applies to a job's owner, what they spent today, and
  * charging a call's cost. A charge is a blind increment (no read, no transaction), so charges from
- * every worker of one user add up without contending; the check before a call is a plain read.
+ * every worker of one user add up without contending; the check before a call is one plain read.
  */
 export class SpendLedger {
   constructor(
@@ -201,23 +232,33 @@ export class SpendLedger {
   ) {}
 
   /**
-   * Whether the owner's account was anonymous at their last submit, which picks the default cap.
-   * Absent (no submit recorded it, or a record from before the cap): signed-in.
+   * Read once per step, in one round trip: whether the owner's account was anonymous at their last
+   * submit (absent, or a record from before the cap: signed-in), and the operator's override. A
+   * malformed override is an UnreadableSpendRecordError.
    */
-  async isAnonymous(uid: string): Promise<boolean> {
-    return decodeUsage(await this.db.doc(quotaUsagePath(uid)).get()).anonymous === true;
+  async stepFacts(uid: string): Promise<SpendFacts> {
+    const [usage, override] = await this.db.getAll(this.db.doc(quotaUsagePath(uid)), this.db.doc(userLimitsPath(uid)));
+    if (!usage || !override) throw new Error('getAll returned fewer snapshots than references');
+    const anonymous = decodeUsage(usage).anonymous === true;
+    try {
+      return { anonymous, override: decodeOverride(override) };
+    } catch (error) {
+      throw new UnreadableSpendRecordError(error instanceof Error ? error.message : String(error), { cause: error });
+    }
   }
 
   /**
-   * What the owner spent today and the cap in force now (the operator's override read afresh, so a
-   * cut applies from the next call): one round trip. A malformed spend or limits document is an
-   * UnreadableSpendRecordError: nothing is spent against a record nobody can read.
+   * What the owner spent today and the cap in force now: one read of today's spend day. The cap
+   * comes from the override's copy on that day when `setUserLimits` wrote one (so an operator's cut
+   * applies from the next call), else from the override as the step read it. A malformed spend
+   * day is an UnreadableSpendRecordError: nothing is spent against a record nobody can read.
    */
-  async today(uid: string, anonymous: boolean, nowMs: number): Promise<{ readonly spentUsd: number; readonly capUsd: number }> {
-    const [spent, override] = await this.db.getAll(this.db.doc(spendDayPath(uid, spendDay(nowMs))), this.db.doc(userLimitsPath(uid)));
-    if (!spent || !override) throw new Error('getAll returned fewer snapshots than references');
+  async today(uid: string, facts: SpendFacts, nowMs: number): Promise<{ readonly spentUsd: number; readonly capUsd: number }> {
+    const spent = await this.db.doc(spendDayPath(uid, spendDay(nowMs))).get();
     try {
-      return { spentUsd: decodeSpent(spent), capUsd: limitsFor(this.defaults, anonymous, decodeOverride(override)).spendUsdPerDay };
+      const day = decodeSpendDay(spent);
+      const override = day.limits !== undefined ? day.limits : facts.override;
+      return { spentUsd: day.usd, capUsd: limitsFor(this.defaults, facts.anonymous, override).spendUsdPerDay };
     } catch (error) {
       throw new UnreadableSpendRecordError(error instanceof Error ? error.message : String(error), { cause: error });
     }
@@ -226,7 +267,7 @@ export class SpendLedger {
   /** Adds the cost of some calls to the owner's day. */
   async charge(uid: string, spent: { readonly usd: number; readonly calls: number }, nowMs: number): Promise<void> {
     await this.db.doc(spendDayPath(uid, spendDay(nowMs))).set(
-      { usd: FieldValue.increment(spent.usd), calls: FieldValue.increment(spent.calls), updatedAt: Timestamp.fromMillis(nowMs), [EXPIRE_AT]: Timestamp.fromMillis(nextSpendResetMs(nowMs) + SPEND_DAY_RETENTION_MS) },
+      { usd: FieldValue.increment(spent.usd), calls: FieldValue.increment(spent.calls), updatedAt: Timestamp.fromMillis(nowMs), [EXPIRE_AT]: spendDayExpiry(nowMs) },
       { merge: true },
     );
   }
