@@ -111,7 +111,7 @@ class WorkerStore {
       return session;
     };
     store.jobSession = (claim) => tracked(base.jobSession(claim));
-    store.unitSession = (claim) => tracked(base.unitSession(claim));
+    store.unitSession = (claim, slotUpdateTime) => tracked(base.unitSession(claim, slotUpdateTime));
     this.store = store;
   }
 

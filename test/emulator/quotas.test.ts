@@ -401,7 +401,9 @@ describe('the CLI', () => {
     expect((await firestore.db.doc(userLimitsPath('uid-alice')).get()).data()).toEqual({ jobsInFlight: 4, updatedAtMs: clock.now() });
     // Copied into today's and tomorrow's spend days, which the steps read before every model call (no read of userLimits per call).
     const spendDays = [clock.now(), clock.now() + 86_400_000].map((dayMs) => firestore.db.doc(spendDayPath('uid-alice', spendDay(dayMs))));
-    for (const day of spendDays) expect((await day.get()).data()).toMatchObject({ limits: { jobsInFlight: 4, updatedAtMs: clock.now() }, usd: 0 });
+    for (const day of spendDays) expect((await day.get()).data()).toMatchObject({ limits: { jobsInFlight: 4, updatedAtMs: clock.now() } });
+    // The spend is left alone: a day with only the copy has no usd yet.
+    expect((await spendDays[0]!.get()).get('usd')).toBeUndefined();
     expect(statuses(await submitMany(5))).toEqual([202, 202, 202, 202, 429]);
 
     expect(await limits(operator(io()), limitsCommand('uid-alice', '--reset'), LIMITS)).toBe(0);

@@ -11,7 +11,7 @@ import { nextSpendResetMs, spendDay } from '../../functions/src/core/quota';
 import { decideJob, OwnerActionError } from '../../functions/src/engine/owner-actions';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
-import { JOBS, spendDayPath, userLimitsPath } from '../../functions/src/store/paths';
+import { JOBS, quotaUsagePath, spendDayPath, userLimitsPath } from '../../functions/src/store/paths';
 import { setUserLimits } from '../../functions/src/store/quota-documents';
 import type { ChatResponse } from '../../functions/src/agent/provider';
 import { engineHarness, type EngineHarness } from '../support/engine';
@@ -222,4 +222,15 @@ test('an unreadable spend record makes the job wait, naming the document; repair
   await decideJob(harness.store, harness.queue, { jobId, owner, questionId: BUDGET_QUESTION_ID, answer: BUDGET_RESUME });
   await harness.drain();
   expect((await readJob(jobId)).status).toBe('completed');
+});
+
+test('a malformed quotaUsage/{uid} (the kind of account, so the default cap) makes the job wait, not fail', async () => {
+  const owner = 'user-malformed-usage';
+  await db().doc(quotaUsagePath(owner)).set({ inFlightJobIds: 'not a list', recentSubmitsAtMs: [], updatedAtMs: 0 });
+  const jobId = await harness.submit('research', question, owner);
+  await harness.drain();
+  const job = await readJob(jobId);
+  expect(job.status).toBe('waiting');
+  expect(job.waiting?.reason).toBe('budget');
+  expect(await spentToday(owner)).toBe(0);
 });

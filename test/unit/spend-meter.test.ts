@@ -23,9 +23,9 @@ class MemoryLedger {
 
   constructor(public cap: number) {}
 
-  stepFacts(): Promise<{ anonymous: boolean; override: null }> {
+  async firstCheck(): Promise<{ facts: { anonymous: boolean; override: null; copySeen: string }; today: { spentUsd: number; capUsd: number } }> {
     this.factsReads += 1;
-    return Promise.resolve({ anonymous: false, override: null });
+    return { facts: { anonymous: false, override: null, copySeen: 'absent' }, today: await this.today() };
   }
 
   today(): Promise<{ spentUsd: number; capUsd: number }> {

@@ -1,9 +1,9 @@
 /**
  * The owner's daily spend cap inside one step (core/quota.ts decides, store/quota-documents.ts
- * reads and charges). Once per step it reads the kind of account and the operator's override;
- * before each model call, what every worker of the owner charged today and the cap in force (an
- * operator's cut made with `setUserLimits` applies from the next call), plus what this step
- * charged and has not seen written; after each call it charges the call's cost. Charges are
+ * reads and charges). Its first check reads the kind of account, the operator's override and the
+ * day's spend in one round trip; every check reads what every worker of the owner charged today
+ * and the cap in force (an operator's cut made with `setUserLimits` applies from the next call),
+ * plus what this step charged and has not seen written; after each call it charges the call's cost. Charges are
  * written one after another, and a check waits for the writes before it, so this step never checks
  * against less than it spent: the cap is passed by at most the calls that were already in flight
  * (this one's and other workers') when it was reached.
@@ -12,7 +12,7 @@ import type { Clock } from '../core/clock';
 import { describeError, SpendLimitReachedError } from '../core/errors';
 import type { SpendMeter } from '../core/pipeline';
 import { nextSpendResetMs, spendAllowsCall, spendLimitMessage } from '../core/quota';
-import { UnreadableSpendRecordError, type SpendFacts, type SpendLedger } from '../store/quota-documents';
+import { UnreadableSpendRecordError, type SpendFacts, type SpendLedger, type SpendToday } from '../store/quota-documents';
 
 /** Waits before the settle's further tries of a charge that could not be written (a transient Firestore error). */
 const SETTLE_RETRY_DELAYS_MS = [250, 1_000, 4_000];
@@ -24,7 +24,8 @@ export interface SpendMeterOptions {
 }
 
 export class StepSpendMeter implements SpendMeter {
-  private facts: Promise<SpendFacts> | null = null;
+  /** From the step's first check that succeeded. */
+  private facts: SpendFacts | null = null;
   /** The chain of charge writes; each check waits for it. */
   private writes: Promise<void> = Promise.resolve();
   /** Charged in this step and not yet written (a failed write keeps its amount here for the next). */
@@ -40,15 +41,16 @@ export class StepSpendMeter implements SpendMeter {
 
   async beforeCall(): Promise<void> {
     await this.writes;
-    // The kind of account and the override are read once per step; the day's spend (and the cap, when an operator set it) before every call.
-    this.facts ??= this.ledger.stepFacts(this.owner).catch((error: unknown) => {
-      this.facts = null;
-      throw error;
-    });
     const nowMs = this.clock.now();
-    let today: { readonly spentUsd: number; readonly capUsd: number };
+    let today: SpendToday;
     try {
-      today = await this.ledger.today(this.owner, await this.facts, nowMs);
+      if (this.facts === null) {
+        const first = await this.ledger.firstCheck(this.owner, nowMs);
+        this.facts = first.facts;
+        today = first.today;
+      } else {
+        today = await this.ledger.today(this.owner, this.facts, nowMs);
+      }
     } catch (error) {
       if (!(error instanceof UnreadableSpendRecordError)) throw error;
       // Nothing is spent against a record nobody can read; the job waits for it to be repaired, it does not fail.

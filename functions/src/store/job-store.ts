@@ -17,7 +17,7 @@ import type { QuotaRefusal } from '../core/quota';
 import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from './codec';
 import { readFanOutUnits } from './checkpoint-reads';
 import { ClaimSession } from './claim-session';
-import { isFailedPrecondition, isTransientFirestoreError } from './firestore-errors';
+import { isAlreadyExists, isFailedPrecondition, isTransientFirestoreError } from './firestore-errors';
 import type { JobAdmission } from './quota-documents';
 import { checkpointPath, claimPath, conversationPath, eventPath, JOB_CLAIM_SLOT, jobPath, JOBS, unitClaimSlot, unitPath } from './paths';
 import { noteCommitPreconditionFailed, noteJobCommit, noteUnitCommit, traceCommit } from '../telemetry/commits';
@@ -102,6 +102,21 @@ export interface ClaimSlotRecord {
   readonly atMs: number;
 }
 
+/** A unit change as `commitUnitChange` commits it. */
+export interface UnitChange<T> {
+  readonly next?: JobRecord;
+  readonly nextUnit?: UnitRecord;
+  readonly events?: readonly EventDraft[];
+  readonly value: T;
+}
+
+/** A claim slot as read before a unit change (fields unchecked: a missing slot has none). */
+export interface ClaimSlotView {
+  readonly exists: boolean;
+  readonly state: unknown;
+  readonly epoch: unknown;
+}
+
 /** A claim slot's update time as read before a commit (null: it did not exist), to condition the commit on. */
 export interface SlotFence {
   readonly updateTime: Timestamp | null;
@@ -147,6 +162,9 @@ interface OwnerView {
 
 /** Conditioned commits that find the job changed, in a row, before one gives up. Each costs one read. */
 const MAX_JOB_COMMIT_ATTEMPTS = 8;
+/** Pause before a unit change reads again after losing a race: up to this many ms per attempt so far, at most the cap. */
+const UNIT_RACE_PAUSE_STEP_MS = 5;
+const UNIT_RACE_PAUSE_CAP_MS = 100;
 /** Owner views kept per process (one per job a worker here holds); the oldest go first past it. */
 const MAX_OWNER_VIEWS = 1_000;
 
@@ -364,53 +382,84 @@ export class JobStore {
   }
 
   /**
-   * As `asUnitOwner` for a change that decides from the job and unit records alone: one read of
-   * the job, the unit and its claim slot, then one batch conditioned on the unit's and the slot's
-   * update times (and the job's when it writes the job), with no transaction. The slot stands in
-   * for the job when the job is not written: every commit that ends the fan-out revokes the slots.
-   * Nothing is locked while the body runs, so two units finishing at once do not wait on each
-   * other's locks (the emulator held the loser for about three seconds); the one whose
-   * precondition failed reads again and decides again from what the other committed. `body` must
-   * be free of side effects.
+   * As `asUnitOwner` for a change that decides from the job and unit records alone, through
+   * `commitUnitChange`: the claim must still hold (the unit's, its job's fan-out, and the slot held
+   * at the claim's epoch), and the unit is written in any case (as it is when `body` changes nothing
+   * of it), so that its precondition and the slot's fence the commit. `body` must be free of side effects.
    */
-  async commitAsUnitOwner<T>(
-    claim: UnitClaim,
-    body: (context: { tx: JobWriter; job: JobRecord; unit: UnitRecord }) => Promise<{ next?: JobRecord; nextUnit?: UnitRecord; events?: readonly EventDraft[]; value: T }>,
-  ): Promise<T> {
-    const jobRef = this.jobRef(claim.jobId);
-    const unitRef = this.unitRef(claim.jobId, claim.phase, claim.unit);
-    const slotRef = this.claimSlotRef(claim.jobId, unitClaimSlot(claim.phase, claim.unit));
-    return this.retryingWrite(`unit ${claim.jobId}/${claim.unit}`, async () => {
+  async commitAsUnitOwner<T>(claim: UnitClaim, body: (context: { tx: JobWriter; job: JobRecord; unit: UnitRecord }) => Promise<UnitChange<T>>): Promise<T> {
+    const committed = await this.commitUnitChange(claim, async ({ tx, job, unit, slot }) => {
+      const slotRevoked = slot.exists && (slot.state !== 'held' || slot.epoch !== claim.epoch);
+      if (!holdsUnitClaim(job, unit, claim) || slotRevoked) {
+        throw new OwnershipLostError(
+          `Unit claim epoch ${claim.epoch} no longer owns ${claim.jobId}/${claim.unit} (unit ${unit.status}, epoch ${unit.epoch}; job ${job.status}${slotRevoked ? '; claim slot revoked' : ''})`,
+        );
+      }
+      const change = await body({ tx, job, unit });
+      return { ...change, nextUnit: change.nextUnit ?? unit };
+    });
+    return committed.value;
+  }
+
+  /**
+   * One change to a unit, decided from the job, the unit and the unit's claim slot as read now (one
+   * round trip, no transaction), committed in one batch conditioned on the unit's and the slot's
+   * update times (the slot is written in any case: created if it did not exist yet) and on the
+   * job's when the change writes the job. The slot stands in for the job when the job is not
+   * written: every commit that ends a fan-out revokes its slots. Nothing is locked while `decide`
+   * runs, so units claiming or finishing at once never wait on each other's locks (the emulator held
+   * the loser of two finishing transactions about three seconds); the one whose precondition failed
+   * reads again and decides again from what the other committed. A change without `nextUnit`
+   * writes nothing (a refusal). `decide` must be free of side effects. Resolves to its value and,
+   * when it committed, the slot's new update time (a session of the claim it made starts from it).
+   */
+  async commitUnitChange<T>(
+    ids: Pick<UnitClaim, 'jobId' | 'phase' | 'unit'>,
+    decide: (context: { tx: JobWriter; job: JobRecord; unit: UnitRecord; slot: ClaimSlotView }) => Promise<UnitChange<T>>,
+  ): Promise<{ value: T; slotUpdateTime: Timestamp | null }> {
+    const jobRef = this.jobRef(ids.jobId);
+    const unitRef = this.unitRef(ids.jobId, ids.phase, ids.unit);
+    const slotRef = this.claimSlotRef(ids.jobId, unitClaimSlot(ids.phase, ids.unit));
+    return this.retryingWrite(`unit ${ids.jobId}/${ids.unit}`, async () => {
       for (let attempt = 1; ; attempt += 1) {
         const [snapshot, unitSnapshot, slotSnapshot] = await this.db.getAll(jobRef, unitRef, slotRef);
-        if (!snapshot?.exists || !unitSnapshot?.exists || !slotSnapshot) throw new OwnershipLostError(`Unit ${claim.jobId}/${claim.unit} does not exist`);
-        const job = decodeJob(claim.jobId, snapshot.data());
+        if (!snapshot?.exists || !unitSnapshot?.exists || !slotSnapshot) throw new OwnershipLostError(`Unit ${ids.jobId}/${ids.unit} does not exist`);
+        const job = decodeJob(ids.jobId, snapshot.data());
         const unit = decodeUnit(unitRef.path, unitSnapshot.data());
-        const slotRevoked = slotSnapshot.exists && (slotSnapshot.get('state') !== 'held' || slotSnapshot.get('epoch') !== claim.epoch);
-        if (!holdsUnitClaim(job, unit, claim) || slotRevoked) {
-          throw new OwnershipLostError(
-            `Unit claim epoch ${claim.epoch} no longer owns ${claim.jobId}/${claim.unit} (unit ${unit.status}, epoch ${unit.epoch}; job ${job.status}${slotRevoked ? '; claim slot revoked' : ''})`,
-          );
+        const slot: ClaimSlotView = { exists: slotSnapshot.exists, state: slotSnapshot.get('state') as unknown, epoch: slotSnapshot.get('epoch') as unknown };
+        const writer = new CountingBatch(this.db.batch());
+        this.endedFanOuts.set(writer, []);
+        const decided = await decide({ tx: writer, job, unit, slot });
+        const { nextUnit, events = [], value } = decided;
+        if (!nextUnit) {
+          this.endedFanOuts.delete(writer);
+          return { value, slotUpdateTime: null };
         }
-        const batch = this.db.batch();
-        this.endedFanOuts.set(batch, []);
-        const { next, nextUnit, events = [], value } = await body({ tx: batch, job, unit });
-        // The unit is rewritten as it is when the body changes nothing of it: its precondition is what fences the commit.
-        this.commitUnit(batch, unitSnapshot, nextUnit ?? unit, unit, { updateTime: slotSnapshot.exists ? (slotSnapshot.updateTime ?? null) : null });
-        if (next) this.commitJob(batch, snapshot, job, next, events.map((event) => ({ ...event, unit: claim.unit })));
-        else for (const { ref, data } of this.unitEventDocuments(job, unit, events)) batch.create(ref, data);
+        // A fan-out recorded without its unit IDs has its slots revoked only after the commit that ends it:
+        // a change to one of its units is conditioned on the job itself (rewritten as read), as a transaction's read of it was.
+        const next = decided.next ?? (job.fanout !== null && job.fanout.unitIds === undefined ? job : undefined);
+        const slotWrite = writer.writes;
+        this.commitUnit(writer, unitSnapshot, nextUnit, unit, { updateTime: slotSnapshot.exists ? (slotSnapshot.updateTime ?? null) : null });
+        if (next) this.commitJob(writer, snapshot, job, next, events.map((event) => ({ ...event, unit: ids.unit })));
+        else for (const { ref, data } of this.unitEventDocuments(job, unit, events)) writer.create(ref, data);
+        let results;
         try {
-          await batch.commit();
+          results = await writer.batch.commit();
         } catch (error) {
-          this.endedFanOuts.delete(batch);
-          if (!isFailedPrecondition(error)) throw error;
+          this.endedFanOuts.delete(writer);
+          // A slot that was missing at the read and is there now was made by another commit: read again, as for a precondition.
+          if (!isFailedPrecondition(error) && !(isAlreadyExists(error) && !slotSnapshot.exists)) throw error;
           noteCommitPreconditionFailed();
-          if (attempt >= MAX_JOB_COMMIT_ATTEMPTS) throw new CheckpointWriteError(`unit ${claim.jobId}/${claim.unit} kept changing under ${attempt} conditioned commits`, error);
+          // Every unit of a fan-out may finish at once, each writing the job: each round one of them lands, so the last may need a try per sibling.
+          const allowed = MAX_JOB_COMMIT_ATTEMPTS + 2 * (job.fanout?.units ?? 0);
+          if (attempt >= allowed) throw new CheckpointWriteError(`unit ${ids.jobId}/${ids.unit} kept changing under ${attempt} conditioned commits`, error);
+          // A short random pause spreads the racers out, so they do not collide again in lockstep.
+          await new Promise((resolve) => setTimeout(resolve, Math.floor(Math.random() * Math.min(UNIT_RACE_PAUSE_CAP_MS, UNIT_RACE_PAUSE_STEP_MS * attempt))));
           continue;
         }
-        this.ownerViews.delete(claim.jobId);
-        await this.revokeEndedFanOuts(batch);
-        return value;
+        if (next) this.ownerViews.delete(ids.jobId);
+        await this.revokeEndedFanOuts(writer);
+        return { value, slotUpdateTime: results[slotWrite]?.writeTime ?? null };
       }
     });
   }
@@ -425,9 +474,9 @@ export class JobStore {
     return new ClaimSession(this, this.claimSlotRef(claim.jobId, JOB_CLAIM_SLOT), claim.epoch, `job ${claim.jobId}`, this.ownerView(claim)?.slotUpdateTime ?? null);
   }
 
-  /** The owner-write path of a unit claim: see ClaimSession. */
-  unitSession(claim: UnitClaim): ClaimSession {
-    return new ClaimSession(this, this.claimSlotRef(claim.jobId, unitClaimSlot(claim.phase, claim.unit)), claim.epoch, `unit ${claim.jobId}/${claim.phase}~${claim.unit}`);
+  /** The owner-write path of a unit claim: see ClaimSession. Seeded with the slot's update time when this process made the claim: the first write needs no read. */
+  unitSession(claim: UnitClaim, slotUpdateTime: Timestamp | null = null): ClaimSession {
+    return new ClaimSession(this, this.claimSlotRef(claim.jobId, unitClaimSlot(claim.phase, claim.unit)), claim.epoch, `unit ${claim.jobId}/${claim.phase}~${claim.unit}`, slotUpdateTime);
   }
 
   /**

@@ -61,7 +61,8 @@ function decodeOverride(snapshot: DocumentSnapshot): UserLimitsOverride | null {
  * is allowed: an operator's credit (a negative increment) that overshoots is still a readable day.
  */
 const spendDaySchema = z.looseObject({
-  usd: z.number(),
+  // Absent on a day that only has the override's copy so far.
+  usd: z.number().optional(),
   calls: z.number().int().min(0).optional(),
   /** The operator's override as `setUserLimits` last wrote it (null: none), so a check needs no read of `userLimits`. */
   limits: userLimitsOverrideSchema.nullable().optional(),
@@ -89,7 +90,12 @@ function decodeSpendDay(snapshot: DocumentSnapshot | undefined): z.infer<typeof 
 }
 
 function decodeSpent(snapshot: DocumentSnapshot | undefined): number {
-  return decodeSpendDay(snapshot).usd;
+  return decodeSpendDay(snapshot).usd ?? 0;
+}
+
+/** The day's copy of the override as a comparable key: 'absent' when the day has none. */
+function copyKey(limits: UserLimitsOverride | null | undefined): string {
+  return limits === undefined ? 'absent' : JSON.stringify(limits);
 }
 
 function spendDayExpiry(dayMs: number): Timestamp {
@@ -207,17 +213,25 @@ export async function setUserLimits(
     else tx.set(ref, override);
     for (let day = 0; day < DAYS_GIVEN_THE_OVERRIDE; day += 1) {
       const dayMs = nowMs + day * DAY_MS;
-      // `usd` is made 0 if the day has none yet (a spend day always has it), never changed.
-      tx.set(db.doc(spendDayPath(uid, spendDay(dayMs))), { limits: override, usd: FieldValue.increment(0), [EXPIRE_AT]: spendDayExpiry(dayMs) }, { merge: true });
+      // mergeFields: the copy replaces the one before as a whole (a plain merge would keep a cleared limit's old value); the spend is left alone.
+      tx.set(db.doc(spendDayPath(uid, spendDay(dayMs))), { limits: override, [EXPIRE_AT]: spendDayExpiry(dayMs) }, { mergeFields: ['limits', EXPIRE_AT] });
     }
     return override;
   });
 }
 
-/** What a step reads of its owner once: the kind of account (it picks the default cap) and the operator's override as it stood. */
+/** What a step reads of its owner once, at its first check: the kind of account (it picks the default cap) and the operator's override. */
 export interface SpendFacts {
   readonly anonymous: boolean;
   readonly override: UserLimitsOverride | null;
+  /** The day's copy of the override as that first check saw it (copyKey): a copy that differs later was written during the step. */
+  readonly copySeen: string;
+}
+
+/** The day's spend and the cap in force. */
+export interface SpendToday {
+  readonly spentUsd: number;
+  readonly capUsd: number;
 }
 
 /**
@@ -232,36 +246,36 @@ export class SpendLedger {
   ) {}
 
   /**
-   * Read once per step, in one round trip: whether the owner's account was anonymous at their last
-   * submit (absent, or a record from before the cap: signed-in), and the operator's override. A
-   * malformed override is an UnreadableSpendRecordError.
+   * A step's first check, in one round trip: whether the owner's account was anonymous at their
+   * last submit (absent, or a record from before the cap: signed-in), the operator's override in
+   * `userLimits`, and today's spend with its copy of the override. A malformed document is an
+   * UnreadableSpendRecordError: nothing is spent against a record nobody can read.
    */
-  async stepFacts(uid: string): Promise<SpendFacts> {
-    const [usage, override] = await this.db.getAll(this.db.doc(quotaUsagePath(uid)), this.db.doc(userLimitsPath(uid)));
-    if (!usage || !override) throw new Error('getAll returned fewer snapshots than references');
-    const anonymous = decodeUsage(usage).anonymous === true;
-    try {
-      return { anonymous, override: decodeOverride(override) };
-    } catch (error) {
-      throw new UnreadableSpendRecordError(error instanceof Error ? error.message : String(error), { cause: error });
-    }
+  async firstCheck(uid: string, nowMs: number): Promise<{ readonly facts: SpendFacts; readonly today: SpendToday }> {
+    const [usage, override, spent] = await this.db.getAll(this.db.doc(quotaUsagePath(uid)), this.db.doc(userLimitsPath(uid)), this.db.doc(spendDayPath(uid, spendDay(nowMs))));
+    if (!usage || !override || !spent) throw new Error('getAll returned fewer snapshots than references');
+    return readable(() => {
+      const day = decodeSpendDay(spent);
+      const facts: SpendFacts = { anonymous: decodeUsage(usage).anonymous === true, override: decodeOverride(override), copySeen: copyKey(day.limits) };
+      return { facts, today: this.todayFrom(day, facts) };
+    });
   }
 
   /**
-   * What the owner spent today and the cap in force now: one read of today's spend day. The cap
-   * comes from the override's copy on that day when `setUserLimits` wrote one (so an operator's cut
-   * applies from the next call), else from the override as the step read it. A malformed spend
-   * day is an UnreadableSpendRecordError: nothing is spent against a record nobody can read.
+   * A later check: one read of today's spend day. The cap follows `userLimits` as the step's first
+   * check read it, unless the day's copy of the override changed since (`setUserLimits` ran during
+   * the step: an operator's cut applies from the next call); a `userLimits` document edited by other
+   * means, with no new copy, applies from the next step.
    */
-  async today(uid: string, facts: SpendFacts, nowMs: number): Promise<{ readonly spentUsd: number; readonly capUsd: number }> {
+  async today(uid: string, facts: SpendFacts, nowMs: number): Promise<SpendToday> {
     const spent = await this.db.doc(spendDayPath(uid, spendDay(nowMs))).get();
-    try {
-      const day = decodeSpendDay(spent);
-      const override = day.limits !== undefined ? day.limits : facts.override;
-      return { spentUsd: day.usd, capUsd: limitsFor(this.defaults, facts.anonymous, override).spendUsdPerDay };
-    } catch (error) {
-      throw new UnreadableSpendRecordError(error instanceof Error ? error.message : String(error), { cause: error });
-    }
+    return readable(() => this.todayFrom(decodeSpendDay(spent), facts));
+  }
+
+  private todayFrom(day: z.infer<typeof spendDaySchema>, facts: SpendFacts): SpendToday {
+    const copied = copyKey(day.limits) !== facts.copySeen && day.limits !== undefined;
+    const override = copied ? (day.limits ?? null) : facts.override;
+    return { spentUsd: day.usd ?? 0, capUsd: limitsFor(this.defaults, facts.anonymous, override).spendUsdPerDay };
   }
 
   /** Adds the cost of some calls to the owner's day. */
@@ -270,6 +284,15 @@ export class SpendLedger {
       { usd: FieldValue.increment(spent.usd), calls: FieldValue.increment(spent.calls), updatedAt: Timestamp.fromMillis(nowMs), [EXPIRE_AT]: spendDayExpiry(nowMs) },
       { merge: true },
     );
+  }
+}
+
+/** Runs a decode; a malformed document comes out as an UnreadableSpendRecordError. */
+function readable<T>(decode: () => T): T {
+  try {
+    return decode();
+  } catch (error) {
+    throw new UnreadableSpendRecordError(error instanceof Error ? error.message : String(error), { cause: error });
   }
 }
 

@@ -16,7 +16,7 @@ import { settleError } from './settle';
 // ---------------------------------------------------------------------------------------------
 // Fan-out: the coordinating step writes one unit document per unit and hands the work to unit
 // tasks; the job stays `running` without a lease while its units hold theirs. The unit that
-// finishes last joins, in the same transaction that records it, so the join happens exactly once.
+// finishes last joins, in the same conditioned commit that records it, so the join happens exactly once.
 //
 // The invariant this keeps (checked by tests and the chaos soak over every job): a job that is
 // `running` without a lease is in a fan-out with at least one unit queued (with a due time the
@@ -141,7 +141,8 @@ export async function startFanOut(
 
 /**
  * Records a finished unit and, if it was the last one, joins: the phase checkpoint from every
- * unit's result and the job's hand-off to its next step, all in the transaction that records it.
+ * unit's result and the job's hand-off to its next step, all in the commit that records it
+ * (conditioned on the job, the unit and its claim slot).
  */
 export async function finishUnit(running: Running, claim: UnitClaim, phase: PhaseDefinition<unknown, unknown>, pending: FlushPayload, result: unknown): Promise<boolean> {
   const { store } = running.deps;

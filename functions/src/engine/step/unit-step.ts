@@ -5,8 +5,8 @@ import { applyClaimTally, EMPTY_FLUSH } from '../../core/flusher';
 import { type JobRecord, type JobWait, type StepTask } from '../../core/job';
 import { waitRecord } from '../../core/lifecycle';
 import { claimUnit, takeOverUnit, TransitionRefused, yieldUnit, type Transition } from '../../core/transitions';
-import { decodeJob, decodeUnit, encodeUnitFlush, type UnitRecord } from '../../store/codec';
-import type { UnitClaim } from '../../store/job-store';
+import { encodeUnitFlush, type UnitRecord } from '../../store/codec';
+import type { JobStore, UnitClaim } from '../../store/job-store';
 import { loadCheckpoints, loadSections, NewerVersionError } from '../checkpoints';
 import { durableWrites } from './durable-writes';
 import { JoinFailedError, finishUnit } from './fan-out';
@@ -17,15 +17,12 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   const { store } = deps;
   const worker = deps.worker ?? defaultWorkerName();
   const nowMs = store.clock.now();
-  const jobRef = store.jobRef(task.jobId);
-  const unitRef = store.unitRef(task.jobId, phaseName, unitId);
   type UnitClaimResult = { job: JobRecord; unit: UnitRecord } | { reason: string; notYetDueMs?: number };
-  const claimed = await store.retryingWrite(`unit claim ${task.jobId}/${phaseName}/${unitId}`, () =>
-    store.runTransaction(async (tx): Promise<UnitClaimResult> => {
-      const [jobSnapshot, unitSnapshot] = await tx.getAll(jobRef, unitRef);
-      if (!jobSnapshot?.exists || !unitSnapshot?.exists) return { reason: 'no such job or unit' };
-      const job = decodeJob(task.jobId, jobSnapshot.data());
-      const unit = decodeUnit(unitRef.path, unitSnapshot.data());
+  let claimed: UnitClaimResult;
+  let slotUpdateTime: Parameters<JobStore['unitSession']>[1];
+  try {
+    // Read, decide, then one commit conditioned on the unit and its claim slot (and the job when it is written): no transaction, no lock on the job.
+    ({ value: claimed, slotUpdateTime } = await store.commitUnitChange<UnitClaimResult>({ jobId: task.jobId, phase: phaseName, unit: unitId }, ({ job, unit }) => {
       const input = { step: task.step, worker, options: store.options };
       let claim: Transition<UnitRecord> & { readonly quarantine?: string };
       try {
@@ -33,18 +30,20 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
         claim = unit.status === 'running' && unit.step === task.step ? takeOverUnit(job, unit, input, nowMs) : claimUnit(job, unit, input, nowMs);
       } catch (error) {
         if (!(error instanceof TransitionRefused)) throw error;
-        return error.notYetDueMs === undefined ? { reason: error.message } : { reason: error.message, notYetDueMs: error.notYetDueMs };
+        return Promise.resolve({ value: error.notYetDueMs === undefined ? { reason: error.message } : { reason: error.message, notYetDueMs: error.notYetDueMs } });
       }
-      store.commitUnit(tx, unitSnapshot, claim.next);
       if (claim.quarantine !== undefined) {
-        store.commitJob(tx, jobSnapshot, job, { ...job, status: 'quarantined', lease: null, quarantine: { reason: claim.quarantine, atMs: nowMs }, finishedAtMs: nowMs }, claim.events);
-        return { reason: `job quarantined: ${claim.quarantine}` };
+        const quarantined: JobRecord = { ...job, status: 'quarantined', lease: null, quarantine: { reason: claim.quarantine, atMs: nowMs }, finishedAtMs: nowMs };
+        return Promise.resolve({ nextUnit: claim.next, next: quarantined, events: claim.events, value: { reason: `job quarantined: ${claim.quarantine}` } });
       }
       // A takeover is told on the job's timeline; a plain claim stays off the hot job document.
-      if (claim.events.length > 0) store.commitJob(tx, jobSnapshot, job, job, claim.events);
-      return { job, unit: claim.next };
-    }),
-  );
+      const told = claim.events.length > 0 ? { next: job, events: claim.events } : {};
+      return Promise.resolve({ nextUnit: claim.next, ...told, value: { job, unit: claim.next } });
+    }));
+  } catch (error) {
+    if (!(error instanceof OwnershipLostError)) throw error;
+    return { kind: 'not-claimable', reason: 'no such job or unit' };
+  }
   if (!('unit' in claimed)) {
     if (claimed.notYetDueMs !== undefined) return { kind: 'not-yet-due', retryAfterMs: claimed.notYetDueMs };
     return { kind: 'not-claimable', reason: claimed.reason };
@@ -67,7 +66,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   if (loaded.unreadable) return settleUnitError(deps, claim, loaded.unreadable, EMPTY_FLUSH);
   const sections = await loadSections(store, job.id, phase, unit.unit);
   // One owner-write path for the whole step: heartbeats, progress, sections and transcripts share the slot's update time.
-  const session = store.unitSession(claim);
+  const session = store.unitSession(claim, slotUpdateTime);
   /** The unit as this holder last wrote it: only its holder writes these fields while it holds the claim. */
   let held: UnitRecord = unit;
   // A fan-out recorded before it listed its units cannot revoke them in the commit that ends it: such a unit's heartbeat reads the job, as before.
