@@ -96,7 +96,10 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: '    if (slotFence) this.writeFencedSlot(tx, slotRef, slotFence, heldUnitEpoch(current), heldUnitEpoch(next), next.lease?.worker ?? null);\n    else this.syncClaimSlot',
     replace: '    void slotFence;\n    this.syncClaimSlot',
-    tests: [{ files: ['test/emulator/fanout.test.ts'], names: 'ends between its read and its commit lands nothing' }],
+    tests: [
+      { files: ['test/emulator/fanout.test.ts'], names: 'ends between its read and its commit lands nothing' },
+      { files: ['test/emulator/unit-claim-races.test.ts'], names: 'a claim read before a cancel \\(fan-out with unit IDs\\)|no slot, a cancel lands' },
+    ],
   },
   {
     name: 'outbox-in-completion',
@@ -129,7 +132,7 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'tool-result-saved',
     removes: 'saving each tool result before the next call',
     file: 'functions/src/agent/section-runner.ts',
-    search: "content, sources },\n      );\n      await this.save();\n",
+    search: "content, sources },\n      );\n      // Settled before the next tool call, or (the group's last result) beside the spend check before the next model call.\n      this.saveInBackground();\n",
     replace: "content, sources },\n      );\n",
     tests: [
       { files: ['test/unit/agent-section-runner.test.ts'], names: 'every step saved|bug 3: a worker killed after each tool result' },

@@ -1,0 +1,57 @@
+/** The spend check across UTC midnight: which override a step already running applies after it (the day's copy, or userLimits as its first check read it). */
+import { ManualClock } from '../../functions/src/core/clock';
+import { SpendLimitReachedError } from '../../functions/src/core/errors';
+import { DEFAULT_QUOTA_DEFAULTS } from '../../functions/src/core/quota';
+import { StepSpendMeter } from '../../functions/src/engine/spend-meter';
+import { userLimitsPath } from '../../functions/src/store/paths';
+import { setUserLimits, SpendLedger } from '../../functions/src/store/quota-documents';
+import { openTestFirestore, type TestFirestore } from '../support/firestore';
+
+let firestore: TestFirestore;
+beforeAll(() => {
+  firestore = openTestFirestore('spend-midnight');
+});
+beforeEach(() => firestore.reset());
+afterAll(() => firestore.close());
+
+const db = () => firestore.db;
+const ledger = () => new SpendLedger(db(), DEFAULT_QUOTA_DEFAULTS);
+const verdict = (meter: StepSpendMeter) =>
+  meter.beforeCall().then(
+    () => 'allowed',
+    (error: unknown) => (error instanceof SpendLimitReachedError ? 'refused' : `error: ${String(error)}`),
+  );
+
+test('a cut set the day before (copy only on today) still applies after midnight in a step in flight', async () => {
+  const clock = new ManualClock(Date.UTC(2026, 11, 1, 23, 59));
+  const uid = 'cut-yesterday';
+  await setUserLimits(db(), uid, { spendUsdPerDay: 2 }, clock.now() - 86_400_000); // copies on Nov 30 and Dec 1
+  const meter = new StepSpendMeter(ledger(), uid, clock);
+  expect(await verdict(meter)).toBe('allowed');
+  clock.advance(2 * 60_000); // Dec 2, no copy there
+  await ledger().charge(uid, { usd: 3, calls: 1 }, clock.now());
+  expect(await verdict(meter)).toBe('refused');
+});
+
+test('a raise made during the step before midnight applies after midnight; a direct edit made before the step applies across midnight', async () => {
+  const clock = new ManualClock(Date.UTC(2026, 11, 1, 23, 59));
+  const uid = 'raise-in-flight';
+  await setUserLimits(db(), uid, { spendUsdPerDay: 1_000 }, clock.now()); // copies Dec 1, Dec 2
+  await db().doc(userLimitsPath(uid)).set({ spendUsdPerDay: 1, updatedAtMs: clock.now() }); // direct cut, no copy
+  const meter = new StepSpendMeter(ledger(), uid, clock);
+  expect(await verdict(meter)).toBe('allowed'); // $0 spent of $1
+  clock.advance(2 * 60_000);
+  await ledger().charge(uid, { usd: 5, calls: 1 }, clock.now());
+  // Dec 2's copy ($1000) equals Dec 1's as the first check saw it: the direct cut ($1) stands.
+  expect(await verdict(meter)).toBe('refused');
+
+  const clock2 = new ManualClock(Date.UTC(2026, 11, 5, 23, 59));
+  const uid2 = 'raise-before-midnight';
+  await setUserLimits(db(), uid2, { spendUsdPerDay: 1 }, clock2.now());
+  const meter2 = new StepSpendMeter(ledger(), uid2, clock2);
+  expect(await verdict(meter2)).toBe('allowed');
+  await setUserLimits(db(), uid2, { spendUsdPerDay: 1_000 }, clock2.now());
+  clock2.advance(2 * 60_000);
+  await ledger().charge(uid2, { usd: 5, calls: 1 }, clock2.now());
+  expect(await verdict(meter2)).toBe('allowed');
+});
