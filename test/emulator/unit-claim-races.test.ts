@@ -63,14 +63,20 @@ function interceptClaimReads(jobId: string, onClaimRead: (unitStatus: unknown, i
   });
 }
 
+/** Every unit finishes at once when run; returns the units run, in order. */
+function recordRuns(): string[] {
+  const runs: string[] = [];
+  turns.run = (_context, unit) => {
+    runs.push(unit);
+    return Promise.resolve({ kind: 'done', state: { value: 1 } });
+  };
+  return runs;
+}
+
 describe('unit claims as conditioned commits', () => {
   test('duplicate delivery: two claimers read the queued unit before either commits; exactly one runs the unit', async () => {
     const { jobId, tasks } = await fannedOut(1);
-    const runs: string[] = [];
-    turns.run = (_context, unit) => {
-      runs.push(unit);
-      return Promise.resolve({ kind: 'done', state: { value: 1 } });
-    };
+    const runs = recordRuns();
     const bothRead = gate();
     let queuedReads = 0;
     interceptClaimReads(jobId, async (status) => {
@@ -86,34 +92,12 @@ describe('unit claims as conditioned commits', () => {
     expect(outcomes.map((o) => o.kind).sort()).toEqual(['not-yet-due', 'unit-done'].sort());
   });
 
-  test('a claim read before a cancel (fan-out with unit IDs) commits nothing after it', async () => {
-    const { jobId, tasks } = await fannedOut(2);
-    const runs: string[] = [];
-    turns.run = (_context, unit) => {
-      runs.push(unit);
-      return Promise.resolve({ kind: 'done', state: { value: 1 } });
-    };
-    const canceller = new JobStore(db(), harness.clock, harness.options);
-    let cancelled = false;
-    interceptClaimReads(jobId, async () => {
-      if (cancelled) return;
-      cancelled = true;
-      await cancelJob(canceller, { jobId, owner: 'user-1', reason: 'racing a claim' });
-    });
-    const outcome = await runStep(harness.deps('worker-a'), taskOf(tasks, 'u0').task);
-    expect(cancelled).toBe(true);
-    expect((await readJob(jobId)).status).toBe('cancelled');
-    expect(runs).toEqual([]);
-    expect(outcome.kind).toBe('not-claimable');
-  });
-
-  test('a claim read before a cancel (legacy fan-out without unit IDs) commits nothing after it', async () => {
-    const { jobId, tasks } = await fannedOut(2, true);
-    const runs: string[] = [];
-    turns.run = (_context, unit) => {
-      runs.push(unit);
-      return Promise.resolve({ kind: 'done', state: { value: 1 } });
-    };
+  test.each([
+    ['fan-out with unit IDs', false],
+    ['legacy fan-out without unit IDs', true],
+  ])('a claim read before a cancel (%s) commits nothing after it', async (_kind, legacy) => {
+    const { jobId, tasks } = await fannedOut(2, legacy);
+    const runs = recordRuns();
     const canceller = new JobStore(db(), harness.clock, harness.options);
     let cancelled = false;
     interceptClaimReads(jobId, async () => {
@@ -330,11 +314,7 @@ describe('units whose claim slot is missing (from before claim slots)', () => {
   test('no slot, a cancel lands between the claim read and its commit: nothing runs', async () => {
     const { jobId, tasks } = await fannedOut(2);
     await db().doc(`${JOBS}/${jobId}/claims/experts~u0`).delete();
-    const runs: string[] = [];
-    turns.run = (_context, unit) => {
-      runs.push(unit);
-      return Promise.resolve({ kind: 'done', state: { value: 1 } });
-    };
+    const runs = recordRuns();
     const canceller = new JobStore(db(), harness.clock, harness.options);
     let cancelled = false;
     interceptClaimReads(jobId, async () => {
