@@ -58,6 +58,8 @@ interface Tracked {
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+/** Step and unit tasks running at once on the local stack (see PHASELINE_STEP_QUEUE_CONCURRENCY in the README). */
+const STEP_QUEUE_CONCURRENCY = 24;
 const LEASE_MS = Number(CHAOS_ENGINE_ENV.PHASELINE_LEASE_SECONDS) * 1000;
 const POLL_MS = 1_000;
 /** A notify job's send phase lasts about a second: the jobs to cancel are watched more closely. */
@@ -144,6 +146,9 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT: '100',
     PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: '600',
     PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY: '1000',
+    // The functions emulator keeps a worker process (about 190 MB) for every task that ran at once, for good:
+    // without this bound a long soak's bursts (redeliveries, stalls) grew to 182 workers and filled this machine's memory.
+    PHASELINE_STEP_QUEUE_CONCURRENCY: String(STEP_QUEUE_CONCURRENCY),
   };
   // firebase-tools gives a new function worker 30 s to start; on a loaded shared machine a cold start can take longer,
   // and a worker that never starts tests the emulator, not the engine.

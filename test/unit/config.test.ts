@@ -10,6 +10,7 @@ import {
   providerConfigFromEnv,
   quotaDefaultsFromEnv,
   receiverConfigFromEnv,
+  stepQueueLimitsFromEnv,
   tavilyApiKeyNeeded,
   toolsConfigFromEnv,
   tracingConfigFromEnv,
@@ -62,6 +63,8 @@ describe('defaults', () => {
       PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: quotas.anonymous.submitsPerMinute,
       PHASELINE_QUOTA_SPEND_USD_PER_DAY: quotas.signedIn.spendUsdPerDay,
       PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY: quotas.anonymous.spendUsdPerDay,
+      PHASELINE_STEP_QUEUE_CONCURRENCY: stepQueueLimitsFromEnv({}).maxConcurrentDispatches,
+      PHASELINE_STEP_QUEUE_DISPATCHES_PER_SECOND: stepQueueLimitsFromEnv({}).maxDispatchesPerSecond,
       PHASELINE_TRACE_EXPORTER: tracingConfigFromEnv({}).exporter,
       PHASELINE_TRACE_OTLP_URL: traced.url,
       PHASELINE_TRACE_SAMPLE_RATIO: traced.sampleRatio,
@@ -96,6 +99,19 @@ describe('engine', () => {
       'PHASELINE_LEASE_SECONDS must be a number, got "3m"; PHASELINE_MAX_ATTEMPTS must be a number, got "five"',
     );
     expect(() => engineOptionsFromEnv({ PHASELINE_MAX_ATTEMPTS: 'five' })).toThrow(ConfigurationError);
+  });
+});
+
+describe('step queue', () => {
+  test('the dispatch limits come from the environment', () => {
+    expect(stepQueueLimitsFromEnv({ PHASELINE_STEP_QUEUE_CONCURRENCY: '24', PHASELINE_STEP_QUEUE_DISPATCHES_PER_SECOND: '2.5' })).toEqual({ maxConcurrentDispatches: 24, maxDispatchesPerSecond: 2.5 });
+  });
+
+  test('a concurrency that is no whole number from 1 to 5000, or a rate past 500, is refused by name', () => {
+    expect(() => stepQueueLimitsFromEnv({ PHASELINE_STEP_QUEUE_CONCURRENCY: '0' })).toThrow('PHASELINE_STEP_QUEUE_CONCURRENCY must be at least 1, got "0"');
+    expect(() => stepQueueLimitsFromEnv({ PHASELINE_STEP_QUEUE_CONCURRENCY: '2.5' })).toThrow('PHASELINE_STEP_QUEUE_CONCURRENCY must be an integer, got "2.5"');
+    expect(() => stepQueueLimitsFromEnv({ PHASELINE_STEP_QUEUE_CONCURRENCY: '5001' })).toThrow('PHASELINE_STEP_QUEUE_CONCURRENCY must be at most 5000, got "5001"');
+    expect(() => stepQueueLimitsFromEnv({ PHASELINE_STEP_QUEUE_DISPATCHES_PER_SECOND: '501' })).toThrow('PHASELINE_STEP_QUEUE_DISPATCHES_PER_SECOND must be at most 500, got "501"');
   });
 });
 

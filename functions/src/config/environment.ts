@@ -238,6 +238,16 @@ const QUOTA_VARIABLES = {
   ),
 };
 
+/** Cloud Tasks' dispatch limits of the step queue, read when the functions load (at deploy, and when an emulator loads them). */
+const STEP_QUEUE_VARIABLES = {
+  PHASELINE_STEP_QUEUE_CONCURRENCY: variable(
+    numberText.pipe(z.number().int().min(1).max(5000)).default(100),
+    '100',
+    'Step and unit tasks the queue runs at once. Each runs in its own function instance (the functions emulator: its own worker process, kept until it stops), so this bounds instances and, locally, memory.',
+  ),
+  PHASELINE_STEP_QUEUE_DISPATCHES_PER_SECOND: variable(numberText.pipe(z.number().positive().max(500)).default(50), '50', 'Step and unit tasks the queue starts per second at most.'),
+};
+
 const TRACE_EXPORTERS = ['none', 'console', 'otlp'] as const;
 
 /** Traces of steps, model calls, tool calls and commits (telemetry/tracing.ts); read once, when the step function first runs. */
@@ -273,6 +283,7 @@ const SECTIONS = {
   tavily: TAVILY_VARIABLES,
   pages: PAGE_VARIABLES,
   quotas: QUOTA_VARIABLES,
+  stepQueue: STEP_QUEUE_VARIABLES,
   traces: TRACE_VARIABLES,
 } as const;
 
@@ -363,6 +374,17 @@ export function engineOptionsFromEnv(env: Environment = process.env): EngineOpti
       .map(([name, declared]) => (overrides[declared.option] === undefined ? `${name} unset (default ${declared.defaultText})` : `${name}=${String(overrides[declared.option])}`));
     throw new ConfigurationError(named.length > 0 ? `${message} (${named.join(', ')})` : message);
   }
+}
+
+export interface StepQueueLimits {
+  readonly maxConcurrentDispatches: number;
+  readonly maxDispatchesPerSecond: number;
+}
+
+/** The step queue's rate limits, for the task-queue function's options. */
+export function stepQueueLimitsFromEnv(env: Environment = process.env): StepQueueLimits {
+  const text = parseSection(STEP_QUEUE_VARIABLES, env);
+  return { maxConcurrentDispatches: text.PHASELINE_STEP_QUEUE_CONCURRENCY, maxDispatchesPerSecond: text.PHASELINE_STEP_QUEUE_DISPATCHES_PER_SECOND };
 }
 
 export interface OfflineConfig {

@@ -6,6 +6,16 @@ import type { TaskQueuePort } from './task-queue';
 /** The task-queue function every step and unit task goes to. */
 export const STEP_FUNCTION_NAME = 'runJobStep';
 
+/** The step function's timeout: the platform stops a step this long after it started. */
+export const STEP_TIMEOUT_SECONDS = 540;
+
+/**
+ * Longer than the step function's timeout, so that Cloud Tasks never dispatches a task
+ * again while its step still runs. Production's default for HTTP tasks is the same ten minutes;
+ * the tasks emulator's is 60 s, after which it redelivered long steps to a second worker.
+ */
+export const STEP_DISPATCH_DEADLINE_SECONDS = STEP_TIMEOUT_SECONDS + 60;
+
 function alreadyExists(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code;
   return code === 'functions/task-already-exists' || code === 'task-already-exists';
@@ -19,6 +29,7 @@ export function cloudTasksQueue(app: App): TaskQueuePort {
       try {
         await queue.enqueue(task, {
           id: options.id,
+          dispatchDeadlineSeconds: STEP_DISPATCH_DEADLINE_SECONDS,
           ...(options.delaySeconds ? { scheduleDelaySeconds: Math.ceil(options.delaySeconds) } : {}),
         });
       } catch (error) {

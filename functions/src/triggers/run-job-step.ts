@@ -1,9 +1,10 @@
 import { logger } from 'firebase-functions';
 import { onTaskDispatched } from 'firebase-functions/v2/tasks';
-import { modelApiKeyNeeded, quotaDefaultsFromEnv, tavilyApiKeyNeeded, tracingConfigFromEnv } from '../config/environment';
+import { modelApiKeyNeeded, quotaDefaultsFromEnv, stepQueueLimitsFromEnv, tavilyApiKeyNeeded, tracingConfigFromEnv } from '../config/environment';
 import { systemClock } from '../core/clock';
 import { runStep, type RunnerDeps } from '../engine/runner';
 import { modelApiKey, tavilyApiKey } from '../pipelines/providers';
+import { STEP_TIMEOUT_SECONDS } from '../store/cloud-tasks-queue';
 import { JobStore } from '../store/job-store';
 import { SpendLedger } from '../store/quota-documents';
 import { NO_TRACING, startTracing, stepLogger, traceStep, type LogSink, type StepLogger, type Tracing } from '../telemetry';
@@ -59,8 +60,8 @@ function runnerDeps(): RunnerDeps {
 export const runJobStep = onTaskDispatched<unknown>(
   {
     retryConfig: { maxAttempts: 20, minBackoffSeconds: 2, maxBackoffSeconds: 300, maxDoublings: 8 },
-    rateLimits: { maxConcurrentDispatches: 100, maxDispatchesPerSecond: 50 },
-    timeoutSeconds: 540,
+    rateLimits: stepQueueLimitsFromEnv(),
+    timeoutSeconds: STEP_TIMEOUT_SECONDS,
     memory: '512MiB',
     // The API key is bound only when a keyed provider is configured (read from functions/.env.<project>
     // at deploy), so the offline default and the emulators need no secret.
