@@ -319,10 +319,6 @@ describe('bug 1: no job is left running without a lease and without a live unit'
         override asOwner<T>(_claim: JobClaim, _body: Parameters<JobStore['asOwner']>[1]): Promise<T> {
           return hangForever();
         }
-        // The fan-out start reads its units before it commits: it is a reading owner transaction.
-        override asOwnerReading<T>(_claim: JobClaim, _body: Parameters<JobStore['asOwnerReading']>[1]): Promise<T> {
-          return hangForever();
-        }
       })(harness.firestore.db, harness.clock, harness.options);
       void runStep({ ...harness.deps('doomed'), store: doomedStore }, next!.task);
       await until(async () => (await readJob(jobId)).status === 'running');

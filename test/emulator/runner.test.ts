@@ -217,14 +217,14 @@ describe('fault 2: after a reclaim (the lease expired mid-step), every write of 
     const reclaimed = gate();
     const oldStore = Object.create(harness.store) as typeof harness.store;
     let held = false;
-    // Completion reads the outbox and the effect ledger before it commits: a reading owner transaction.
-    oldStore.asOwnerReading = async (claim, body) => {
+    // Completion reads the outbox and the effect ledger, then commits conditioned on the job.
+    oldStore.asOwner = async (claim, body) => {
       if (!held) {
         held = true;
         claimedByOld.open();
         await reclaimed.promise;
       }
-      return harness.store.asOwnerReading(claim, body);
+      return harness.store.asOwner(claim, body);
     };
     const oldWorker = runStep({ ...harness.deps('old'), store: oldStore }, { jobId, step: 10 });
     await claimedByOld.promise;

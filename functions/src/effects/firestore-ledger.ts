@@ -136,10 +136,10 @@ export function firestoreEffectLedger(parts: FirestoreLedgerParts): EffectLedger
   };
 }
 
-/** Up to `limit` keys of entries whose outcome is unknown (or in flight), read inside a transaction. */
-export async function unresolvedEffectKeys(tx: Transaction, db: Firestore, jobId: string, limit = 5): Promise<string[]> {
+/** Up to `limit` keys of entries whose outcome is unknown (or in flight), read inside `tx`, or plainly without one. */
+export async function unresolvedEffectKeys(tx: Transaction | null, db: Firestore, jobId: string, limit = 5): Promise<string[]> {
   const query: Query = db.collection(effectsPath(jobId)).where('state', 'in', [...UNRESOLVED_EFFECT_STATES]).limit(limit);
-  return (await tx.get(query)).docs.map((doc) => doc.id);
+  return (await (tx ? tx.get(query) : query.get())).docs.map((doc) => doc.id);
 }
 
 /** Every entry of a job, all units, validated. */

@@ -1,6 +1,6 @@
 /**
  * The effect ledger (effects/firestore-ledger.ts) on the store's Firestore instance, for the engine:
- * a claim holder's ledger, the unresolved entries read in a transaction, and the cancel's update of
+ * a claim holder's ledger, the unresolved entries (in a transaction or plainly), and the cancel's update of
  * an in-flight entry.
  */
 import { FieldValue, type DocumentReference, type Transaction } from 'firebase-admin/firestore';
@@ -16,6 +16,15 @@ export function effectLedgerOf(store: JobStore, parts: Omit<FirestoreLedgerParts
 /** Up to `limit` keys of a job's entries whose outcome is unknown (or in flight), read inside `tx`. */
 export function unresolvedEffectsIn(store: JobStore, tx: Transaction, jobId: string, limit?: number): Promise<string[]> {
   return unresolvedEffectKeys(tx, store.db, jobId, limit);
+}
+
+/**
+ * The same, read plainly, for a commit conditioned on the job: every change to a job's entries is
+ * made by a transaction that reads the job and requires its claim (or its end), so an entry that
+ * changes between this read and that commit means the job changed too, and the commit fails.
+ */
+export function unresolvedEffectsOf(store: JobStore, jobId: string, limit?: number): Promise<string[]> {
+  return unresolvedEffectKeys(null, store.db, jobId, limit);
 }
 
 /** Moves a ledger entry to `state` inside `tx`, counting one more outcome nobody knows (`unknowns + 1`). */

@@ -24,6 +24,11 @@ export function outboxRef(store: JobStore, job: Pick<JobRecord, 'id' | 'conversa
   return store.db.doc(job.conversationId ? messagePath(job.conversationId, job.id) : resultPath(job.id));
 }
 
+/** Whether the job's answer is already there, read plainly (the publishing commit is conditioned on the job). */
+export async function outboxPublished(store: JobStore, job: Pick<JobRecord, 'id' | 'conversationId'>): Promise<boolean> {
+  return (await outboxRef(store, job).get()).exists;
+}
+
 export interface RejectedTask {
   readonly payload: string;
   readonly reason: string;

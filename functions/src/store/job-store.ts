@@ -6,7 +6,7 @@
  * other documents to decide (effects, the outbox, units) run in a Firestore transaction instead.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { Timestamp, type DocumentData, type DocumentReference, type DocumentSnapshot, type Firestore, type Precondition, type SetOptions, type Transaction, type UpdateData, type WriteBatch } from 'firebase-admin/firestore';
+import { FieldValue, Timestamp, type DocumentData, type DocumentReference, type DocumentSnapshot, type Firestore, type Precondition, type SetOptions, type Transaction, type UpdateData, type WriteBatch } from 'firebase-admin/firestore';
 import pRetry, { AbortError } from 'p-retry';
 import type { Clock } from '../core/clock';
 import { CheckpointWriteError, OwnershipLostError, PhaselineError } from '../core/errors';
@@ -130,6 +130,13 @@ export interface JobWriter {
   delete(ref: DocumentReference, precondition?: Precondition): unknown;
 }
 
+/** A unit as read for a commit that rewrites it: its record (null: absent) and the update time the commit is conditioned on. */
+export interface UnitVersion {
+  readonly unit: string;
+  readonly record: UnitRecord | null;
+  readonly updateTime: Timestamp | null;
+}
+
 /** The job document as a commit is conditioned on it: its reference and the update time decided from. */
 export interface JobVersion {
   readonly ref: DocumentReference;
@@ -246,8 +253,10 @@ export class JobStore {
    * Decides from the job record and commits the record `body` returns, with its events and whatever
    * else `body` wrote, in one commit conditioned on the job's update time. `check` decides whether
    * the caller may write at all; a refusal is an OwnershipLostError and nothing is written. When
-   * the precondition fails the job is read again and `body` runs again on what it now says (it
-   * must be free of side effects). A holder that committed last skips the read (see asOwner).
+   * the precondition fails, or a document `body` creates has appeared meanwhile, the job is read
+   * again and `body` runs again on what it now says (it must be free of side effects; it may read
+   * other documents, which a document it writes under their own precondition can fence). A holder
+   * that committed last skips the read (see asOwner).
    * Transient Firestore failures are retried; past that the write is a CheckpointWriteError.
    */
   async transact<T>(jobId: string, check: (job: JobRecord) => string | null, body: (context: JobTransaction) => Promise<JobChange<T>>, holder?: JobClaim): Promise<T> {
@@ -275,7 +284,8 @@ export class JobStore {
           results = await writer.batch.commit();
         } catch (error) {
           this.forgetOwnerView(jobId, view.updateTime);
-          if (!isFailedPrecondition(error)) throw error;
+          // A document the commit creates appeared since the decision (someone else acted): decided again, like a changed job.
+          if (!isFailedPrecondition(error) && !isAlreadyExists(error)) throw error;
           noteCommitPreconditionFailed();
           if (attempt >= MAX_JOB_COMMIT_ATTEMPTS) throw new CheckpointWriteError(`job ${jobId} kept changing under ${attempt} conditioned commits`, error);
           continue;
@@ -632,17 +642,34 @@ export class JobStore {
     });
   }
 
+  /** A fan-out's units as they stand, each with the update time a commit that rewrites it is conditioned on (null: absent). */
+  async readUnitVersions(jobId: string, phase: string, unitIds: readonly string[]): Promise<UnitVersion[]> {
+    if (unitIds.length === 0) return [];
+    const snapshots = await this.db.getAll(...unitIds.map((unit) => this.unitRef(jobId, phase, unit)));
+    return snapshots.map((snapshot, position) => ({
+      unit: unitIds[position] as string,
+      record: snapshot.exists ? decodeUnit(snapshot.ref.path, snapshot.data()) : null,
+      updateTime: snapshot.exists ? (snapshot.updateTime ?? null) : null,
+    }));
+  }
+
   /**
-   * Writes the unit records a fan-out starts with (blind: the fan-out's own commit is conditioned on
-   * the job). Each unit's claim slot is written revoked with it, so that a worker still holding a
-   * unit of an earlier fan-out of this phase loses it here, not at its next heartbeat.
+   * Writes the unit records a fan-out starts with, each only if it is as it was read: created where
+   * there was none, replaced under its update time where there was one, so a unit that changed
+   * meanwhile fails the commit (which is decided again) instead of being overwritten. Each unit's
+   * claim slot is written revoked with it, so that a worker still holding a unit of an earlier
+   * fan-out of this phase loses it here, not at its next heartbeat.
    */
-  putNewUnits(tx: JobWriter, units: readonly UnitRecord[]): void {
+  putFanOutUnits(tx: JobWriter, units: readonly { readonly record: UnitRecord; readonly updateTime: Timestamp | null }[]): void {
     const nowMs = this.clock.now();
-    for (const unit of units) {
-      tx.set(this.unitRef(unit.jobId, unit.phase, unit.unit), encodeUnit({ ...unit, updatedAtMs: nowMs }));
-      const revoked: ClaimSlotRecord = { epoch: unit.epoch, state: 'revoked', worker: null, atMs: nowMs };
-      tx.set(this.claimSlotRef(unit.jobId, unitClaimSlot(unit.phase, unit.unit)), revoked);
+    for (const { record, updateTime } of units) {
+      const ref = this.unitRef(record.jobId, record.phase, record.unit);
+      const data = encodeUnit({ ...record, updatedAtMs: nowMs });
+      if (updateTime === null) tx.create(ref, data);
+      // Every field is named, so the update replaces the record; a field the new one lacks is removed.
+      else tx.update(ref, { ...data, ...('resultVersion' in data ? {} : { resultVersion: FieldValue.delete() }) }, { lastUpdateTime: updateTime });
+      const revoked: ClaimSlotRecord = { epoch: record.epoch, state: 'revoked', worker: null, atMs: nowMs };
+      tx.set(this.claimSlotRef(record.jobId, unitClaimSlot(record.phase, record.unit)), revoked);
     }
   }
 

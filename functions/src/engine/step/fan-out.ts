@@ -78,15 +78,13 @@ export async function startFanOut(
   const nowMs = store.clock.now();
   let started: { readonly toEnqueue: readonly UnitRecord[]; readonly dispatch: Dispatch | undefined };
   try {
-    started = await store.asOwnerReading(claim, async ({ tx, job }) => {
+    // One commit conditioned on the job (and each unit on the version read here): no transaction locks the job while the units are read.
+    started = await store.asOwner(claim, async ({ tx, job }) => {
       // Unit documents are keyed by phase and unit ID: another fan-out phase never sees them.
-      const refs = unitIds.map((unit) => store.unitRef(job.id, phase.name, unit));
-      const snapshots = refs.length > 0 ? await tx.getAll(...refs) : [];
+      const versions = await store.readUnitVersions(job.id, phase.name, unitIds);
       const toEnqueue: UnitRecord[] = [];
       const reused = new Map<string, unknown>();
-      const records = snapshots.map((snapshot, position) => {
-        const unit = unitIds[position] as string;
-        const existing = snapshot.exists ? decodeUnit(snapshot.ref.path, snapshot.data()) : null;
+      const records = versions.map(({ unit, record: existing }) => {
         // A unit finished under an earlier fan-out of this phase is reused as it is, if its result still validates.
         // A result an earlier version of the phase produced is not reused: the unit runs again under this version.
         const current = existing?.status === 'done' && (existing.resultVersion ?? 1) === phaseVersion(phase);
@@ -126,7 +124,7 @@ export async function startFanOut(
         joinedNextPhase = phaseAfter(running, phase);
       }
       const transition = startFanOutJob(job, { fanout, joinedNextPhase }, nowMs);
-      store.putNewUnits(tx, records);
+      store.putFanOutUnits(tx, records.map((record, position) => ({ record, updateTime: versions[position]?.updateTime ?? null })));
       return { next: transition.next, events: [...notes, ...transition.events], value: { toEnqueue, dispatch: transition.dispatch } };
     });
   } catch (error) {

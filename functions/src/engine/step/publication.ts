@@ -4,8 +4,8 @@ import { EMPTY_FLUSH } from '../../core/flusher';
 import { completeJob } from '../../core/transitions';
 import { type PhaseDefinition } from '../../core/pipeline';
 import type { EventDraft, JobClaim } from '../../store/job-store';
-import { unresolvedEffectsIn } from '../../store/effect-access';
-import { outboxRef } from '../../store/job-documents';
+import { unresolvedEffectsOf } from '../../store/effect-access';
+import { outboxPublished, outboxRef } from '../../store/job-documents';
 import { Running, StepOutcome, bareContext, lost } from './running';
 import { settleError } from './settle';
 
@@ -16,7 +16,7 @@ export class UnresolvedEffectsError extends TerminalError {
   }
 }
 
-/** The last phase is checkpointed: publish the answer and complete, in one owner-checked transaction. */
+/** The last phase is checkpointed: publish the answer and complete, in one commit conditioned on the job. */
 export async function complete(running: Running, claim: JobClaim, states: ReadonlyMap<string, unknown>, notes: readonly EventDraft[]): Promise<StepOutcome> {
   const { store } = running.deps;
   const lastPhase = running.pipeline.phases[running.pipeline.phases.length - 1] as PhaseDefinition<unknown, unknown>;
@@ -29,16 +29,16 @@ export async function complete(running: Running, claim: JobClaim, states: Readon
   }
   const nowMs = store.clock.now();
   try {
-    await store.asOwnerReading(claim, async ({ tx, job }) => {
+    // One commit conditioned on the job: no transaction locks it while the effects and the outbox are read.
+    await store.asOwner(claim, async ({ tx, job }) => {
       // A job cannot complete while an effect's outcome is unknown: the pipeline must reconcile it first.
-      const unresolved = await unresolvedEffectsIn(store, tx, job.id);
+      const unresolved = await unresolvedEffectsOf(store, job.id);
       if (unresolved.length > 0) throw new UnresolvedEffectsError(unresolved);
-      const outbox = outboxRef(store, job);
       // The outbox ID is the job's own: an answer already there (a job an operator released after it
-      // had published) is kept as it is, never published a second time.
-      const published = await tx.get(outbox);
-      if (!published.exists) {
-        tx.create(outbox, {
+      // had published) is kept as it is, never published a second time. Created, not set: an answer
+      // that appears after this read fails the commit, which is decided again.
+      if (!(await outboxPublished(store, job))) {
+        tx.create(outboxRef(store, job), {
           jobId: job.id,
           owner: job.owner,
           role: 'assistant',

@@ -1,0 +1,154 @@
+/**
+ * A fan-out's start and a job's publication are commits conditioned on the job, not transactions:
+ * nothing is locked while they read. What they read besides the job is fenced too: a unit that
+ * changes after the fan-out read it, or an answer that appears after the publication read the
+ * outbox, fails the commit, which is decided again from what is there now.
+ */
+import type { DocumentReference, DocumentSnapshot, ReadOptions } from 'firebase-admin/firestore';
+import { pipelineRegistry } from '../../functions/src/core/pipeline';
+import type { UnitRecord } from '../../functions/src/core/job';
+import { canaryPipeline } from '../../functions/src/pipelines/canary';
+import { decodeUnit, encodeUnit } from '../../functions/src/store/codec';
+import { JOBS, resultPath, unitPath } from '../../functions/src/store/paths';
+import { engineHarness, type EngineHarness } from '../support/engine';
+
+let harness: EngineHarness;
+beforeAll(() => {
+  harness = engineHarness('fanout-start-commits', pipelineRegistry(canaryPipeline));
+});
+beforeEach(async () => {
+  harness.queue.drain();
+  await harness.firestore.reset();
+});
+afterAll(() => harness.firestore.close());
+
+const db = () => harness.firestore.db;
+const text = 'One paragraph here.\n\nAnd a second one.';
+
+/** A unit of the canary's fan-out phase as an earlier fan-out of it left it: still held, at `epoch`. */
+function leftoverUnit(jobId: string, epoch: number): UnitRecord {
+  const nowMs = harness.clock.now();
+  return {
+    jobId,
+    unit: 'p00',
+    phase: 'measure',
+    fanoutEpoch: 0,
+    status: 'running',
+    epoch,
+    lease: { epoch, worker: 'earlier-worker', expiresAtMs: nowMs + 60_000 },
+    step: 0,
+    dispatch: 0,
+    attempts: 0,
+    staleReclaims: 0,
+    nextRunAtMs: nowMs,
+    progress: {},
+    cost: {},
+    costInJob: {},
+    claimTally: null,
+    result: null,
+    lastError: null,
+    updatedAtMs: nowMs,
+  };
+}
+
+/** Runs `during` once, right after the first `getAll` whose references all pass `matches` has read. */
+function afterFirstRead(matches: (paths: readonly string[]) => boolean, during: () => Promise<void>): { restore: () => void; ran: () => boolean } {
+  const getAll = db().getAll.bind(db());
+  let ran = false;
+  const spy = jest.spyOn(db(), 'getAll').mockImplementation(async (...refs: (DocumentReference | ReadOptions)[]): Promise<DocumentSnapshot[]> => {
+    const snapshots = await getAll(...refs);
+    const paths = refs.map((ref) => ('path' in ref ? ref.path : ''));
+    if (!ran && matches(paths)) {
+      ran = true;
+      await during();
+    }
+    return snapshots;
+  });
+  return { restore: () => spy.mockRestore(), ran: () => ran };
+}
+
+test('a whole fan-out job, from its fan-out to its published answer, runs without a transaction', async () => {
+  const jobId = await harness.submit('canary', { text });
+  const transactions = jest.spyOn(db(), 'runTransaction');
+  let kinds;
+  try {
+    kinds = (await harness.drain()).map((outcome) => outcome.kind);
+    expect(transactions).not.toHaveBeenCalled();
+  } finally {
+    transactions.mockRestore();
+  }
+  expect(kinds).toEqual(['handed-off', 'fanned-out', 'unit-done', 'unit-done', 'handed-off', 'completed']);
+  expect((await db().doc(resultPath(jobId)).get()).get('outcome')).toBe('complete');
+});
+
+test("a unit that changes between the fan-out's read and its commit is not overwritten: the fan-out decides again from the unit as it now is", async () => {
+  const jobId = await harness.submit('canary', { text });
+  expect((await harness.drain(1)).map((outcome) => outcome.kind)).toEqual(['handed-off']);
+  const unitDoc = db().doc(unitPath(jobId, 'measure', 'p00'));
+  await unitDoc.set(encodeUnit(leftoverUnit(jobId, 3)));
+  // The earlier fan-out's worker is taken over (epoch 4) after the fan-out read the unit at epoch 3.
+  const interposed = afterFirstRead(
+    (paths) => paths.length > 0 && paths.every((path) => path.includes('/units/')),
+    () => unitDoc.set(encodeUnit(leftoverUnit(jobId, 4))).then(() => undefined),
+  );
+  let outcomes;
+  try {
+    outcomes = await harness.drain(1);
+  } finally {
+    interposed.restore();
+  }
+  expect(interposed.ran()).toBe(true);
+  expect(outcomes.map((outcome) => outcome.kind)).toEqual(['fanned-out']);
+  const unit = decodeUnit(unitDoc.path, (await unitDoc.get()).data());
+  // Written over the read at epoch 3, the unit's next claim would reuse epoch 4, the taken-over worker's fencing token.
+  expect(unit).toMatchObject({ status: 'queued', epoch: 4, lease: null });
+  expect((await harness.drain()).at(-1)?.kind).toBe('completed');
+  expect(decodeUnit(unitDoc.path, (await unitDoc.get()).data())).toMatchObject({ status: 'done', epoch: 5 });
+});
+
+test("a unit created between the fan-out's read and its commit fails the commit's create, and the fan-out decides again", async () => {
+  const jobId = await harness.submit('canary', { text });
+  await harness.drain(1);
+  const unitDoc = db().doc(unitPath(jobId, 'measure', 'p00'));
+  const interposed = afterFirstRead(
+    (paths) => paths.length > 0 && paths.every((path) => path.includes('/units/')),
+    () => unitDoc.create(encodeUnit(leftoverUnit(jobId, 2))).then(() => undefined),
+  );
+  let outcomes;
+  try {
+    outcomes = await harness.drain(1);
+  } finally {
+    interposed.restore();
+  }
+  expect(interposed.ran()).toBe(true);
+  expect(outcomes.map((outcome) => outcome.kind)).toEqual(['fanned-out']);
+  expect(decodeUnit(unitDoc.path, (await unitDoc.get()).data())).toMatchObject({ status: 'queued', epoch: 2 });
+});
+
+test('an answer that appears between the publication\'s read of the outbox and its commit is kept, not published twice', async () => {
+  const jobId = await harness.submit('canary', { text });
+  const outcomes = await harness.drain(4); // split, fan-out, both units
+  expect(outcomes.map((outcome) => outcome.kind)).toEqual(['handed-off', 'fanned-out', 'unit-done', 'unit-done']);
+  const outbox = db().doc(resultPath(jobId));
+  const reference = Object.getPrototypeOf(outbox) as { get: (this: DocumentReference) => Promise<DocumentSnapshot> };
+  const get = reference.get;
+  let interposed = false;
+  const spy = jest.spyOn(reference, 'get').mockImplementation(async function (this: DocumentReference) {
+    const snapshot = await get.call(this);
+    if (!interposed && this.path === outbox.path) {
+      interposed = true;
+      await outbox.create({ jobId, markdown: 'published by an earlier holder', outcome: 'complete' });
+    }
+    return snapshot;
+  });
+  let last;
+  try {
+    last = await harness.drain();
+  } finally {
+    spy.mockRestore();
+  }
+  expect(interposed).toBe(true);
+  expect(last.at(-1)?.kind).toBe('completed');
+  expect((await outbox.get()).get('markdown')).toBe('published by an earlier holder');
+  expect((await db().doc(`${JOBS}/${jobId}`).get()).get('status')).toBe('completed');
+});
