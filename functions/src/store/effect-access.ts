@@ -19,9 +19,12 @@ export function unresolvedEffectsIn(store: JobStore, tx: Transaction, jobId: str
 }
 
 /**
- * The same, read plainly, for a commit conditioned on the job: every change to a job's entries is
- * made by a transaction that reads the job and requires its claim (or its end), so an entry that
- * changes between this read and that commit means the job changed too, and the commit fails.
+ * The same, read plainly, for the publication's commit conditioned on the job. Every change to a
+ * job's entries is a transaction that reads the job and needs its claim or its end: a claim older
+ * than the publishing one is refused there (the job's epoch moved on), a unit's once its fan-out
+ * is over, and a stopped job's settling cannot meet a running one's commit (the stop changed the
+ * job). The publishing claim itself holds no ledger, and must not: a move under it would change
+ * no job and go unfenced. The publication's context refuses effects (review3-publication-races.test.ts).
  */
 export function unresolvedEffectsOf(store: JobStore, jobId: string, limit?: number): Promise<string[]> {
   return unresolvedEffectKeys(null, store.db, jobId, limit);
