@@ -184,8 +184,8 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'poison-resets-on-section',
     removes: 'the lost-worker count starting again when a section is recorded',
     file: 'functions/src/engine/step/durable-writes.ts',
-    search: '        if (!created || job.staleReclaims === 0) return { value: created };\n',
-    replace: '        return { value: created };\n',
+    search: '        if (job.staleReclaims === 0) return { value: true };\n',
+    replace: '        return { value: true };\n',
     tests: [{ files: [HOLES], names: 'bug 8: five workers lost, each right after recording' }],
   },
   {
@@ -526,5 +526,21 @@ export const MUTANTS: readonly Mutant[] = [
     search: '        tx.create(outboxRef(store, job), {',
     replace: '        tx.set(outboxRef(store, job), {',
     tests: [{ files: ['test/emulator/fanout-start-commits.test.ts'], names: 'an answer that appears between' }],
+  },
+  {
+    name: 'section-looked-for-before-reset',
+    removes: "the look for an existing section before the commit that records it and resets the poison count (a section that is there already fails every retry of that commit)",
+    file: 'functions/src/engine/step/durable-writes.ts',
+    search: '      return store.asOwner(owner.claim, async ({ tx, job }) => {\n        if (await documentExists(ref)) return { value: false };\n',
+    replace: '      return store.asOwner(owner.claim, async ({ tx, job }) => {\n',
+    tests: [{ files: ['test/emulator/poison-reset-commits.test.ts'], names: "a job's section that appears between" }],
+  },
+  {
+    name: 'unit-section-first-write-wins',
+    removes: "a unit's section created meanwhile read as already recorded (the unit's step fails instead)",
+    file: 'functions/src/engine/step/durable-writes.ts',
+    search: '        if (isAlreadyExists(error)) return false;\n        throw error;\n      });\n  };',
+    replace: '        throw error;\n      });\n  };',
+    tests: [{ files: ['test/emulator/poison-reset-commits.test.ts'], names: "a unit's section that appears between" }],
   },
 ];

@@ -24,9 +24,14 @@ export function outboxRef(store: JobStore, job: Pick<JobRecord, 'id' | 'conversa
   return store.db.doc(job.conversationId ? messagePath(job.conversationId, job.id) : resultPath(job.id));
 }
 
+/** Whether a document a holder is about to create is there already, read plainly (its commit creates it, so one that appears meanwhile fails it). */
+export async function documentExists(ref: DocumentReference): Promise<boolean> {
+  return (await ref.get()).exists;
+}
+
 /** Whether the job's answer is already there, read plainly (the publishing commit is conditioned on the job). */
 export async function outboxPublished(store: JobStore, job: Pick<JobRecord, 'id' | 'conversationId'>): Promise<boolean> {
-  return (await outboxRef(store, job).get()).exists;
+  return documentExists(outboxRef(store, job));
 }
 
 export interface RejectedTask {

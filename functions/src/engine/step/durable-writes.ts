@@ -8,7 +8,7 @@ import { EMPTY_LOG, encodeSave, groupBySection, loadSaves, offloadLargeContents,
 import { artifactStoreOf } from '../../store/artifact-store';
 import type { StoredDocument } from '../../store/checkpoint-reads';
 import { effectLedgerOf } from '../../store/effect-access';
-import { sectionRef, transcriptSaveRef } from '../../store/job-documents';
+import { documentExists, sectionRef, transcriptSaveRef } from '../../store/job-documents';
 import { type DurableWrites } from '../context';
 import type { Running, SectionOwner } from './running';
 
@@ -20,8 +20,8 @@ export const PROGRESS_RESETS_POISON: EventDraft = {
 /**
  * Section and transcript writes, each made only while the writer still holds its claim: one commit
  * conditioned on the claim slot (ClaimSession), no read while the claim holds. The first section
- * recorded after a lost worker goes through an owner-checked transaction instead, because it also
- * resets the poison count on the job or unit record (see the README's quarantine rule).
+ * recorded after a lost worker goes through the job's (or unit's) conditioned commit instead,
+ * because it also resets the poison count on that record (see the README's quarantine rule).
  *
  * Transcripts are append-only logs (store/transcript-log.ts), read once per step when the phase
  * (or unit) has no section recorded yet, so that only sections in flight have any; once some are
@@ -45,26 +45,32 @@ export function durableWrites(running: Running, owner: SectionOwner, session: Cl
   const asOwner = <T>(body: (context: { tx: FirebaseFirestore.Transaction }) => Promise<{ value: T }>): Promise<T> =>
     stopOnLoss(owner.kind === 'job' ? store.asOwnerReading(owner.claim, body) : store.asUnitOwner(owner.claim, body));
 
-  /** Through the owner-checked transaction: creates the section and resets the poison count in one commit. */
+  /**
+   * Creates the section and resets the poison count in one commit conditioned on the job (or the
+   * unit and its claim slot): no transaction locks the record while the section is looked for.
+   * A section that appears after the look fails the create, and the commit is decided again.
+   */
   const writeSectionResettingPoison = (ref: FirebaseFirestore.DocumentReference, document: Record<string, unknown>): Promise<boolean> => {
-    const create = async (tx: FirebaseFirestore.Transaction): Promise<boolean> => {
-      const existing = await tx.get(ref);
-      if (existing.exists) return false;
-      tx.create(ref, document);
-      return true;
-    };
     if (owner.kind === 'job') {
-      return store.asOwnerReading(owner.claim, async ({ tx, job }) => {
-        const created = await create(tx);
-        if (!created || job.staleReclaims === 0) return { value: created };
-        return { next: { ...job, staleReclaims: 0 }, events: [PROGRESS_RESETS_POISON], value: created };
+      return store.asOwner(owner.claim, async ({ tx, job }) => {
+        if (await documentExists(ref)) return { value: false };
+        tx.create(ref, document);
+        if (job.staleReclaims === 0) return { value: true };
+        return { next: { ...job, staleReclaims: 0 }, events: [PROGRESS_RESETS_POISON], value: true };
       });
     }
-    return store.asUnitOwner(owner.claim, async ({ tx, unit: current }) => {
-      const created = await create(tx);
-      if (!created || current.staleReclaims === 0) return { value: created };
-      return { nextUnit: { ...current, staleReclaims: 0 }, events: [PROGRESS_RESETS_POISON], value: created };
-    });
+    return store
+      .commitAsUnitOwner(owner.claim, async ({ tx, unit: current }) => {
+        if (await documentExists(ref)) return { value: false };
+        tx.create(ref, document);
+        if (current.staleReclaims === 0) return { value: true };
+        return { nextUnit: { ...current, staleReclaims: 0 }, events: [PROGRESS_RESETS_POISON], value: true };
+      })
+      .catch((error: unknown) => {
+        // Only this claim's own commits can create it meanwhile (any other writer's slot precondition fails): first write wins.
+        if (isAlreadyExists(error)) return false;
+        throw error;
+      });
   };
 
   /** First write wins: a section is never rewritten (create-if-absent, in the owner's conditioned commit). */
