@@ -22,7 +22,9 @@ import { getFirestore } from 'firebase-admin/firestore';
 import { systemClock } from '../../functions/src/core/clock';
 import { sweep, type SweepDeps, type SweepReport } from '../../functions/src/engine/sweeper';
 import { notifyStoppedEffects } from '../../functions/src/pipelines/notify/config';
-import { cloudTasksQueue } from '../../functions/src/store/cloud-tasks-queue';
+import { stepQueueLimitsFromEnv, type StepQueueLimits } from '../../functions/src/config/environment';
+import { cloudTasksQueue, STEP_FUNCTION_NAME } from '../../functions/src/store/cloud-tasks-queue';
+import { runJobStep } from '../../functions/src/triggers/run-job-step';
 import { JobStore } from '../../functions/src/store/job-store';
 import { engineOptionsFromEnv } from '../../functions/src/triggers/config';
 import { buildWeb, WEB_DIST } from '../../web/build';
@@ -470,6 +472,8 @@ async function startParts(options: LocalStackOptions, teardown: Teardown): Promi
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
   checkpoint();
+  const queue = await applyStepQueueLimits(`${ports.host}:${ports.tasks}`, `${config.functionsBaseUrl}/${STEP_FUNCTION_NAME}`, projectId, { ...process.env, ...options.functionsEnv });
+  log(`step queue: ${queue.maxConcurrentDispatches} tasks at once, ${queue.maxDispatchesPerSecond} started per second at most`);
 
   const sweeper = startSweeper({ projectId, firestoreHost: firestore.host, tasksHost: `${ports.host}:${ports.tasks}`, everyMs: options.sweepEveryMs ?? SWEEP_EVERY_MS, log });
   teardown.add('the sweeper', () => sweeper.stop());
@@ -482,6 +486,30 @@ async function startParts(options: LocalStackOptions, teardown: Teardown): Promi
   }
   checkpoint();
   return { projectId, ports, config, pageUrl, logFile, sweeper, died, stop: () => teardown.stop() };
+}
+
+/**
+ * firebase-tools loads the functions' definitions with the variables of their `.env` files only,
+ * not this process's environment (the workers get both), so the step queue the tasks emulator made
+ * has the default limits whatever the stack's environment says. This creates it again, before any
+ * task is queued, through the tasks emulator's own queue API: the definition's retry settings and
+ * target, with the limits the configuration module reads from that environment, as a deploy with
+ * the same variables in `functions/.env` would have them.
+ */
+async function applyStepQueueLimits(tasksHost: string, stepFunctionUrl: string, projectId: string, env: NodeJS.ProcessEnv): Promise<StepQueueLimits> {
+  const limits = stepQueueLimitsFromEnv(env);
+  const trigger = runJobStep.__endpoint.taskQueueTrigger;
+  const region = runJobStep.__endpoint.region?.[0] ?? 'us-central1';
+  const response = await fetch(`http://${tasksHost}/projects/${projectId}/locations/${region}/queues/${STEP_FUNCTION_NAME}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ ...trigger, rateLimits: limits, defaultUri: stepFunctionUrl }),
+  });
+  const answer = (await response.json().catch(() => null)) as { taskQueueConfig?: { rateLimits?: unknown } } | null;
+  if (!response.ok || JSON.stringify(answer?.taskQueueConfig?.rateLimits) !== JSON.stringify(limits)) {
+    throw new Error(`The tasks emulator did not take the step queue's limits (HTTP ${response.status}: ${JSON.stringify(answer)})`);
+  }
+  return limits;
 }
 
 /**
