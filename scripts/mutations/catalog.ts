@@ -543,4 +543,23 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '        throw error;\n      });\n  };',
     tests: [{ files: ['test/emulator/poison-reset-commits.test.ts'], names: "a unit's section that appears between" }],
   },
+  {
+    name: 'submit-usage-conditioned',
+    removes: "the precondition on the owner's usage document in the commit that creates a job (racing submits both pass the last free slot)",
+    file: 'functions/src/store/quota-documents.ts',
+    search: 'if (updateTime) writer.update(usageRef, next, { lastUpdateTime: updateTime });',
+    replace: 'if (updateTime) writer.set(usageRef, next);',
+    tests: [
+      { files: ['test/emulator/submit-commits.test.ts'], names: 'decides again' },
+      { files: ['test/emulator/quotas.test.ts'], names: 'parallel submits race' },
+    ],
+  },
+  {
+    name: 'conversation-created-once',
+    removes: "the create-if-absent of a new conversation's record (a second user's submit takes over a conversation opened meanwhile)",
+    file: 'functions/src/store/job-store.ts',
+    search: 'batch.create(conversationRef, { owner: request.owner, createdAtMs: nowMs });',
+    replace: 'batch.set(conversationRef, { owner: request.owner, createdAtMs: nowMs });',
+    tests: [{ files: ['test/emulator/submit-commits.test.ts'], names: 'stays theirs' }],
+  },
 ];

@@ -169,6 +169,8 @@ interface OwnerView {
 
 /** Conditioned commits that find the job changed, in a row, before one gives up. Each costs one read. */
 const MAX_JOB_COMMIT_ATTEMPTS = 8;
+/** Each round of a burst of one user's submits admits or refuses at least one of them. */
+const MAX_SUBMIT_COMMIT_ATTEMPTS = 16;
 /** Pause before a unit change reads again after losing a race: up to this many ms per attempt so far, at most the cap. */
 const UNIT_RACE_PAUSE_STEP_MS = 5;
 const UNIT_RACE_PAUSE_CAP_MS = 100;
@@ -201,8 +203,11 @@ export class JobStore {
   /**
    * Writes a new queued job. With an idempotency key the job ID is derived from owner and key,
    * so a repeated submit finds the same job instead of making a second one. `admission` (the
-   * owner's limits) runs in the same transaction and only for a new job: a repeat is never
-   * refused nor counted again.
+   * owner's limits) is decided only for a new job: a repeat is never refused nor counted again.
+   * Plain reads, then one commit that creates the job (and its conversation's record, which names
+   * the owner so that security rules let only them read its messages) and writes the usage the
+   * admission decided, conditioned on the usage as read: no lock is held, and a submit that lost a
+   * race (its job, its conversation or its usage changed meanwhile) reads again and decides again.
    */
   async createJob(request: NewJob, admission?: JobAdmission): Promise<CreateJobResult> {
     const nowMs = this.clock.now();
@@ -210,43 +215,50 @@ export class JobStore {
       ? this.jobRef(jobIdForIdempotencyKey(request.owner, request.idempotencyKey))
       : this.db.collection(JOBS).doc();
     const fingerprint = requestFingerprint(request);
-    return this.db.runTransaction(async (tx) => {
-      const snapshot = await tx.get(ref);
-      // Every read comes before the first write: Firestore transactions require it.
-      const conversation = request.conversationId ? await this.readConversation(tx, request.conversationId) : null;
-      if (snapshot.exists) {
-        const existing = decodeJob(ref.id, snapshot.data());
-        if (snapshot.get('requestFingerprint') !== fingerprint) return { conflict: true as const, job: existing };
-        return { created: false, job: existing };
+    const conversationRef = request.conversationId ? this.db.doc(conversationPath(request.conversationId)) : null;
+    return this.retryingWrite(`submit of job ${ref.id}`, async () => {
+      for (let attempt = 1; ; attempt += 1) {
+        const [snapshot, conversation] = await this.db.getAll(ref, ...(conversationRef ? [conversationRef] : []));
+        if (snapshot?.exists) {
+          const existing = decodeJob(ref.id, snapshot.data());
+          if (snapshot.get('requestFingerprint') !== fingerprint) return { conflict: true as const, job: existing };
+          return { created: false, job: existing };
+        }
+        if (conversation?.exists && conversation.get('owner') !== request.owner) {
+          throw new PhaselineError('invalid_input', false, 'That conversation belongs to someone else.');
+        }
+        const admitted = admission ? await admission(ref.id, nowMs) : null;
+        if (admitted && 'refused' in admitted) return { refused: admitted.refused };
+        const job = newQueuedJob(
+          {
+            id: ref.id,
+            owner: request.owner,
+            pipeline: request.pipeline,
+            input: request.input,
+            conversationId: request.conversationId,
+            idempotencyKey: request.idempotencyKey,
+            pipelineVersion: request.pipelineVersion ?? null,
+          },
+          nowMs,
+        );
+        const batch = this.db.batch();
+        batch.create(ref, { ...encodeJob(job), requestFingerprint: fingerprint });
+        batch.create(this.db.doc(eventPath(ref.id, eventId(1))), eventDocument(job, { kind: 'submitted', message: `Submitted to ${job.pipeline}${job.pipelineVersion ? ` (version ${job.pipelineVersion})` : ''}` }, nowMs));
+        if (conversationRef && !conversation?.exists) batch.create(conversationRef, { owner: request.owner, createdAtMs: nowMs });
+        admitted?.admit(batch);
+        try {
+          await batch.commit();
+        } catch (error) {
+          if (!isFailedPrecondition(error) && !isAlreadyExists(error)) throw error;
+          noteCommitPreconditionFailed();
+          if (attempt >= MAX_SUBMIT_COMMIT_ATTEMPTS) throw new CheckpointWriteError(`submit of job ${ref.id}: its usage or documents kept changing under ${attempt} conditioned commits`, error);
+          // Submits of one user at once race on their usage document: a short random pause keeps the losers from colliding again in lockstep.
+          await new Promise((resolve) => setTimeout(resolve, Math.floor(Math.random() * Math.min(UNIT_RACE_PAUSE_CAP_MS, UNIT_RACE_PAUSE_STEP_MS * attempt))));
+          continue;
+        }
+        return { created: true, job };
       }
-      if (conversation?.snapshot.exists && conversation.snapshot.get('owner') !== request.owner) {
-        throw new PhaselineError('invalid_input', false, 'That conversation belongs to someone else.');
-      }
-      const refusal = admission ? await admission(tx, ref.id, nowMs) : null;
-      if (refusal) return { refused: refusal };
-      const job = newQueuedJob(
-        {
-          id: ref.id,
-          owner: request.owner,
-          pipeline: request.pipeline,
-          input: request.input,
-          conversationId: request.conversationId,
-          idempotencyKey: request.idempotencyKey,
-          pipelineVersion: request.pipelineVersion ?? null,
-        },
-        nowMs,
-      );
-      tx.create(ref, { ...encodeJob(job), requestFingerprint: fingerprint });
-      tx.create(this.db.doc(eventPath(ref.id, eventId(1))), eventDocument(job, { kind: 'submitted', message: `Submitted to ${job.pipeline}${job.pipelineVersion ? ` (version ${job.pipelineVersion})` : ''}` }, nowMs));
-      if (conversation && !conversation.snapshot.exists) tx.create(conversation.ref, { owner: request.owner, createdAtMs: nowMs });
-      return { created: true, job };
     });
-  }
-
-  /** The conversation records its owner so that security rules can let only them read its messages. */
-  private async readConversation(tx: Transaction, conversationId: string): Promise<{ ref: DocumentReference; snapshot: DocumentSnapshot }> {
-    const ref = this.db.doc(conversationPath(conversationId));
-    return { ref, snapshot: await tx.get(ref) };
   }
 
   /**

@@ -8,11 +8,11 @@
  * after another and a limit of 3 accepts exactly 3 of 10 parallel submits. Submits of different
  * users never contend.
  */
-import { FieldValue, Timestamp, type DocumentSnapshot, type Firestore, type Transaction } from 'firebase-admin/firestore';
+import { FieldValue, Timestamp, type DocumentSnapshot, type Firestore } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import { PhaselineError } from '../core/errors';
 import { decodeJob } from './codec';
-import type { JobStore } from './job-store';
+import type { JobStore, JobWriter } from './job-store';
 import {
   DEFAULT_QUOTA_DEFAULTS,
   decideAdmission,
@@ -43,7 +43,13 @@ export interface Submitter {
  * Runs inside the transaction that creates a job, after the job is known to be new: reads what it
  * needs, then refuses (the transaction writes nothing) or records the job and returns null.
  */
-export type JobAdmission = (tx: Transaction, jobId: string, nowMs: number) => Promise<QuotaRefusal | null>;
+/**
+ * Decides from plain reads whether one more job of a submitter is admitted. An admitted job comes
+ * with `admit`, which adds the usage write to the job's creating commit, conditioned on the usage
+ * document as it was read (created if it was absent): a submit that raced it fails that commit,
+ * which is decided again from fresh reads.
+ */
+export type JobAdmission = (jobId: string, nowMs: number) => Promise<{ readonly refused: QuotaRefusal } | { readonly admit: (writer: JobWriter) => void }>;
 
 function corrupt(path: string, error: unknown): PhaselineError {
   return new PhaselineError('internal', false, `${path} is malformed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
@@ -116,27 +122,26 @@ export class SubmitQuota {
   ) {}
 
   /**
-   * The admission check of one submitter's job, for JobStore.createJob. A refusal is decided from
-   * plain reads, so a user already at a limit does not contend on their usage document: usage only
-   * grows until its jobs end or its submits age, so what an older read shows as full is still full.
-   * An admission is decided again from the transaction's own read of the usage document.
+   * The admission check of one submitter's job, for JobStore.createJob: its usage, its override and
+   * today's spend in one read, no lock. Today's spend only grows within a day and the steps charging
+   * it must not wait on a submit, so it only informs the decision; the usage document, which every
+   * admission rewrites, fences it.
    */
   admission(submitter: Submitter): JobAdmission {
     const usageRef = this.db.doc(quotaUsagePath(submitter.uid));
     const limitsRef = this.db.doc(userLimitsPath(submitter.uid));
-    return async (tx, jobId, nowMs) => {
-      const ended = new Set<string>();
-      // Today's spend is read plainly, never locked: it only grows within a day, and the steps charging it must not wait on a submit.
-      const [seenUsage, seenOverride, spent] = await this.db.getAll(usageRef, limitsRef, this.db.doc(spendDayPath(submitter.uid, spendDay(nowMs))));
-      const spentTodayUsd = decodeSpent(spent);
-      const early = await this.decide(seenUsage, seenOverride, ended, submitter, jobId, nowMs, spentTodayUsd);
-      if (!early.admitted) return early.refusal;
-
-      const [usageSnapshot, overrideSnapshot] = await tx.getAll(usageRef, limitsRef);
-      const admission = await this.decide(usageSnapshot, overrideSnapshot, ended, submitter, jobId, nowMs, spentTodayUsd);
-      if (!admission.admitted) return admission.refusal;
-      tx.set(usageRef, { ...admission.usage, anonymous: submitter.anonymous });
-      return null;
+    return async (jobId, nowMs) => {
+      const [usage, override, spent] = await this.db.getAll(usageRef, limitsRef, this.db.doc(spendDayPath(submitter.uid, spendDay(nowMs))));
+      const admission = await this.decide(usage, override, new Set(), submitter, jobId, nowMs, decodeSpent(spent));
+      if (!admission.admitted) return { refused: admission.refusal };
+      const next = { ...admission.usage, anonymous: submitter.anonymous };
+      const updateTime = usage?.exists ? usage.updateTime : undefined;
+      return {
+        admit: (writer) => {
+          if (updateTime) writer.update(usageRef, next, { lastUpdateTime: updateTime });
+          else writer.create(usageRef, next);
+        },
+      };
     };
   }
 

@@ -1,0 +1,94 @@
+/**
+ * A submit reads plainly and makes one commit: the job, its first event, its conversation's record
+ * and the owner's usage, the usage conditioned on the version the admission read. No transaction
+ * locks the user's usage document; a submit whose reads went stale decides again.
+ */
+import type { DocumentReference, DocumentSnapshot, ReadOptions } from 'firebase-admin/firestore';
+import { ManualClock } from '../../functions/src/core/clock';
+import { resolveEngineOptions } from '../../functions/src/core/options';
+import type { QuotaDefaults } from '../../functions/src/core/quota';
+import { JobStore } from '../../functions/src/store/job-store';
+import { SubmitQuota } from '../../functions/src/store/quota-documents';
+import { conversationPath, quotaUsagePath } from '../../functions/src/store/paths';
+import { openTestFirestore, type TestFirestore } from '../support/firestore';
+
+const LIMITS: QuotaDefaults = { signedIn: { jobsInFlight: 3, submitsPerMinute: 50, spendUsdPerDay: 10 }, anonymous: { jobsInFlight: 1, submitsPerMinute: 2, spendUsdPerDay: 1 } };
+
+let firestore: TestFirestore;
+let store: JobStore;
+let quota: SubmitQuota;
+beforeAll(() => {
+  firestore = openTestFirestore('submit-commits');
+  store = new JobStore(firestore.db, new ManualClock(), resolveEngineOptions({}));
+  quota = new SubmitQuota(firestore.db, LIMITS);
+});
+beforeEach(() => firestore.reset());
+afterAll(() => firestore.close());
+
+const db = () => firestore.db;
+const request = (owner: string, text: string, conversationId: string | null = null) => ({ owner, pipeline: 'echo', input: { text }, conversationId, idempotencyKey: null });
+
+/** Runs `during` once, right after the first `getAll` that reads `path` has read. */
+function afterFirstRead(path: string, during: () => Promise<void>): { restore: () => void; ran: () => boolean } {
+  const getAll = db().getAll.bind(db());
+  let ran = false;
+  const spy = jest.spyOn(db(), 'getAll').mockImplementation(async (...refs: (DocumentReference | ReadOptions)[]): Promise<DocumentSnapshot[]> => {
+    const snapshots = await getAll(...refs);
+    if (!ran && refs.some((ref) => 'path' in ref && ref.path === path)) {
+      ran = true;
+      await during();
+    }
+    return snapshots;
+  });
+  return { restore: () => spy.mockRestore(), ran: () => ran };
+}
+
+test('a submit with its admission makes no transaction', async () => {
+  const transactions = jest.spyOn(db(), 'runTransaction');
+  try {
+    const created = await store.createJob(request('uid-alice', 'one'), quota.admission({ uid: 'uid-alice', anonymous: false }));
+    expect('created' in created && created.created).toBe(true);
+    expect(transactions).not.toHaveBeenCalled();
+  } finally {
+    transactions.mockRestore();
+  }
+  expect((await db().doc(quotaUsagePath('uid-alice')).get()).get('inFlightJobIds')).toHaveLength(1);
+});
+
+test("a submit admitted on a usage read that another submit then changed decides again: the user's limit holds", async () => {
+  await store.createJob(request('uid-alice', 'one'), quota.admission({ uid: 'uid-alice', anonymous: false }));
+  await store.createJob(request('uid-alice', 'two'), quota.admission({ uid: 'uid-alice', anonymous: false }));
+  // Two in flight, limit three: both of these read room for one more; the second lands between the first's read and its commit.
+  const interposed = afterFirstRead(quotaUsagePath('uid-alice'), async () => {
+    const other = await store.createJob(request('uid-alice', 'three'), quota.admission({ uid: 'uid-alice', anonymous: false }));
+    expect('created' in other && other.created).toBe(true);
+  });
+  let late;
+  try {
+    late = await store.createJob(request('uid-alice', 'four'), quota.admission({ uid: 'uid-alice', anonymous: false }));
+  } finally {
+    interposed.restore();
+  }
+  expect(interposed.ran()).toBe(true);
+  expect(late).toMatchObject({ refused: { limit: 'jobs_in_flight' } });
+  expect((await db().doc(quotaUsagePath('uid-alice')).get()).get('inFlightJobIds')).toHaveLength(3);
+  expect((await db().collection('jobs').where('owner', '==', 'uid-alice').get()).size).toBe(3);
+});
+
+test("a conversation another user opened between a submit's read and its commit stays theirs: the submit is refused", async () => {
+  const interposed = afterFirstRead(conversationPath('chat-9'), async () => {
+    await store.createJob(request('uid-bob', 'first in', 'chat-9'));
+  });
+  let refusal: unknown = null;
+  try {
+    await store.createJob(request('uid-alice', 'second', 'chat-9')).catch((error: unknown) => {
+      refusal = error;
+    });
+  } finally {
+    interposed.restore();
+  }
+  expect(interposed.ran()).toBe(true);
+  expect(String(refusal)).toMatch(/belongs to someone else/);
+  expect((await db().doc(conversationPath('chat-9')).get()).get('owner')).toBe('uid-bob');
+  expect((await db().collection('jobs').where('owner', '==', 'uid-alice').get()).size).toBe(0);
+});
