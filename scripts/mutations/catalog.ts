@@ -562,4 +562,12 @@ export const MUTANTS: readonly Mutant[] = [
     replace: 'batch.set(conversationRef, { owner: request.owner, createdAtMs: nowMs });',
     tests: [{ files: ['test/emulator/submit-commits.test.ts'], names: 'stays theirs' }],
   },
+  {
+    name: 'limits-change-fences-submits',
+    removes: "setUserLimits touching the user's usage document (a submit that read the old limits commits under them after the cut)",
+    file: 'functions/src/store/quota-documents.ts',
+    search: '    if (usage.exists) tx.update(usageRef, { limitsChangedAtMs: nowMs });\n    else tx.create(usageRef, { ...EMPTY_QUOTA_USAGE, updatedAtMs: nowMs, limitsChangedAtMs: nowMs });\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/review4-submit-races.test.ts'], names: "an operator's cut to 0 jobs in flight" }],
+  },
 ];

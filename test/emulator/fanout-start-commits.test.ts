@@ -4,13 +4,13 @@
  * changes after the fan-out read it, or an answer that appears after the publication read the
  * outbox, fails the commit, which is decided again from what is there now.
  */
-import type { DocumentReference, DocumentSnapshot, ReadOptions } from 'firebase-admin/firestore';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import type { UnitRecord } from '../../functions/src/core/job';
 import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { decodeUnit, encodeUnit } from '../../functions/src/store/codec';
 import { JOBS, resultPath, unitPath } from '../../functions/src/store/paths';
 import { engineHarness, type EngineHarness } from '../support/engine';
+import { afterFirstGet, afterFirstGetAll } from '../support/interpose';
 
 let harness: EngineHarness;
 beforeAll(() => {
@@ -51,22 +51,6 @@ function leftoverUnit(jobId: string, epoch: number): UnitRecord {
   };
 }
 
-/** Runs `during` once, right after the first `getAll` whose references all pass `matches` has read. */
-function afterFirstRead(matches: (paths: readonly string[]) => boolean, during: () => Promise<void>): { restore: () => void; ran: () => boolean } {
-  const getAll = db().getAll.bind(db());
-  let ran = false;
-  const spy = jest.spyOn(db(), 'getAll').mockImplementation(async (...refs: (DocumentReference | ReadOptions)[]): Promise<DocumentSnapshot[]> => {
-    const snapshots = await getAll(...refs);
-    const paths = refs.map((ref) => ('path' in ref ? ref.path : ''));
-    if (!ran && matches(paths)) {
-      ran = true;
-      await during();
-    }
-    return snapshots;
-  });
-  return { restore: () => spy.mockRestore(), ran: () => ran };
-}
-
 test('a whole fan-out job, from its fan-out to its published answer, runs without a transaction', async () => {
   const jobId = await harness.submit('canary', { text });
   const transactions = jest.spyOn(db(), 'runTransaction');
@@ -87,7 +71,8 @@ test("a unit that changes between the fan-out's read and its commit is not overw
   const unitDoc = db().doc(unitPath(jobId, 'measure', 'p00'));
   await unitDoc.set(encodeUnit(leftoverUnit(jobId, 3)));
   // The earlier fan-out's worker is taken over (epoch 4) after the fan-out read the unit at epoch 3.
-  const interposed = afterFirstRead(
+  const interposed = afterFirstGetAll(
+    db(),
     (paths) => paths.length > 0 && paths.every((path) => path.includes('/units/')),
     () => unitDoc.set(encodeUnit(leftoverUnit(jobId, 4))).then(() => undefined),
   );
@@ -110,7 +95,8 @@ test("a unit created between the fan-out's read and its commit fails the commit'
   const jobId = await harness.submit('canary', { text });
   await harness.drain(1);
   const unitDoc = db().doc(unitPath(jobId, 'measure', 'p00'));
-  const interposed = afterFirstRead(
+  const interposed = afterFirstGetAll(
+    db(),
     (paths) => paths.length > 0 && paths.every((path) => path.includes('/units/')),
     () => unitDoc.create(encodeUnit(leftoverUnit(jobId, 2))).then(() => undefined),
   );
@@ -130,24 +116,14 @@ test('an answer that appears between the publication\'s read of the outbox and i
   const outcomes = await harness.drain(4); // split, fan-out, both units
   expect(outcomes.map((outcome) => outcome.kind)).toEqual(['handed-off', 'fanned-out', 'unit-done', 'unit-done']);
   const outbox = db().doc(resultPath(jobId));
-  const reference = Object.getPrototypeOf(outbox) as { get: (this: DocumentReference) => Promise<DocumentSnapshot> };
-  const get = reference.get;
-  let interposed = false;
-  const spy = jest.spyOn(reference, 'get').mockImplementation(async function (this: DocumentReference) {
-    const snapshot = await get.call(this);
-    if (!interposed && this.path === outbox.path) {
-      interposed = true;
-      await outbox.create({ jobId, markdown: 'published by an earlier holder', outcome: 'complete' });
-    }
-    return snapshot;
-  });
+  const interposed = afterFirstGet(db(), outbox.path, () => outbox.create({ jobId, markdown: 'published by an earlier holder', outcome: 'complete' }));
   let last;
   try {
     last = await harness.drain();
   } finally {
-    spy.mockRestore();
+    interposed.restore();
   }
-  expect(interposed).toBe(true);
+  expect(interposed.ran()).toBe(true);
   expect(last.at(-1)?.kind).toBe('completed');
   expect((await outbox.get()).get('markdown')).toBe('published by an earlier holder');
   expect((await db().doc(`${JOBS}/${jobId}`).get()).get('status')).toBe('completed');

@@ -4,11 +4,11 @@
  * slot), not a transaction that locks the record while the section is looked for.
  */
 import { z } from 'zod';
-import type { DocumentReference, DocumentSnapshot } from 'firebase-admin/firestore';
 import { defineFanOutPhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/runner';
 import { JOBS, sectionKey, sectionPath, unitPath } from '../../functions/src/store/paths';
 import { engineHarness, type EngineHarness } from '../support/engine';
+import { afterFirstGet } from '../support/interpose';
 import { resetBehaviour, testPipeline } from '../support/test-pipeline';
 
 /** Each unit records one section, then finishes with its value. */
@@ -50,22 +50,6 @@ const db = () => harness.firestore.db;
 const RESET_MESSAGE = /lost-worker count starts again/;
 const resetEvents = async (jobId: string): Promise<number> =>
   (await db().collection(`${JOBS}/${jobId}/events`).get()).docs.filter((doc) => doc.get('kind') === 'progress' && RESET_MESSAGE.test(String(doc.get('message')))).length;
-
-/** Runs `during` once, right after the first plain read of `path`. */
-function afterFirstGetOf(path: string, during: () => Promise<void>): { restore: () => void; ran: () => boolean } {
-  const reference = Object.getPrototypeOf(db().doc(path)) as { get: (this: DocumentReference) => Promise<DocumentSnapshot> };
-  const get = reference.get;
-  let ran = false;
-  const spy = jest.spyOn(reference, 'get').mockImplementation(async function (this: DocumentReference) {
-    const snapshot = await get.call(this);
-    if (!ran && this.path === path) {
-      ran = true;
-      await during();
-    }
-    return snapshot;
-  });
-  return { restore: () => spy.mockRestore(), ran: () => ran };
-}
 
 test("a job's first section after lost workers resets their count in the job's conditioned commit: no transaction", async () => {
   const jobId = await harness.submit('two-phase', { sections: 2 });
@@ -110,7 +94,7 @@ test("a unit's section that appears between the look for it and the commit is no
   await db().doc(unitPath(jobId, 'gather', 'u0')).update({ staleReclaims: 1 });
   const [unitTask] = harness.queue.drain();
   const section = db().doc(sectionPath(jobId, sectionKey('gather', 'u0', 'only')));
-  const interposed = afterFirstGetOf(section.path, async () => {
+  const interposed = afterFirstGet(db(), section.path, async () => {
     await section.create({ id: 'only', phase: 'gather', unit: 'u0', data: { value: 7 }, epoch: 1 });
   });
   let outcome;
@@ -129,7 +113,7 @@ test("a job's section that appears between the look for it and the commit: the c
   await harness.drain(1);
   await db().doc(`${JOBS}/${jobId}`).update({ staleReclaims: 1 });
   const section = db().doc(sectionPath(jobId, sectionKey('second', null, 's0')));
-  const interposed = afterFirstGetOf(section.path, async () => {
+  const interposed = afterFirstGet(db(), section.path, async () => {
     await section.create({ id: 's0', phase: 'second', unit: null, data: { value: 70 }, epoch: 2 });
   });
   let outcomes;

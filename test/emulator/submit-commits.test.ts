@@ -3,7 +3,6 @@
  * and the owner's usage, the usage conditioned on the version the admission read. No transaction
  * locks the user's usage document; a submit whose reads went stale decides again.
  */
-import type { DocumentReference, DocumentSnapshot, ReadOptions } from 'firebase-admin/firestore';
 import { ManualClock } from '../../functions/src/core/clock';
 import { resolveEngineOptions } from '../../functions/src/core/options';
 import type { QuotaDefaults } from '../../functions/src/core/quota';
@@ -11,6 +10,7 @@ import { JobStore } from '../../functions/src/store/job-store';
 import { SubmitQuota } from '../../functions/src/store/quota-documents';
 import { conversationPath, quotaUsagePath } from '../../functions/src/store/paths';
 import { openTestFirestore, type TestFirestore } from '../support/firestore';
+import { afterFirstGetAll } from '../support/interpose';
 
 const LIMITS: QuotaDefaults = { signedIn: { jobsInFlight: 3, submitsPerMinute: 50, spendUsdPerDay: 10 }, anonymous: { jobsInFlight: 1, submitsPerMinute: 2, spendUsdPerDay: 1 } };
 
@@ -28,21 +28,6 @@ afterAll(() => firestore.close());
 const db = () => firestore.db;
 const request = (owner: string, text: string, conversationId: string | null = null) => ({ owner, pipeline: 'echo', input: { text }, conversationId, idempotencyKey: null });
 
-/** Runs `during` once, right after the first `getAll` that reads `path` has read. */
-function afterFirstRead(path: string, during: () => Promise<void>): { restore: () => void; ran: () => boolean } {
-  const getAll = db().getAll.bind(db());
-  let ran = false;
-  const spy = jest.spyOn(db(), 'getAll').mockImplementation(async (...refs: (DocumentReference | ReadOptions)[]): Promise<DocumentSnapshot[]> => {
-    const snapshots = await getAll(...refs);
-    if (!ran && refs.some((ref) => 'path' in ref && ref.path === path)) {
-      ran = true;
-      await during();
-    }
-    return snapshots;
-  });
-  return { restore: () => spy.mockRestore(), ran: () => ran };
-}
-
 test('a submit with its admission makes no transaction', async () => {
   const transactions = jest.spyOn(db(), 'runTransaction');
   try {
@@ -59,7 +44,7 @@ test("a submit admitted on a usage read that another submit then changed decides
   await store.createJob(request('uid-alice', 'one'), quota.admission({ uid: 'uid-alice', anonymous: false }));
   await store.createJob(request('uid-alice', 'two'), quota.admission({ uid: 'uid-alice', anonymous: false }));
   // Two in flight, limit three: both of these read room for one more; the second lands between the first's read and its commit.
-  const interposed = afterFirstRead(quotaUsagePath('uid-alice'), async () => {
+  const interposed = afterFirstGetAll(db(), (paths) => paths.includes(quotaUsagePath('uid-alice')), async () => {
     const other = await store.createJob(request('uid-alice', 'three'), quota.admission({ uid: 'uid-alice', anonymous: false }));
     expect('created' in other && other.created).toBe(true);
   });
@@ -76,7 +61,7 @@ test("a submit admitted on a usage read that another submit then changed decides
 });
 
 test("a conversation another user opened between a submit's read and its commit stays theirs: the submit is refused", async () => {
-  const interposed = afterFirstRead(conversationPath('chat-9'), async () => {
+  const interposed = afterFirstGetAll(db(), (paths) => paths.includes(conversationPath('chat-9')), async () => {
     await store.createJob(request('uid-bob', 'first in', 'chat-9'));
   });
   let refusal: unknown = null;

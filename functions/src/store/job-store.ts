@@ -169,8 +169,8 @@ interface OwnerView {
 
 /** Conditioned commits that find the job changed, in a row, before one gives up. Each costs one read. */
 const MAX_JOB_COMMIT_ATTEMPTS = 8;
-/** Each round of a burst of one user's submits admits or refuses at least one of them. */
-const MAX_SUBMIT_COMMIT_ATTEMPTS = 16;
+/** Each round of a burst of one user's submits admits or refuses at least one of them: 30 at once all get an answer. */
+const MAX_SUBMIT_COMMIT_ATTEMPTS = 32;
 /** Pause before a unit change reads again after losing a race: up to this many ms per attempt so far, at most the cap. */
 const UNIT_RACE_PAUSE_STEP_MS = 5;
 const UNIT_RACE_PAUSE_CAP_MS = 100;
@@ -218,7 +218,10 @@ export class JobStore {
     const conversationRef = request.conversationId ? this.db.doc(conversationPath(request.conversationId)) : null;
     return this.retryingWrite(`submit of job ${ref.id}`, async () => {
       for (let attempt = 1; ; attempt += 1) {
-        const [snapshot, conversation] = await this.db.getAll(ref, ...(conversationRef ? [conversationRef] : []));
+        // One read time for the job, its conversation and what the admission decides from.
+        const admissionReads = admission?.reads(nowMs) ?? [];
+        const [snapshot, ...others] = await this.db.getAll(ref, ...admissionReads, ...(conversationRef ? [conversationRef] : []));
+        const conversation = conversationRef ? others.at(-1) : undefined;
         if (snapshot?.exists) {
           const existing = decodeJob(ref.id, snapshot.data());
           if (snapshot.get('requestFingerprint') !== fingerprint) return { conflict: true as const, job: existing };
@@ -227,7 +230,7 @@ export class JobStore {
         if (conversation?.exists && conversation.get('owner') !== request.owner) {
           throw new PhaselineError('invalid_input', false, 'That conversation belongs to someone else.');
         }
-        const admitted = admission ? await admission(ref.id, nowMs) : null;
+        const admitted = admission ? await admission.decide(others.slice(0, admissionReads.length), ref.id, nowMs) : null;
         if (admitted && 'refused' in admitted) return { refused: admitted.refused };
         const job = newQueuedJob(
           {

@@ -8,7 +8,7 @@
  * after another and a limit of 3 accepts exactly 3 of 10 parallel submits. Submits of different
  * users never contend.
  */
-import { FieldValue, Timestamp, type DocumentSnapshot, type Firestore } from 'firebase-admin/firestore';
+import { FieldValue, Timestamp, type DocumentReference, type DocumentSnapshot, type Firestore } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import { PhaselineError } from '../core/errors';
 import { decodeJob } from './codec';
@@ -44,12 +44,17 @@ export interface Submitter {
  * needs, then refuses (the transaction writes nothing) or records the job and returns null.
  */
 /**
- * Decides from plain reads whether one more job of a submitter is admitted. An admitted job comes
- * with `admit`, which adds the usage write to the job's creating commit, conditioned on the usage
- * document as it was read (created if it was absent): a submit that raced it fails that commit,
- * which is decided again from fresh reads.
+ * Whether one more job of a submitter is admitted, decided from `reads` as read in the same
+ * `getAll` as the job itself (one read time: a repeat whose job just landed is seen as a repeat,
+ * never refused). An admitted job comes with `admit`, which adds the usage write to the job's
+ * creating commit, conditioned on the usage document as it was read (created if it was absent): a
+ * submit or an operator's change of the user's limits that raced it fails that commit, which is
+ * decided again from fresh reads.
  */
-export type JobAdmission = (jobId: string, nowMs: number) => Promise<{ readonly refused: QuotaRefusal } | { readonly admit: (writer: JobWriter) => void }>;
+export interface JobAdmission {
+  reads(nowMs: number): readonly DocumentReference[];
+  decide(snapshots: readonly DocumentSnapshot[], jobId: string, nowMs: number): Promise<{ readonly refused: QuotaRefusal } | { readonly admit: (writer: JobWriter) => void }>;
+}
 
 function corrupt(path: string, error: unknown): PhaselineError {
   return new PhaselineError('internal', false, `${path} is malformed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
@@ -123,25 +128,27 @@ export class SubmitQuota {
 
   /**
    * The admission check of one submitter's job, for JobStore.createJob: its usage, its override and
-   * today's spend in one read, no lock. Today's spend only grows within a day and the steps charging
-   * it must not wait on a submit, so it only informs the decision; the usage document, which every
-   * admission rewrites, fences it.
+   * today's spend, no lock. Today's spend only grows within a day and the steps charging it must not
+   * wait on a submit, so it only informs the decision; the usage document, which every admission
+   * and every change of the user's limits (setUserLimits) rewrites, fences it.
    */
   admission(submitter: Submitter): JobAdmission {
     const usageRef = this.db.doc(quotaUsagePath(submitter.uid));
     const limitsRef = this.db.doc(userLimitsPath(submitter.uid));
-    return async (jobId, nowMs) => {
-      const [usage, override, spent] = await this.db.getAll(usageRef, limitsRef, this.db.doc(spendDayPath(submitter.uid, spendDay(nowMs))));
-      const admission = await this.decide(usage, override, new Set(), submitter, jobId, nowMs, decodeSpent(spent));
-      if (!admission.admitted) return { refused: admission.refusal };
-      const next = { ...admission.usage, anonymous: submitter.anonymous };
-      const updateTime = usage?.exists ? usage.updateTime : undefined;
-      return {
-        admit: (writer) => {
-          if (updateTime) writer.update(usageRef, next, { lastUpdateTime: updateTime });
-          else writer.create(usageRef, next);
-        },
-      };
+    return {
+      reads: (nowMs) => [usageRef, limitsRef, this.db.doc(spendDayPath(submitter.uid, spendDay(nowMs)))],
+      decide: async ([usage, override, spent], jobId, nowMs) => {
+        const admission = await this.decide(usage, override, new Set(), submitter, jobId, nowMs, decodeSpent(spent));
+        if (!admission.admitted) return { refused: admission.refusal };
+        const next = { ...admission.usage, anonymous: submitter.anonymous };
+        const updateTime = usage?.exists ? usage.updateTime : undefined;
+        return {
+          admit: (writer) => {
+            if (updateTime) writer.update(usageRef, next, { lastUpdateTime: updateTime });
+            else writer.create(usageRef, next);
+          },
+        };
+      },
     };
   }
 
@@ -203,8 +210,11 @@ export async function setUserLimits(
   nowMs: number,
 ): Promise<UserLimitsOverride | null> {
   const ref = db.doc(userLimitsPath(uid));
+  const usageRef = db.doc(quotaUsagePath(uid));
   return db.runTransaction(async (tx) => {
-    const current = decodeOverride(await tx.get(ref)) ?? {};
+    const [limitsSnapshot, usage] = await tx.getAll(ref, usageRef);
+    if (!limitsSnapshot || !usage) throw new Error('getAll returned fewer snapshots than references');
+    const current = decodeOverride(limitsSnapshot) ?? {};
     // A null in the change clears that limit; the update time is written afresh.
     const merged: Record<string, unknown> = { ...current, ...change };
     const next = Object.fromEntries(Object.entries(merged).filter(([name, value]) => name !== 'updatedAtMs' && value !== null));
@@ -216,6 +226,10 @@ export async function setUserLimits(
     }
     if (override === null) tx.delete(ref);
     else tx.set(ref, override);
+    // A submit admits under the limits it read and conditions its commit on the usage document: touching it here makes a
+    // submit that read the old limits decide again (an absent usage is written empty, so the submit's create of it fails).
+    if (usage.exists) tx.update(usageRef, { limitsChangedAtMs: nowMs });
+    else tx.create(usageRef, { ...EMPTY_QUOTA_USAGE, updatedAtMs: nowMs, limitsChangedAtMs: nowMs });
     for (let day = 0; day < DAYS_GIVEN_THE_OVERRIDE; day += 1) {
       const dayMs = nowMs + day * DAY_MS;
       // mergeFields: the copy replaces the one before as a whole (a plain merge would keep a cleared limit's old value); the spend is left alone.

@@ -1,0 +1,206 @@
+/**
+ * Review 4 (commit ea4127d): the first section after a lost worker is recorded with the poison
+ * count reset in the job's conditioned commit (asOwner) or the unit's (commitAsUnitOwner, which
+ * also rewrites the unit's claim slot). Stale writers, sections already there, and the unit's
+ * ClaimSession after the slot rewrite.
+ */
+import { z } from 'zod';
+import { defineFanOutPhase, definePipeline, pipelineRegistry, type PhaseOutcome, type StepContext } from '../../functions/src/core/pipeline';
+import { runStep } from '../../functions/src/engine/runner';
+import { sweep } from '../../functions/src/engine/sweeper';
+import { JobStore } from '../../functions/src/store/job-store';
+import { JOBS, sectionKey, sectionPath, unitPath } from '../../functions/src/store/paths';
+import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { behaviour, recordSections, resetBehaviour, testPipeline, type TestInput } from '../support/test-pipeline';
+
+type UnitTurn = (context: StepContext<{ units: number }>) => Promise<void>;
+let unitTurn: UnitTurn = () => Promise.resolve();
+
+/** Each unit runs `unitTurn` (records what it records), then finishes with the number of its sections. */
+const turnUnits = definePipeline<{ units: number }>({
+  name: 'turn-units',
+  description: 'Test pipeline: fan-out units whose work the test sets',
+  input: z.strictObject({ units: z.number().int().min(1).max(3) }),
+  phases: [
+    defineFanOutPhase<{ units: number }, { total: number }, { value: number }>({
+      name: 'gather',
+      state: z.object({ total: z.number() }),
+      section: z.object({ value: z.number() }),
+      fanOut: {
+        units: (context) => Array.from({ length: context.input.units }, (_, index) => `u${index}`),
+        unitState: z.object({ value: z.number() }),
+        runUnit: async (context) => {
+          await unitTurn(context);
+          return { kind: 'done', state: { value: context.sections().length } };
+        },
+        join: (results) => ({ total: [...results.values()].reduce((sum, result) => sum + result.value, 0) }),
+      },
+    }),
+  ],
+  publish: () => ({ outcome: 'complete', title: 'Total', markdown: 'done', missing: [] }),
+});
+
+let harness: EngineHarness;
+beforeAll(() => {
+  harness = engineHarness('review4-poison-reset', pipelineRegistry(testPipeline, turnUnits));
+});
+beforeEach(async () => {
+  resetBehaviour();
+  unitTurn = () => Promise.resolve();
+  harness.queue.drain();
+  await harness.firestore.reset();
+});
+afterAll(() => harness.firestore.close());
+
+const db = () => harness.firestore.db;
+const RESET_MESSAGE = /lost-worker count starts again/;
+const resetEvents = async (jobId: string): Promise<number> =>
+  (await db().collection(`${JOBS}/${jobId}/events`).get()).docs.filter((doc) => doc.get('kind') === 'progress' && RESET_MESSAGE.test(String(doc.get('message')))).length;
+/** A worker in another process: a JobStore of its own (its own remembered owner views). */
+const otherProcess = () => new JobStore(db(), harness.clock, harness.options);
+
+async function expireAndSweep(): Promise<void> {
+  harness.clock.advance((harness.options.leaseSeconds + 1) * 1000);
+  await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+}
+
+test("a stale job worker whose first section would reset the poison count: its section does not land and the count stays; the new owner's first section resets it once", async () => {
+  const jobId = await harness.submit('two-phase', { sections: 2 });
+  expect((await harness.drain(1)).map((outcome) => outcome.kind)).toEqual(['handed-off']);
+  await db().doc(`${JOBS}/${jobId}`).update({ staleReclaims: 1 });
+  const aHeld = gate();
+  const aReached = gate();
+  const bHeld = gate();
+  const bReached = gate();
+  let claims = 0;
+  behaviour.second = async (context: StepContext<TestInput>): Promise<PhaseOutcome<{ total: number }>> => {
+    claims += 1;
+    if (claims === 1) {
+      aReached.open();
+      await aHeld.promise;
+    } else if (claims === 2) {
+      bReached.open();
+      await bHeld.promise;
+    }
+    return recordSections(context);
+  };
+  const [taskOfA] = harness.queue.drain();
+  const a = runStep(harness.deps('worker-a', { store: otherProcess() }), taskOfA!.task);
+  await aReached.promise;
+  await expireAndSweep();
+  const [taskOfB] = harness.queue.drain();
+  expect(taskOfB).toBeDefined();
+  const staleAfterReclaim = (await db().doc(`${JOBS}/${jobId}`).get()).get('staleReclaims') as number;
+  expect(staleAfterReclaim).toBe(2);
+  const b = runStep(harness.deps('worker-b'), taskOfB!.task);
+  await bReached.promise;
+  aHeld.open();
+  expect((await a).kind).toBe('ownership-lost');
+  expect((await db().collection(`${JOBS}/${jobId}/sections`).get()).size).toBe(0);
+  expect((await db().doc(`${JOBS}/${jobId}`).get()).get('staleReclaims')).toBe(2);
+  expect(await resetEvents(jobId)).toBe(0);
+  bHeld.open();
+  expect((await b).kind).toBe('handed-off');
+  expect((await harness.drain()).map((outcome) => outcome.kind)).toEqual(['completed']);
+  expect(await resetEvents(jobId)).toBe(1);
+  expect((await db().doc(`${JOBS}/${jobId}`).get()).get('staleReclaims')).toBe(0);
+  const epochs = (await db().collection(`${JOBS}/${jobId}/sections`).get()).docs.map((doc) => doc.get('epoch') as number);
+  expect(new Set(epochs).size).toBe(1);
+});
+
+test('a job section already recorded (by a lost worker) is not progress: re-recording it resets nothing; the first new section resets once', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 2 });
+  await harness.drain(1);
+  // A lost worker recorded s0 before it died; the job then counted it lost.
+  await db().doc(sectionPath(jobId, sectionKey('second', null, 's0'))).create({ id: 's0', phase: 'second', unit: null, data: { value: 0 }, epoch: 1 });
+  await db().doc(`${JOBS}/${jobId}`).update({ staleReclaims: 3 });
+  const counts: number[] = [];
+  behaviour.second = async (context) => {
+    // Records s0 again regardless (a phase that does not look at context.sections()).
+    await context.recordSection('s0', { value: 999 });
+    counts.push((await db().doc(`${JOBS}/${jobId}`).get()).get('staleReclaims') as number);
+    await context.recordSection('s1', { value: 10 });
+    counts.push((await db().doc(`${JOBS}/${jobId}`).get()).get('staleReclaims') as number);
+    return { kind: 'done', state: { total: 10 } };
+  };
+  const outcomes = await harness.drain();
+  expect(outcomes.map((outcome) => outcome.kind)).toEqual(['handed-off', 'completed']);
+  expect(counts).toEqual([3, 0]);
+  expect(await resetEvents(jobId)).toBe(1);
+  expect((await db().doc(sectionPath(jobId, sectionKey('second', null, 's0'))).get()).get('data')).toEqual({ value: 0 });
+});
+
+test("a unit's first section after lost workers rewrites its claim slot; its next transcript saves and sections still commit through its ClaimSession", async () => {
+  const jobId = await harness.submit('turn-units', { units: 1 });
+  expect((await harness.drain(1)).map((outcome) => outcome.kind)).toEqual(['fanned-out']);
+  const unitDoc = db().doc(unitPath(jobId, 'gather', 'u0'));
+  await unitDoc.update({ staleReclaims: 2 });
+  const errors: unknown[] = [];
+  unitTurn = async (context) => {
+    try {
+      await context.saveTranscript('a', { turns: ['before'] });
+      await context.recordSection('a', { value: 1 });
+      // The slot was rewritten by the resetting commit: the session's remembered update time is stale now.
+      await context.saveTranscript('b', { turns: ['first'] });
+      await context.saveTranscript('b', { turns: ['first', 'second'] });
+      await context.recordSection('b', { value: 2 });
+      await context.saveTranscript('c', { turns: ['x'] });
+    } catch (error) {
+      errors.push(error);
+      throw error;
+    }
+  };
+  const [unitTask] = harness.queue.drain();
+  const outcome = await runStep(harness.deps('unit-worker'), unitTask!.task);
+  expect(errors).toEqual([]);
+  expect(outcome.kind).toBe('unit-done');
+  expect((await unitDoc.get()).get('staleReclaims')).toBe(0);
+  expect(await resetEvents(jobId)).toBe(1);
+  const sections = (await db().collection(`${JOBS}/${jobId}/sections`).get()).docs.map((doc) => doc.get('id') as string).sort();
+  expect(sections).toEqual(['a', 'b']);
+  const transcripts = (await db().collection(`${JOBS}/${jobId}/transcripts`).get()).docs.map((doc) => doc.get('id') as string);
+  expect(transcripts).toContain('c');
+});
+
+test("a stale unit worker whose first section would reset the unit's poison count: nothing lands, the unit's count stays, the new holder resets it", async () => {
+  const jobId = await harness.submit('turn-units', { units: 1 });
+  await harness.drain(1);
+  const unitDoc = db().doc(unitPath(jobId, 'gather', 'u0'));
+  await unitDoc.update({ staleReclaims: 1 });
+  const aHeld = gate();
+  const aReached = gate();
+  const bHeld = gate();
+  const bReached = gate();
+  let claims = 0;
+  unitTurn = async (context) => {
+    claims += 1;
+    if (claims === 1) {
+      aReached.open();
+      await aHeld.promise;
+    } else if (claims === 2) {
+      bReached.open();
+      await bHeld.promise;
+    }
+    if (context.sections().length === 0) await context.recordSection('only', { value: claims });
+  };
+  const [taskOfA] = harness.queue.drain();
+  const a = runStep(harness.deps('worker-a', { store: otherProcess() }), taskOfA!.task);
+  await aReached.promise;
+  await expireAndSweep();
+  const tasks = harness.queue.drain();
+  expect(tasks).toHaveLength(1);
+  const unitStaleAfterReclaim = (await unitDoc.get()).get('staleReclaims') as number;
+  expect(unitStaleAfterReclaim).toBe(2);
+  const b = runStep(harness.deps('worker-b'), tasks[0]!.task);
+  await bReached.promise;
+  aHeld.open();
+  expect((await a).kind).toBe('ownership-lost');
+  expect((await db().collection(`${JOBS}/${jobId}/sections`).get()).size).toBe(0);
+  expect((await unitDoc.get()).get('staleReclaims')).toBe(2);
+  expect(await resetEvents(jobId)).toBe(0);
+  bHeld.open();
+  expect((await b).kind).toBe('unit-done');
+  expect((await db().doc(sectionPath(jobId, sectionKey('gather', 'u0', 'only'))).get()).get('data')).toEqual({ value: 2 });
+  expect((await unitDoc.get()).get('staleReclaims')).toBe(0);
+  expect(await resetEvents(jobId)).toBe(1);
+});

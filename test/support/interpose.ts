@@ -1,0 +1,44 @@
+/**
+ * Puts another actor's write between a plain read and the commit decided from it: the read's
+ * answer is held until `during` has run (once, after the first matching read), so the commit that
+ * follows meets what `during` changed.
+ */
+import type { DocumentReference, DocumentSnapshot, Firestore, ReadOptions } from 'firebase-admin/firestore';
+
+export interface Interposed {
+  /** Puts the real read back. */
+  restore(): void;
+  /** Whether `during` ran: a test that relies on the interposition checks it happened. */
+  ran(): boolean;
+}
+
+/** After the first `db.getAll` whose document paths `matches` accepts. */
+export function afterFirstGetAll(db: Firestore, matches: (paths: readonly string[]) => boolean, during: () => Promise<unknown>): Interposed {
+  const getAll = db.getAll.bind(db);
+  let ran = false;
+  const spy = jest.spyOn(db, 'getAll').mockImplementation(async (...refs: (DocumentReference | ReadOptions)[]): Promise<DocumentSnapshot[]> => {
+    const snapshots = await getAll(...refs);
+    if (!ran && matches(refs.map((ref) => ('path' in ref ? ref.path : '')))) {
+      ran = true;
+      await during();
+    }
+    return snapshots;
+  });
+  return { restore: () => spy.mockRestore(), ran: () => ran };
+}
+
+/** After the first `get()` of the document at `path` (any reference to it). */
+export function afterFirstGet(db: Firestore, path: string, during: () => Promise<unknown>): Interposed {
+  const prototype = Object.getPrototypeOf(db.doc(path)) as { get: (this: DocumentReference) => Promise<DocumentSnapshot> };
+  const get = prototype.get;
+  let ran = false;
+  const spy = jest.spyOn(prototype, 'get').mockImplementation(async function (this: DocumentReference) {
+    const snapshot = await get.call(this);
+    if (!ran && this.path === path) {
+      ran = true;
+      await during();
+    }
+    return snapshot;
+  });
+  return { restore: () => spy.mockRestore(), ran: () => ran };
+}
