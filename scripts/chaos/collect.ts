@@ -10,6 +10,7 @@ import type { DocumentSnapshot, Firestore, Timestamp } from 'firebase-admin/fire
 import type { UnitView } from '../../functions/src/core/invariants';
 import type { JobRecord } from '../../functions/src/core/job';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
+import { EXPIRE_AT } from '../../functions/src/store/retention';
 import type { CheckpointDoc, CollectedJob, EffectDoc, EventDoc, JobDoc, ResultDoc, SectionDoc, TranscriptDoc } from './model';
 
 /** Microseconds since 1970: exact in a double for the next few centuries. */
@@ -34,8 +35,18 @@ const millisOf = (value: unknown): number | null => {
   return candidate !== null && typeof candidate === 'object' && typeof candidate.toMillis === 'function' ? (candidate.toMillis as () => number)() : null;
 };
 
-function commit(snapshot: DocumentSnapshot): number {
-  return micros(snapshot.updateTime);
+/**
+ * When the engine committed a document. Its update time, except for a document the sweeper's
+ * retention pass has stamped (`expireAt`, written 15 minutes after the job ended, or with the
+ * document itself when it was written to an ended job): the stamp moves the update time, so such a
+ * document counts from its creation. Events, sections and transcript saves are each written once
+ * (a save retried after a lost answer rewrites itself, same content), so that is their commit; a
+ * rewrite the stamp came after is not seen. Before this, a soak longer than the retention grace
+ * read every stamped transcript as a stale write and every stamped timeline out of order.
+ */
+export function commit(snapshot: Pick<DocumentSnapshot, 'get' | 'createTime' | 'updateTime'>): number {
+  const stamped = snapshot.get(EXPIRE_AT) !== undefined;
+  return micros(stamped ? snapshot.createTime : snapshot.updateTime);
 }
 
 /** The tool call IDs answered in a stored transcript (`transcript.messages`); tolerant of any shape. */
