@@ -570,4 +570,15 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '',
     tests: [{ files: ['test/emulator/review4-submit-races.test.ts'], names: "an operator's cut to 0 jobs in flight" }],
   },
+  {
+    name: 'stamped-documents-dated-by-creation',
+    removes: "the soak reader dating a document the retention pass stamped by its creation (every stamped transcript reads as a stale write)",
+    file: 'scripts/chaos/collect.ts',
+    search: '  return micros(stamped ? snapshot.createTime : snapshot.updateTime);',
+    replace: '  return micros(snapshot.updateTime);',
+    tests: [
+      { files: ['test/emulator/chaos-collect-retention.test.ts'], names: 'stamped breaks no invariant' },
+      { files: ['test/unit/chaos-collect.test.ts'], names: 'the retention pass stamped counts from its creation' },
+    ],
+  },
 ];

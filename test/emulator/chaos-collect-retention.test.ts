@@ -1,0 +1,45 @@
+/**
+ * The soak's reader and checker against the sweeper's retention pass: stamping an ended job's
+ * transcripts and events (`expireAt`, 15 minutes after it ended) moves their update times, which
+ * the soak used to read as commit times. The job below is clean; after the stamps, the checker must
+ * still find nothing.
+ */
+import type { Firestore } from 'firebase-admin/firestore';
+import { RETENTION_GRACE_MS } from '../../functions/src/engine/retention';
+import { sweep } from '../../functions/src/engine/sweeper';
+import { EXPIRE_AT } from '../../functions/src/store/retention';
+import { collectJobs } from '../../scripts/chaos/collect';
+import { checkInvariants } from '../../scripts/chaos/invariants';
+import { engineHarness, type EngineHarness } from '../support/engine';
+import { researchSetup } from '../support/research';
+
+let harness: EngineHarness;
+beforeAll(() => {
+  harness = engineHarness('chaos-collect-retention', (firestore, clock) => researchSetup(firestore.db, clock).registry);
+});
+beforeEach(async () => {
+  harness.queue.drain();
+  await harness.firestore.reset();
+});
+afterAll(() => harness.firestore.close());
+
+const db = (): Firestore => harness.firestore.db;
+
+test("a finished research job whose transcripts and events the retention pass stamped breaks no invariant of the soak's checker", async () => {
+  const jobId = await harness.submit('research', { question: 'How do leases fence stale workers?', experts: 2, sections: 2, wordsPerSection: 60 });
+  expect((await harness.drain()).at(-1)?.kind).toBe('completed');
+  harness.clock.advance(RETENTION_GRACE_MS + 1_000);
+  await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+
+  // The stamps landed after the job's last write: the update times of its transcripts moved past its end.
+  const transcripts = await db().collection(`jobs/${jobId}/transcripts`).get();
+  expect(transcripts.size).toBeGreaterThan(0);
+  expect(transcripts.docs.every((doc) => doc.get(EXPIRE_AT) !== undefined)).toBe(true);
+  expect(transcripts.docs.some((doc) => doc.updateTime.valueOf() > doc.createTime.valueOf())).toBe(true);
+
+  const jobs = await collectJobs(db());
+  const report = checkInvariants({ jobs, submissions: [], receiver: { applications: [], requests: [] }, toolResultsSeen: [], toolExecutions: [] });
+  // The job was submitted here, not through the soak's client, so the check that ties jobs to accepted submissions is left out.
+  const broken = report.invariants.filter((invariant) => invariant.name !== 'duplicateJobs' && invariant.violations.length > 0).map((invariant) => `${invariant.name}: ${invariant.violations[0]?.detail ?? ''}`);
+  expect(broken).toEqual([]);
+});
