@@ -360,14 +360,6 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/retention.test.ts'], names: "more expiring documents than one sweep's bound" }],
   },
   {
-    name: 'quota-admitted-in-transaction',
-    removes: "the submit transaction's own read of the user's usage document (an admission decided from a plain read: parallel submits all see room)",
-    file: 'functions/src/store/quota-documents.ts',
-    search: 'const [usageSnapshot, overrideSnapshot] = await tx.getAll(usageRef, limitsRef);',
-    replace: 'const [usageSnapshot, overrideSnapshot] = [seenUsage, seenOverride];',
-    tests: [{ files: ['test/emulator/quotas.test.ts'], names: 'parallel submits race for the last slots' }],
-  },
-  {
     name: 'stream-must-finish',
     removes: 'the refusal of a streamed answer that ended without a finish reason (half an answer returned as the answer)',
     file: 'functions/src/providers/openai-compatible.ts',
@@ -515,8 +507,8 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'created-document-redecided',
     removes: "the job commit's second decision when a document it creates appeared since its reads (the fan-out fails instead)",
     file: 'functions/src/store/job-store.ts',
-    search: 'if (!isFailedPrecondition(error) && !isAlreadyExists(error)) throw error;',
-    replace: 'if (!isFailedPrecondition(error)) throw error;',
+    search: '(someone else acted): decided again, like a changed job.\n          if (!isFailedPrecondition(error) && !isAlreadyExists(error)) throw error;',
+    replace: '(someone else acted): decided again, like a changed job.\n          if (!isFailedPrecondition(error)) throw error;',
     tests: [{ files: ['test/emulator/fanout-start-commits.test.ts'], names: 'a unit created between|an answer that appears between' }],
   },
   {
