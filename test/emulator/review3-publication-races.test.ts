@@ -3,7 +3,7 @@
  * conditioned on the job alone. These tests interpose writes between those reads and the commit
  * (right after the outbox read, which follows the effects query).
  */
-import { Timestamp, type DocumentReference, type DocumentSnapshot } from 'firebase-admin/firestore';
+import { Timestamp, type DocumentReference } from 'firebase-admin/firestore';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
@@ -13,6 +13,7 @@ import { UNRESOLVED_EFFECT_STATES } from '../../functions/src/effects/ledger';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS, resultPath } from '../../functions/src/store/paths';
 import { engineHarness, type EngineHarness } from '../support/engine';
+import { afterFirstGet } from '../support/interpose';
 
 let harness: EngineHarness;
 beforeAll(() => {
@@ -26,22 +27,8 @@ afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const text = 'One paragraph here.\n\nAnd a second one.';
-
 /** Runs `during` once, right after the publication's read of the outbox (the last read before its commit). */
-function afterOutboxRead(outbox: DocumentReference, during: () => Promise<void>): { restore: () => void; ran: () => boolean } {
-  const reference = Object.getPrototypeOf(outbox) as { get: (this: DocumentReference) => Promise<DocumentSnapshot> };
-  const get = reference.get;
-  let ran = false;
-  const spy = jest.spyOn(reference, 'get').mockImplementation(async function (this: DocumentReference) {
-    const snapshot = await get.call(this);
-    if (!ran && this.path === outbox.path) {
-      ran = true;
-      await during();
-    }
-    return snapshot;
-  });
-  return { restore: () => spy.mockRestore(), ran: () => ran };
-}
+const afterOutboxRead = (outbox: DocumentReference, during: () => Promise<void>) => afterFirstGet(db(), outbox.path, during);
 
 /** Runs the canary up to (not including) its publication step. */
 async function upToPublication(): Promise<string> {

@@ -3,7 +3,6 @@
  * usage. These tests race submits (and operators) against each other on the Firestore emulator,
  * interposing a write between a submit's reads and its commit where a deterministic race is needed.
  */
-import type { DocumentReference, DocumentSnapshot, ReadOptions } from 'firebase-admin/firestore';
 import { ManualClock } from '../../functions/src/core/clock';
 import { resolveEngineOptions } from '../../functions/src/core/options';
 import type { QuotaDefaults } from '../../functions/src/core/quota';
@@ -12,6 +11,7 @@ import { JobStore, jobIdForIdempotencyKey, type NewJob } from '../../functions/s
 import { SubmitQuota, setUserLimits, type Submitter } from '../../functions/src/store/quota-documents';
 import { conversationPath, jobPath, quotaUsagePath, userLimitsPath } from '../../functions/src/store/paths';
 import { openTestFirestore, type TestFirestore } from '../support/firestore';
+import { afterFirstGetAll } from '../support/interpose';
 import { RecordingTaskQueue } from '../support/task-queue';
 
 const LIMITS: QuotaDefaults = { signedIn: { jobsInFlight: 1, submitsPerMinute: 50, spendUsdPerDay: 10 }, anonymous: { jobsInFlight: 1, submitsPerMinute: 2, spendUsdPerDay: 1 } };
@@ -43,22 +43,9 @@ const request = (text: string, idempotencyKey: string | null = null, owner = 'ui
 });
 const deps = (defaults: QuotaDefaults) => ({ store, queue, logger: { warn: () => undefined, error: () => undefined }, quota: new SubmitQuota(db(), defaults) });
 const jobsOf = async (uid: string): Promise<number> => (await db().collection('jobs').where('owner', '==', uid).get()).size;
-const inFlightOf = async (uid: string): Promise<string[]> => ((await db().doc(quotaUsagePath(uid)).get()).get('inFlightJobIds') as string[] | undefined) ?? [];
-
 /** Runs `during` once, right after the first `getAll` that reads `path` has read (before its caller goes on). */
-function afterFirstRead(path: string, during: () => Promise<void>): { restore: () => void; ran: () => boolean } {
-  const getAll = db().getAll.bind(db());
-  let ran = false;
-  const spy = jest.spyOn(db(), 'getAll').mockImplementation(async (...refs: (DocumentReference | ReadOptions)[]): Promise<DocumentSnapshot[]> => {
-    const snapshots = await getAll(...refs);
-    if (!ran && refs.some((ref) => 'path' in ref && ref.path === path)) {
-      ran = true;
-      await during();
-    }
-    return snapshots;
-  });
-  return { restore: () => spy.mockRestore(), ran: () => ran };
-}
+const afterFirstRead = (path: string, during: () => Promise<void>) => afterFirstGetAll(db(), (paths) => paths.includes(path), during);
+const inFlightOf = async (uid: string): Promise<string[]> => ((await db().doc(quotaUsagePath(uid)).get()).get('inFlightJobIds') as string[] | undefined) ?? [];
 
 describe('the same Idempotency-Key', () => {
   test('a repeat whose first submit lands between its job read and its usage read is accepted as that job, never refused (README: "never refused")', async () => {
