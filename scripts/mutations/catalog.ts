@@ -512,6 +512,14 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/fanout-start-commits.test.ts'], names: 'a unit created between|an answer that appears between' }],
   },
   {
+    name: 'checkpoints-read-after-job',
+    removes: "the order of a claim's reads: the stored checkpoints read before the job, so a checkpoint that lands between the two is missed and its phase runs again",
+    file: 'functions/src/engine/step/claim.ts',
+    search: '  const checkpoints: { read: ReturnType<typeof loadCheckpoints> | null } = { read: null };',
+    replace: '  const checkpoints = { early: loadCheckpoints(store, task.jobId, [...deps.pipelines.values()][0]!), get read() { return this.early; }, set read(_value) {} };',
+    tests: [{ files: [RUNNER], names: 'a checkpoint that lands just before a claim' }],
+  },
+  {
     name: 'outbox-created-once',
     removes: "the create-if-absent of the published answer (an answer that appeared after the outbox was read is overwritten)",
     file: 'functions/src/engine/step/publication.ts',

@@ -4,8 +4,9 @@ import { releaseQuarantined } from '../../functions/src/engine/operator';
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
-import { JOBS, REJECTED_TASKS } from '../../functions/src/store/paths';
+import { checkpointPath, JOBS, jobPath, REJECTED_TASKS } from '../../functions/src/store/paths';
 import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { beforeFirstGet } from '../support/interpose';
 import { behaviour, recordSections, resetBehaviour, testPipelines } from '../support/test-pipeline';
 import { ManualTimers } from '../support/timers';
 
@@ -440,4 +441,48 @@ test('a job sent round again after it had published completes without publishing
   expect((await runStep(harness.deps(), { jobId, step: 20 })).kind).toBe('completed');
   expect((await db().collection(`${JOBS}/${jobId}/results`).get()).size).toBe(1);
   expect((await db().doc(`${JOBS}/${jobId}/results/final`).get()).data()).toEqual(first);
+});
+
+// A claim reads the stored checkpoints beside its commit instead of after it. That is sound only
+// because every checkpoint write also rewrites the job under its precondition and the read starts
+// after the job was read: a checkpoint that lands before the claim decides is seen by it.
+test('a checkpoint that lands just before a claim reads the job is seen by that claim: the finished phase is not run again', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 2 });
+  let firstRuns = 0;
+  const entered = gate();
+  const finish = gate();
+  behaviour.first = async (context) => {
+    firstRuns += 1;
+    entered.open();
+    await finish.promise;
+    return { kind: 'done', state: { sections: context.input.sections } };
+  };
+  const stepZero = harness.queue.tasks.shift();
+  expect(stepZero?.task.step).toBe(0);
+  const holder = runStep(harness.deps('holder'), stepZero!.task);
+  await entered.promise;
+
+  // The holder finishes the first phase and hands off (checkpoint and job in one commit) right before the next claim reads the job.
+  let holderOutcome: StepOutcome | undefined;
+  const interposed = beforeFirstGet(db(), jobPath(jobId), async () => {
+    finish.open();
+    holderOutcome = await holder;
+  });
+  let claimed: StepOutcome;
+  try {
+    claimed = await runStep(harness.deps('next'), { jobId, step: 1 });
+  } finally {
+    interposed.restore();
+  }
+  expect(interposed.ran()).toBe(true);
+  expect(holderOutcome).toMatchObject({ kind: 'handed-off', phase: 'first', checkpointed: true });
+  expect(claimed).toMatchObject({ kind: 'handed-off', phase: 'second', checkpointed: true });
+  expect(firstRuns).toBe(1);
+  expect((await db().doc(checkpointPath(jobId, 'second')).get()).exists).toBe(true);
+
+  // The holder's own task for step 1 finds the step taken; the job then publishes once.
+  const rest = await harness.drain();
+  expect(rest.map((outcome) => outcome.kind)).toEqual(['not-claimable', 'completed']);
+  expect(firstRuns).toBe(1);
+  expect(behaviour.publishes).toBe(1);
 });

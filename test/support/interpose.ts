@@ -42,3 +42,18 @@ export function afterFirstGet(db: Firestore, path: string, during: () => Promise
   });
   return { restore: () => spy.mockRestore(), ran: () => ran };
 }
+
+/** Before the first `get()` of the document at `path` (any reference to it): the read sees what `during` wrote. */
+export function beforeFirstGet(db: Firestore, path: string, during: () => Promise<unknown>): Interposed {
+  const prototype = Object.getPrototypeOf(db.doc(path)) as { get: (this: DocumentReference) => Promise<DocumentSnapshot> };
+  const get = prototype.get;
+  let ran = false;
+  const spy = jest.spyOn(prototype, 'get').mockImplementation(async function (this: DocumentReference) {
+    if (!ran && this.path === path) {
+      ran = true;
+      await during();
+    }
+    return get.call(this);
+  });
+  return { restore: () => spy.mockRestore(), ran: () => ran };
+}

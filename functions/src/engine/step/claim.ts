@@ -20,6 +20,13 @@ export async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<Step
   const worker = deps.worker ?? defaultWorkerName();
   const nowMs = store.clock.now();
   let claimed: ClaimResult;
+  /**
+   * The stored checkpoints, read beside the claim's commit, not after it: every write of a
+   * checkpoint also rewrites the job under its precondition, so a checkpoint that changed after the
+   * job was read fails this claim (and the read is made again with the next decision), and once the
+   * claim landed no older holder can write one.
+   */
+  const checkpoints: { read: ReturnType<typeof loadCheckpoints> | null } = { read: null };
   try {
     claimed = await store.transact<ClaimResult>(task.jobId, () => null, ({ job }) => {
       const input = { step: task.step, worker, options: store.options };
@@ -32,6 +39,9 @@ export async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<Step
         return Promise.resolve({ value: error.notYetDueMs === undefined ? { reason: error.message } : { reason: error.message, notYetDueMs: error.notYetDueMs } });
       }
       const value: ClaimResult = claim.next.status === 'running' ? { job: claim.next } : { reason: `job ${claim.next.status}: ${claim.events[0]?.message ?? ''}` };
+      const pipeline = deps.pipelines.get(job.pipeline);
+      checkpoints.read = 'job' in value && pipeline ? loadCheckpoints(store, job.id, pipeline) : null;
+      checkpoints.read?.catch(() => undefined);
       return Promise.resolve({ next: claim.next, events: claim.events, value });
     });
   } catch (error) {
@@ -61,7 +71,7 @@ export async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<Step
   }
   const running = newRunning(deps, worker, pipeline, input.data, job);
 
-  const loaded = await loadCheckpoints(store, job.id, pipeline);
+  const loaded = await (checkpoints.read ?? loadCheckpoints(store, job.id, pipeline));
   const refusedNotes: EventDraft[] = loaded.refused.map((refusal) => ({
     kind: 'checkpoint-refused',
     message: `Stored checkpoint of ${refusal.phase} failed validation and will be redone: ${refusal.reason}`,

@@ -156,8 +156,7 @@ export async function finishUnit(running: Running, claim: UnitClaim, phase: Phas
     const next: JobRecord = { ...charged.job, fanout: { ...fanout, done } };
     const events: EventDraft[] = [{ kind: 'unit-done', message: `${claim.unit} finished` }, ...applied.notes];
     if (done >= fanout.units) {
-      const siblings = await readFanOutUnits(store, claim.jobId, claim.fanoutEpoch);
-      const loaded = await loadCheckpoints(store, claim.jobId, running.pipeline);
+      const [siblings, loaded] = await Promise.all([readFanOutUnits(store, claim.jobId, claim.fanoutEpoch), loadCheckpoints(store, claim.jobId, running.pipeline)]);
       const state = joinState(phase, () => {
         const results = new Map<string, unknown>();
         for (const doc of siblings) {

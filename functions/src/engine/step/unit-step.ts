@@ -62,9 +62,12 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   if (startedOn > (running.pipeline.version ?? 1)) {
     return settleUnitError(deps, claim, new NewerVersionError(`Job ${job.id} started on version ${startedOn} of ${running.pipeline.name}; this worker runs version ${running.pipeline.version ?? 1} and leaves it to a newer one`), EMPTY_FLUSH);
   }
+  // Side by side: both read after the claim landed, and neither needs the other.
+  const sectionsRead = loadSections(store, job.id, phase, unit.unit);
+  sectionsRead.catch(() => undefined);
   const loaded = await loadCheckpoints(store, job.id, running.pipeline);
   if (loaded.unreadable) return settleUnitError(deps, claim, loaded.unreadable, EMPTY_FLUSH);
-  const sections = await loadSections(store, job.id, phase, unit.unit);
+  const sections = await sectionsRead;
   // One owner-write path for the whole step: heartbeats, progress, sections and transcripts share the slot's update time.
   const session = store.unitSession(claim, slotUpdateTime);
   /** The unit as this holder last wrote it: only its holder writes these fields while it holds the claim. */
