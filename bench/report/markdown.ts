@@ -566,7 +566,8 @@ export function renderMarkdown(results: BenchResults): string {
         'The bench\'s own bookkeeping (status checks, counting results, seeding) goes through a second, uncounted client. Submission is included; the sweeps Phaseline needed to recover are included.',
       '**Published results** are the documents under `jobs/{id}/results` once every worker, frozen ones included, has stopped.',
       `**Timing** is noisy on a shared 2-core machine: figures are medians over ${meta.repeats} repeats, ratios are taken within a repeat, and the implementations' order rotates between repeats. ` +
-        'The emulators are warmed up before anything is measured.',
+        'The emulators are warmed up before anything is measured. The bench\'s own process (every scenario but the end-to-end one) runs under tsx with source maps off, as a deployed function runs ' +
+        '(the Firestore SDK captures a stack trace on every request, and mapping each one through tsx\'s source maps would add tens of milliseconds per job that production does not spend).',
     ].map((line) => `- ${line}`),
     '',
   );
