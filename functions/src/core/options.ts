@@ -52,7 +52,8 @@ export interface EngineOptions {
 export const MAX_SCHEDULE_SECONDS = 30 * 86_400;
 
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
-  leaseSeconds: 180,
+  // The sweeper's backstop for a holder whose task never comes back (a frozen worker): twelve missed heartbeats.
+  leaseSeconds: 60,
   // Cloud Tasks redelivers a killed step 2, 6 and 14 s after the kill: a holder silent 10 s is taken over by the third.
   heartbeatSeconds: 5,
   staleHeartbeatSeconds: 10,
