@@ -71,6 +71,7 @@ const jobData = z.looseObject({
     .object({
       reason: z.string(),
       at: millis,
+      by: z.string().nullish(),
       phase: z.string().nullish(),
       sectionsDone: z.number().nullish(),
       effects: z
@@ -88,6 +89,7 @@ const jobData = z.looseObject({
         ? {
             reason: value.reason,
             atMs: value.at,
+            by: value.by ?? null,
             phase: value.phase ?? null,
             sectionsDone: value.sectionsDone ?? null,
             effects: value.effects

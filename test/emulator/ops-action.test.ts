@@ -158,14 +158,18 @@ describe('an operator', () => {
     expect((await readJob(jobId)).status).toBe('completed');
   });
 
-  test("cancels another user's queued job; the reason names the operator", async () => {
+  test("cancels another user's queued job; the cancellation names the operator", async () => {
     const jobId = await harness.submit('two-phase', { sections: 1 }, USER);
     const sent = await call({ action: 'cancel', jobId, reason: 'runaway spend' });
     expect(sent.status).toBe(200);
     expect(sent.body).toMatchObject({ action: 'cancel', jobId, by: OPERATOR, status: 'cancelled', unknownEffects: 0 });
     const job = await readJob(jobId);
     expect(job.status).toBe('cancelled');
-    expect(job.cancellation?.reason).toBe(`operator ${OPERATOR}: runaway spend`);
+    expect(job.cancellation).toMatchObject({ reason: 'runaway spend', by: OPERATOR });
+    expect(sent.body).toMatchObject({ report: `Cancelled by operator ${OPERATOR} during its first step (runaway spend).` });
+    // Re-driving it is refused, and the refusal says who stopped it.
+    const redrive = await call({ action: 'redrive', jobId, fromPhase: 'first', reason: 'try again' });
+    expect(redrive).toMatchObject({ status: 409, body: { message: `Job ${jobId} was cancelled by operator ${OPERATOR}; a re-drive would resume the work (and the effects) that cancel stopped. Its owner can submit it again.` } });
     expect(await timeline(jobId)).toEqual(['submitted', 'cancelled']);
   });
 

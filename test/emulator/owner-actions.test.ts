@@ -91,6 +91,7 @@ describe('cancellation', () => {
     expect(job.cancellation).toEqual({
       atMs: harness.clock.now(),
       reason: 'changed my mind',
+      by: null,
       phase: null,
       sectionsDone: null,
       effects: { counts: { planned: 1, applying: 0, applied: 1, unknown: 1, failed: 0 }, settled: false, checkedWith: null, checkedAtMs: null },

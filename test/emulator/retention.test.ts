@@ -94,7 +94,7 @@ async function endThroughTable(job: JobRecord, how: 'complete' | 'fail' | 'cance
           ? completeJob(current, { outcome: 'complete', missing: [] }, nowMs)
           : how === 'fail'
             ? settleJobError(current, { decision: { action: 'fail', attempts: 1, reason: 'terminal' }, error }, nowMs)
-            : cancelJobRecord(current, { cancellation: { atMs: nowMs, reason: 'stop', phase: null, sectionsDone: null, effects: null }, message: 'Cancelled', effectsToSettleAtMs: null }, nowMs);
+            : cancelJobRecord(current, { cancellation: { atMs: nowMs, reason: 'stop', by: null, phase: null, sectionsDone: null, effects: null }, message: 'Cancelled', effectsToSettleAtMs: null }, nowMs);
       return Promise.resolve({ next: transition.next, events: transition.events, value: undefined });
     },
   );

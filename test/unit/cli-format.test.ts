@@ -113,7 +113,7 @@ describe('status line', () => {
 
   test('the ends say why', () => {
     expect(statusLine(job({ status: 'failed', lastError: { code: 'terminal', message: 'bad input', retryable: false, atMs: T0 } }))).toMatch(/failed: bad input$/);
-    expect(statusLine(job({ status: 'cancelled', cancellation: { reason: 'too slow', atMs: T0, phase: null, sectionsDone: null, effects: null } }))).toMatch(/cancelled: too slow$/);
+    expect(statusLine(job({ status: 'cancelled', cancellation: { reason: 'too slow', by: null, atMs: T0, phase: null, sectionsDone: null, effects: null } }))).toMatch(/cancelled: too slow$/);
     expect(statusLine(job({ status: 'quarantined', quarantine: { reason: 'lease expired 4 times', atMs: T0 } }))).toMatch(/quarantined: lease expired 4 times$/);
     expect(statusLine(job({ status: 'completed', outcome: 'partial', phase: null }))).toBe(`completed   [${'█'.repeat(24)}] 100%  completed, partial`);
   });
@@ -176,12 +176,12 @@ describe('the end of a watch', () => {
     expect(finalLines(job({ status: 'failed', finishedAtMs: T0 + 2_000, lastError: { code: 'terminal', message: 'bad input', retryable: false, atMs: T0 } }), 'p')).toEqual([
       'Failed in 2 s: bad input (terminal)',
     ]);
-    expect(finalLines(job({ status: 'cancelled', finishedAtMs: T0, cancellation: { reason: 'r', atMs: T0, phase: 'outline', sectionsDone: 2, effects: null } }), 'p')).toEqual([
+    expect(finalLines(job({ status: 'cancelled', finishedAtMs: T0, cancellation: { reason: 'r', by: null, atMs: T0, phase: 'outline', sectionsDone: 2, effects: null } }), 'p')).toEqual([
       'Cancelled in 0 ms.',
       'Cancelled by its owner during outline (r). 2 sections were finished.',
     ]);
     const effects = { counts: { planned: 3, applying: 0, applied: 5, unknown: 1, failed: 1 }, settled: false, checkedWith: null, checkedAtMs: null };
-    expect(finalLines(job({ status: 'cancelled', finishedAtMs: T0, cancellation: { reason: 'r', atMs: T0, phase: 'send', sectionsDone: null, effects } }), 'p')).toEqual([
+    expect(finalLines(job({ status: 'cancelled', finishedAtMs: T0, cancellation: { reason: 'r', by: null, atMs: T0, phase: 'send', sectionsDone: null, effects } }), 'p')).toEqual([
       'Cancelled in 0 ms.',
       'Cancelled by its owner during send (r). Effects: 5 applied, 4 not applied, 1 unknown (being checked). ' +
         'Effects already applied (messages sent, payments made) cannot be undone by cancelling.',

@@ -230,7 +230,7 @@ describe('job transitions', () => {
   });
 
   test('cancel: from queued, running or waiting; a finished job is refused', () => {
-    const cancellation = { atMs: NOW, reason: 'stop', phase: null, sectionsDone: null, effects: null };
+    const cancellation = { atMs: NOW, reason: 'stop', by: null, phase: null, sectionsDone: null, effects: null };
     for (const status of ['queued', 'running', 'waiting'] as const) {
       expect(cancelJobRecord(job({ status }), { cancellation, message: 'Cancelled', effectsToSettleAtMs: null }, NOW).next).toMatchObject({ status: 'cancelled', lease: null, fanout: null });
     }
@@ -251,7 +251,7 @@ describe('job transitions', () => {
   test('retention: completing, failing and cancelling make the stamping due at the end time; nothing else does', () => {
     const due = { dueAtMs: NOW, cursor: null };
     const error = { code: 'bad', message: 'no', retryable: false, atMs: NOW };
-    const cancellation = { atMs: NOW, reason: 'stop', phase: null, sectionsDone: null, effects: null };
+    const cancellation = { atMs: NOW, reason: 'stop', by: null, phase: null, sectionsDone: null, effects: null };
     expect(completeJob(running(), { outcome: 'complete', missing: [] }, NOW).next.retention).toEqual(due);
     expect(settleJobError(running(), { decision: { action: 'fail', attempts: 5, reason: 'spent' }, error }, NOW).next.retention).toEqual(due);
     for (const status of ['queued', 'running', 'waiting'] as const) {

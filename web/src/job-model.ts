@@ -183,7 +183,7 @@ function readCancellation(doc: Fields): NonNullable<JobView['cancellation']> {
   const reason = text(doc.reason) ?? '';
   const effects = readStoppedEffects(doc.effects);
   const sectionsDone = typeof doc.sectionsDone === 'number' ? doc.sectionsDone : null;
-  return { reason, effects, report: cancellationReport({ reason, phase: text(doc.phase), sectionsDone, effects }) };
+  return { reason, effects, report: cancellationReport({ reason, by: text(doc.by), phase: text(doc.phase), sectionsDone, effects }) };
 }
 
 export function readUnit(id: string, data: unknown): UnitView {

@@ -100,7 +100,7 @@ export interface JobRecord {
   readonly quarantine: { readonly reason: string; readonly atMs: number } | null;
   /** Answers people gave, by question ID; phases read them through their context. */
   readonly decisions: Readonly<Record<string, string>>;
-  /** Set when the owner cancelled: when, why, and what the job had done by then. */
+  /** Set when the job was cancelled: when, by whom, why, and what the job had done by then. */
   readonly cancellation: Cancellation | null;
   /**
    * When the sweeper next checks this job's effect ledger against the system of record, once the
@@ -192,10 +192,12 @@ export interface StoppedEffects {
   readonly checkedAtMs: number | null;
 }
 
-/** The owner's cancel, as structured fields; rendered to words where shown (effects/stop-report.ts). */
+/** A cancel (the owner's, or an operator's on the owner's behalf), as structured fields; rendered to words where shown (effects/stop-report.ts). */
 export interface Cancellation {
   readonly atMs: number;
   readonly reason: string;
+  /** The operator who cancelled; null when the owner did. */
+  readonly by: string | null;
   /** The phase the job was in, or null before its first step. */
   readonly phase: string | null;
   /** Sections finished, for pipelines that count them. */

@@ -22,6 +22,8 @@ export interface StoppedEffectsView {
 
 export interface CancellationView {
   readonly reason: string;
+  /** The operator who cancelled; null (or absent) when the owner did. */
+  readonly by?: string | null;
   readonly phase: string | null;
   readonly sectionsDone: number | null;
   readonly effects: StoppedEffectsView | null;
@@ -42,7 +44,7 @@ export function stoppedEffectsSentence(effects: StoppedEffectsView): string {
 
 export function cancellationReport(cancellation: CancellationView): string {
   return [
-    `Cancelled by its owner during ${cancellation.phase ?? 'its first step'} (${cancellation.reason}).`,
+    `Cancelled by ${cancellation.by ? `operator ${cancellation.by}` : 'its owner'} during ${cancellation.phase ?? 'its first step'} (${cancellation.reason}).`,
     ...(cancellation.sectionsDone === null ? [] : [`${cancellation.sectionsDone} sections were finished.`]),
     ...(cancellation.effects === null
       ? []

@@ -3,7 +3,7 @@
  * event on the job's timeline.
  */
 import { describeError, OwnershipLostError, PhaselineError } from '../core/errors';
-import type { JobRecord, JobStatus } from '../core/job';
+import type { Cancellation, JobRecord, JobStatus } from '../core/job';
 import type { PipelineRegistry } from '../core/pipeline';
 import { JOB_TRANSITIONS, jobDispatch, redriveJobRecord, releaseJob, type Transition } from '../core/transitions';
 import { deployedPipelines } from '../pipelines';
@@ -148,9 +148,11 @@ function deployedRegistry(): PipelineRegistry {
 const REDRIVABLE: readonly JobStatus[] = JOB_TRANSITIONS.redrive.from;
 
 /** Why a job in this status cannot be re-driven, or null when it can. */
-export function redriveRefusal(job: Pick<JobRecord, 'id' | 'status'>): string | null {
+export function redriveRefusal(job: Pick<JobRecord, 'id' | 'status'> & { readonly cancellation?: Pick<Cancellation, 'by'> | null }): string | null {
   if (REDRIVABLE.includes(job.status)) return null;
   if (job.status === 'cancelled') {
+    const by = job.cancellation?.by;
+    if (by) return `Job ${job.id} was cancelled by operator ${by}; a re-drive would resume the work (and the effects) that cancel stopped. Its owner can submit it again.`;
     return `Job ${job.id} was cancelled by its owner; a re-drive would resume the work (and the effects) they stopped. They can submit it again.`;
   }
   return `Job ${job.id} is ${job.status}; only a completed, failed or quarantined job can be re-driven (a ${job.status} job is still in the engine's hands).`;

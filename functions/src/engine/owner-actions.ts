@@ -40,7 +40,8 @@ function ownedJob(job: JobRecord, owner: string): void {
 
 export async function cancelJob(
   store: JobStore,
-  request: { jobId: string; owner: string; reason: string },
+  /** `by` names the operator cancelling on the owner's behalf; absent when the owner cancels. */
+  request: { jobId: string; owner: string; reason: string; by?: string },
   /** Refuses the cancel (by throwing) unless the job as read is the one the caller means to cancel. */
   expect?: (job: JobRecord) => void,
 ): Promise<CancelResult> {
@@ -74,6 +75,7 @@ export async function cancelJob(
         const cancellation: Cancellation = {
           atMs: nowMs,
           reason: request.reason,
+          by: request.by ?? null,
           phase: job.phase,
           sectionsDone: job.progress.sectionsDone ?? null,
           effects: ledger.empty ? null : { counts, settled, checkedWith: null, checkedAtMs: null },

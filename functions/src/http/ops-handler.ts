@@ -83,8 +83,8 @@ async function perform(deps: OpsActionDeps, request: OpsActionRequest, by: strin
       return { status: released.job.status, taskId: released.taskId, enqueued: released.enqueued };
     }
     case 'cancel': {
-      // The owner's cancel, on behalf of the job's owner: the same transaction, effects marked the same way.
-      const { job: cancelled, unknownEffects } = await cancelJob(deps.store, { jobId: job.id, owner: job.owner, reason: `operator ${by}: ${request.reason}` });
+      // The owner's cancel, on behalf of the job's owner: the same transaction, effects marked the same way, the operator named.
+      const { job: cancelled, unknownEffects } = await cancelJob(deps.store, { jobId: job.id, owner: job.owner, reason: request.reason, by });
       return { status: cancelled.status, unknownEffects, report: cancelled.cancellation ? cancellationReport(cancelled.cancellation) : null };
     }
     case 'redrive': {

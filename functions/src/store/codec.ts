@@ -34,6 +34,7 @@ const effectCountsSchema = z.object({
 const cancellationSchema = z.object({
   at: millis,
   reason: z.string(),
+  by: z.string().nullable().default(null),
   phase: z.string().nullable().default(null),
   sectionsDone: z.number().int().nonnegative().nullable().default(null),
   effects: z
@@ -107,7 +108,7 @@ const tsOrNull = (ms: number | null): Timestamp | null => (ms === null ? null : 
 
 function decodeCancellation(doc: z.infer<typeof cancellationSchema>): Cancellation {
   const effects = doc.effects && { counts: doc.effects.counts, settled: doc.effects.settled, checkedWith: doc.effects.checkedWith, checkedAtMs: doc.effects.checkedAt };
-  return { atMs: doc.at, reason: doc.reason, phase: doc.phase, sectionsDone: doc.sectionsDone, effects };
+  return { atMs: doc.at, reason: doc.reason, by: doc.by, phase: doc.phase, sectionsDone: doc.sectionsDone, effects };
 }
 
 function encodeCancellation(cancellation: Cancellation): DocumentData {
@@ -115,6 +116,7 @@ function encodeCancellation(cancellation: Cancellation): DocumentData {
   return {
     at: ts(cancellation.atMs),
     reason: cancellation.reason,
+    by: cancellation.by,
     phase: cancellation.phase,
     sectionsDone: cancellation.sectionsDone,
     effects: effects && { counts: effects.counts, settled: effects.settled, checkedWith: effects.checkedWith, checkedAt: tsOrNull(effects.checkedAtMs) },
