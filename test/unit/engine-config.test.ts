@@ -8,9 +8,9 @@ import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions, type EngineOptions } from
 import { engineOptionsFromEnv } from '../../functions/src/triggers/config';
 
 describe('resolveEngineOptions', () => {
-  test('the defaults: 60 s lease, 5 s heartbeat, takeover after 10 s without one, 150 s progress bound, 1000 ms progress flush', () => {
+  test('the defaults: 90 s lease, 5 s heartbeat, takeover after 10 s without one, 150 s progress bound, 1000 ms progress flush', () => {
     const options = resolveEngineOptions();
-    expect(options.leaseSeconds).toBe(60);
+    expect(options.leaseSeconds).toBe(90);
     expect(options.heartbeatSeconds).toBe(5);
     expect(options.staleHeartbeatSeconds).toBe(10);
     expect(options.progressTimeoutSeconds).toBe(150);

@@ -52,8 +52,10 @@ export interface EngineOptions {
 export const MAX_SCHEDULE_SECONDS = 30 * 86_400;
 
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
-  // The sweeper's backstop for a holder whose task never comes back (a frozen worker): twelve missed heartbeats.
-  leaseSeconds: 60,
+  // The sweeper's backstop for a holder whose task never comes back (a frozen worker). Longer than the
+  // 60 s for which a dead client's transaction can keep a document locked (Firestore expires an idle
+  // transaction after 60 s): a live holder whose renewals wait on such a lock keeps its lease.
+  leaseSeconds: 90,
   // Cloud Tasks redelivers a killed step 2, 6 and 14 s after the kill: a holder silent 10 s is taken over by the third.
   heartbeatSeconds: 5,
   staleHeartbeatSeconds: 10,
