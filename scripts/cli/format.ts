@@ -186,7 +186,7 @@ export function stateDetail(job: JobView, options: TimeOptions = {}): string {
     case 'failed':
       return `failed: ${terminalText(job.lastError?.message ?? 'no reason recorded')}`;
     case 'cancelled':
-      return `cancelled: ${terminalText(job.cancellation?.reason ?? 'no reason recorded')}`;
+      return `cancelled${job.cancellation?.by ? ` by operator ${terminalText(job.cancellation.by)}` : ''}: ${terminalText(job.cancellation?.reason ?? 'no reason recorded')}`;
     case 'quarantined':
       return `quarantined: ${terminalText(job.quarantine?.reason ?? 'no reason recorded')}`;
     case 'completed':

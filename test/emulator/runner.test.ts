@@ -1,3 +1,4 @@
+import type { Query, QuerySnapshot } from 'firebase-admin/firestore';
 import { RetryableError, TerminalError } from '../../functions/src/core/errors';
 import { stepTaskId } from '../../functions/src/core/job';
 import { releaseQuarantined } from '../../functions/src/engine/operator';
@@ -462,9 +463,19 @@ test('a checkpoint that lands just before a claim reads the job is seen by that 
   const holder = runStep(harness.deps('holder'), stepZero!.task);
   await entered.promise;
 
+  // Queries sent so far, so that one sent before the job read (which would be the defect) has its answer before the hand-off below.
+  const queryPrototype = Object.getPrototypeOf(Object.getPrototypeOf(db().collection('probe'))) as { get: (this: Query) => Promise<QuerySnapshot> };
+  const queryGet = queryPrototype.get;
+  const queriesSent: Promise<unknown>[] = [];
+  const queries = jest.spyOn(queryPrototype, 'get').mockImplementation(function (this: Query) {
+    const answer = queryGet.call(this);
+    queriesSent.push(answer.catch(() => undefined));
+    return answer;
+  });
   // The holder finishes the first phase and hands off (checkpoint and job in one commit) right before the next claim reads the job.
   let holderOutcome: StepOutcome | undefined;
   const interposed = beforeFirstGet(db(), jobPath(jobId), async () => {
+    await Promise.all(queriesSent);
     finish.open();
     holderOutcome = await holder;
   });
@@ -473,6 +484,7 @@ test('a checkpoint that lands just before a claim reads the job is seen by that 
     claimed = await runStep(harness.deps('next'), { jobId, step: 1 });
   } finally {
     interposed.restore();
+    queries.mockRestore();
   }
   expect(interposed.ran()).toBe(true);
   expect(holderOutcome).toMatchObject({ kind: 'handed-off', phase: 'first', checkpointed: true });

@@ -15,7 +15,7 @@ import { z } from 'zod';
 import { RetryableError, TerminalError, type PhaselineError } from '../core/errors';
 import { resumePhaseIndex, type PhaseDefinition, type PipelineDefinition, type SectionRecord } from '../core/pipeline';
 import { phaseVersion, readStored, type StoredReading } from '../core/versions';
-import { readCheckpointDocuments, readSectionDocuments } from '../store/checkpoint-reads';
+import { readCheckpointDocuments, readSectionDocuments, type StoredDocument } from '../store/checkpoint-reads';
 import type { JobStore } from '../store/job-store';
 import { readPhaseSectionDocuments } from '../store/phase-documents';
 
@@ -103,8 +103,14 @@ function readSection(phase: PhaseDefinition<unknown, unknown>, data: unknown, ve
   return readStored(phase, 'section', data, storedSectionVersion(version));
 }
 
-export async function loadCheckpoints(store: JobStore, jobId: string, pipeline: PipelineDefinition<unknown>): Promise<LoadedCheckpoints> {
-  const documents = await readCheckpointDocuments(store, jobId);
+export async function loadCheckpoints(
+  store: JobStore,
+  jobId: string,
+  pipeline: PipelineDefinition<unknown>,
+  /** The checkpoint documents when the caller has read them already; the resume phase's sections are always read here, after. */
+  checkpointDocuments?: Promise<readonly StoredDocument[]>,
+): Promise<LoadedCheckpoints> {
+  const documents = await (checkpointDocuments ?? readCheckpointDocuments(store, jobId));
   const states = new Map<string, unknown>();
   const refused: { phase: string; reason: string }[] = [];
   const migrated: { phase: string; from: number }[] = [];

@@ -177,6 +177,12 @@ const UNIT_RACE_PAUSE_CAP_MS = 100;
 /** Owner views kept per process (one per job a worker here holds); the oldest go first past it. */
 const MAX_OWNER_VIEWS = 1_000;
 
+/** How a unit's conditioned commit behaves while it keeps losing races. */
+export interface UnitCommitOptions {
+  /** Runs after a failed attempt, before the next one, with the unit as that attempt read it (e.g. to renew its lease). */
+  readonly beforeRetry?: (unit: UnitRecord) => Promise<void>;
+}
+
 export class JobStore {
   /** Fan-outs a commit ends, per commit attempt (a batch or a transaction): their running units lose their claims after it commits. */
   private readonly endedFanOuts = new WeakMap<object, { jobId: string; fanout: FanOutState }[]>();
@@ -412,7 +418,7 @@ export class JobStore {
    * at the claim's epoch), and the unit is written in any case (as it is when `body` changes nothing
    * of it), so that its precondition and the slot's fence the commit. `body` must be free of side effects.
    */
-  async commitAsUnitOwner<T>(claim: UnitClaim, body: (context: { tx: JobWriter; job: JobRecord; unit: UnitRecord }) => Promise<UnitChange<T>>): Promise<T> {
+  async commitAsUnitOwner<T>(claim: UnitClaim, body: (context: { tx: JobWriter; job: JobRecord; unit: UnitRecord }) => Promise<UnitChange<T>>, options: UnitCommitOptions = {}): Promise<T> {
     const committed = await this.commitUnitChange(claim, async ({ tx, job, unit, slot }) => {
       const slotRevoked = slot.exists && (slot.state !== 'held' || slot.epoch !== claim.epoch);
       if (!holdsUnitClaim(job, unit, claim) || slotRevoked) {
@@ -422,7 +428,7 @@ export class JobStore {
       }
       const change = await body({ tx, job, unit });
       return { ...change, nextUnit: change.nextUnit ?? unit };
-    });
+    }, options);
     return committed.value;
   }
 
@@ -441,6 +447,7 @@ export class JobStore {
   async commitUnitChange<T>(
     ids: Pick<UnitClaim, 'jobId' | 'phase' | 'unit'>,
     decide: (context: { tx: JobWriter; job: JobRecord; unit: UnitRecord; slot: ClaimSlotView }) => Promise<UnitChange<T>>,
+    options: UnitCommitOptions = {},
   ): Promise<{ value: T; slotUpdateTime: Timestamp | null }> {
     const jobRef = this.jobRef(ids.jobId);
     const unitRef = this.unitRef(ids.jobId, ids.phase, ids.unit);
@@ -478,6 +485,7 @@ export class JobStore {
           // Every unit of a fan-out may finish at once, each writing the job: each round one of them lands, so the last may need a try per sibling.
           const allowed = MAX_JOB_COMMIT_ATTEMPTS + 2 * (job.fanout?.units ?? 0);
           if (attempt >= allowed) throw new CheckpointWriteError(`unit ${ids.jobId}/${ids.unit} kept changing under ${attempt} conditioned commits`, error);
+          await options.beforeRetry?.(unit);
           // A short random pause spreads the racers out, so they do not collide again in lockstep.
           await new Promise((resolve) => setTimeout(resolve, Math.floor(Math.random() * Math.min(UNIT_RACE_PAUSE_CAP_MS, UNIT_RACE_PAUSE_STEP_MS * attempt))));
           continue;

@@ -5,6 +5,7 @@ import { EMPTY_FLUSH } from '../../core/flusher';
 import { type JobRecord, type StepTask } from '../../core/job';
 import { claimJob, takeOverJob, TransitionRefused, type Transition } from '../../core/transitions';
 import { resumePhaseIndex, type PhaseDefinition } from '../../core/pipeline';
+import { readCheckpointDocuments } from '../../store/checkpoint-reads';
 import type { EventDraft, JobClaim } from '../../store/job-store';
 import { loadCheckpoints, NewerVersionError } from '../checkpoints';
 import { startFanOut } from './fan-out';
@@ -21,12 +22,14 @@ export async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<Step
   const nowMs = store.clock.now();
   let claimed: ClaimResult;
   /**
-   * The stored checkpoints, read beside the claim's commit, not after it: every write of a
+   * The checkpoint documents, read beside the claim's commit, not after it: every write of a
    * checkpoint also rewrites the job under its precondition, so a checkpoint that changed after the
    * job was read fails this claim (and the read is made again with the next decision), and once the
-   * claim landed no older holder can write one.
+   * claim landed no older holder can write one. Only the checkpoints: sections are fenced by the
+   * claim slot, not the job, so whatever else is read (the resume phase's sections, for their
+   * versions) is read after the claim landed.
    */
-  const checkpoints: { read: ReturnType<typeof loadCheckpoints> | null } = { read: null };
+  const checkpoints: { read: ReturnType<typeof readCheckpointDocuments> | null } = { read: null };
   try {
     claimed = await store.transact<ClaimResult>(task.jobId, () => null, ({ job }) => {
       const input = { step: task.step, worker, options: store.options };
@@ -39,8 +42,7 @@ export async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<Step
         return Promise.resolve({ value: error.notYetDueMs === undefined ? { reason: error.message } : { reason: error.message, notYetDueMs: error.notYetDueMs } });
       }
       const value: ClaimResult = claim.next.status === 'running' ? { job: claim.next } : { reason: `job ${claim.next.status}: ${claim.events[0]?.message ?? ''}` };
-      const pipeline = deps.pipelines.get(job.pipeline);
-      checkpoints.read = 'job' in value && pipeline ? loadCheckpoints(store, job.id, pipeline) : null;
+      checkpoints.read = 'job' in value ? readCheckpointDocuments(store, job.id) : null;
       checkpoints.read?.catch(() => undefined);
       return Promise.resolve({ next: claim.next, events: claim.events, value });
     });
@@ -71,7 +73,7 @@ export async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<Step
   }
   const running = newRunning(deps, worker, pipeline, input.data, job);
 
-  const loaded = await (checkpoints.read ?? loadCheckpoints(store, job.id, pipeline));
+  const loaded = await loadCheckpoints(store, job.id, pipeline, checkpoints.read ?? undefined);
   const refusedNotes: EventDraft[] = loaded.refused.map((refusal) => ({
     kind: 'checkpoint-refused',
     message: `Stored checkpoint of ${refusal.phase} failed validation and will be redone: ${refusal.reason}`,

@@ -10,7 +10,7 @@ import { decodeUnit, type UnitRecord } from '../../store/codec';
 import type { EventDraft, JobClaim, UnitClaim } from '../../store/job-store';
 import { readFanOutUnits } from '../../store/checkpoint-reads';
 import { checkpointDocumentFor, loadCheckpoints } from '../checkpoints';
-import { Running, StepOutcome, bareContext, chargeUnit, dispatchQuietly, lost } from './running';
+import { Running, StepOutcome, bareContext, chargeUnit, dispatchQuietly, freshLease, lost } from './running';
 import { settleError } from './settle';
 
 // ---------------------------------------------------------------------------------------------
@@ -138,6 +138,21 @@ export async function startFanOut(
 }
 
 /**
+ * The finishing commit runs after the unit's flusher stopped, and in a big fan-out it can lose to its
+ * siblings' job writes for longer than a lease: between tries, a lease older than a heartbeat is
+ * renewed (a unit-only commit, which the hot job document does not hold up), so the sweeper never
+ * takes a live unit's finished work away.
+ */
+async function renewWhileRacing(running: Running, claim: UnitClaim, unit: UnitRecord): Promise<void> {
+  const { store } = running.deps;
+  const lease = unit.lease;
+  if (lease === null) return;
+  const renewedAtMs = lease.renewedAtMs ?? lease.expiresAtMs - store.options.leaseSeconds * 1000;
+  if (store.clock.now() - renewedAtMs < store.options.heartbeatSeconds * 1000) return;
+  await store.commitAsUnitOwner(claim, ({ unit: current }) => Promise.resolve({ nextUnit: { ...current, lease: freshLease(running, claim.epoch) }, value: undefined }));
+}
+
+/**
  * Records a finished unit and, if it was the last one, joins: the phase checkpoint from every
  * unit's result and the job's hand-off to its next step, all in the commit that records it
  * (conditioned on the job, the unit and its claim slot).
@@ -173,7 +188,7 @@ export async function finishUnit(running: Running, claim: UnitClaim, phase: Phas
       return { next: joined.next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result, resultVersion: phaseVersion(phase) }, events: [...events, ...joined.events], value: joined.dispatch };
     }
     return { next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result, resultVersion: phaseVersion(phase) }, events, value: undefined };
-  });
+  }, { beforeRetry: (unit) => renewWhileRacing(running, claim, unit) });
   await dispatchQuietly(running.deps, settled);
   return settled !== undefined;
 }

@@ -32,9 +32,12 @@ export async function complete(running: Running, claim: JobClaim, states: Readon
     // One commit conditioned on the job: no transaction locks it while the effects and the outbox are read.
     await store.asOwner(claim, async ({ tx, job }) => {
       // Both read side by side: neither depends on the other, and the commit is conditioned on the job either way.
-      const [unresolved, published] = await Promise.all([unresolvedEffectsOf(store, job.id), outboxPublished(store, job)]);
-      // A job cannot complete while an effect's outcome is unknown: the pipeline must reconcile it first.
-      if (unresolved.length > 0) throw new UnresolvedEffectsError(unresolved);
+      const [ledger, outbox] = await Promise.allSettled([unresolvedEffectsOf(store, job.id), outboxPublished(store, job)]);
+      // A job cannot complete while an effect's outcome is unknown: the pipeline must reconcile it first (whatever the outbox read did).
+      if (ledger.status === 'fulfilled' && ledger.value.length > 0) throw new UnresolvedEffectsError(ledger.value);
+      if (ledger.status === 'rejected') throw ledger.reason;
+      if (outbox.status === 'rejected') throw outbox.reason;
+      const published = outbox.value;
       // The outbox ID is the job's own: an answer already there (a job an operator released after it
       // had published) is kept as it is, never published a second time. Created, not set: an answer
       // that appears after this read fails the commit, which is decided again.
