@@ -11,40 +11,19 @@
  */
 import { FieldValue } from 'firebase-admin/firestore';
 import type { DocumentReference, DocumentSnapshot, ReadOptions } from 'firebase-admin/firestore';
-import { z } from 'zod';
 import { DEFAULT_ENGINE_OPTIONS } from '../../functions/src/core/options';
-import { defineFanOutPhase, definePipeline, pipelineRegistry, type StepContext, type UnitOutcome } from '../../functions/src/core/pipeline';
+import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
 import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
 import { jobPath, JOBS } from '../../functions/src/store/paths';
 import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { heldUnitsPipeline } from '../support/held-units';
 import { behaviour, resetBehaviour, testPipeline } from '../support/test-pipeline';
 import { ManualTimers } from '../support/timers';
 
-type Input = { units: number };
-const unitTurn: { run: (context: StepContext<Input>, unit: string) => Promise<UnitOutcome<{ value: number }>> } = {
-  run: () => Promise.resolve({ kind: 'done', state: { value: 1 } }),
-};
-const manyUnits = definePipeline<Input>({
-  name: 'many-units',
-  description: 'Test pipeline: one fan-out phase with many units',
-  input: z.strictObject({ units: z.number().int().min(1).max(100) }),
-  phases: [
-    defineFanOutPhase<Input, { total: number }, { value: number }>({
-      name: 'experts',
-      state: z.strictObject({ total: z.number() }),
-      section: z.strictObject({ value: z.number() }),
-      fanOut: {
-        units: (context) => Array.from({ length: context.input.units }, (_, index) => `u${index}`),
-        unitState: z.strictObject({ value: z.number() }),
-        runUnit: (context, unit) => unitTurn.run(context, unit),
-        join: (results) => ({ total: [...results.values()].reduce((sum, result) => sum + result.value, 0) }),
-      },
-    }),
-  ],
-  publish: () => ({ outcome: 'complete', title: 'Total', markdown: 'joined', missing: [] }),
-});
+// A fan-out big enough for its finishing commits to race on the job document for longer than a lease.
+const { pipeline: manyUnits, turns: unitTurn } = heldUnitsPipeline('many-units', 100);
 
 let harness: EngineHarness;
 beforeAll(() => {
@@ -53,7 +32,7 @@ beforeAll(() => {
 });
 beforeEach(async () => {
   resetBehaviour();
-  unitTurn.run = () => Promise.resolve({ kind: 'done', state: { value: 1 } });
+  unitTurn.reset();
   harness.queue.drain();
   await harness.firestore.reset();
 });

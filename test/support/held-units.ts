@@ -19,8 +19,8 @@ export interface HeldUnits {
   readonly turns: { run: UnitTurn; reset(): void };
 }
 
-/** One fan-out phase `experts` with units `u0`… (`input.units` of them), joined into their total. */
-export function heldUnitsPipeline(name: string): HeldUnits {
+/** One fan-out phase `experts` with units `u0`… (`input.units` of them, at most `maxUnits`), joined into their total. */
+export function heldUnitsPipeline(name: string, maxUnits = 3): HeldUnits {
   const finish: UnitTurn = () => Promise.resolve(unitFinished);
   const turns = {
     run: finish,
@@ -31,7 +31,7 @@ export function heldUnitsPipeline(name: string): HeldUnits {
   const pipeline = definePipeline<UnitInput>({
     name,
     description: 'Test pipeline: one fan-out phase whose units the test holds and releases',
-    input: z.strictObject({ units: z.number().int().min(1).max(3) }),
+    input: z.strictObject({ units: z.number().int().min(1).max(maxUnits) }),
     phases: [
       defineFanOutPhase<UnitInput, { total: number }, UnitResult>({
         name: 'experts',
