@@ -597,4 +597,20 @@ export const MUTANTS: readonly Mutant[] = [
       { files: ['test/unit/chaos-collect.test.ts'], names: 'the retention pass stamped counts from its creation' },
     ],
   },
+  {
+    name: 'spend-charge-recorded-once',
+    removes: "the create of a spend charge's record in the commit that adds it to the day (a charge sent again after a lost answer is counted twice)",
+    file: 'functions/src/store/quota-documents.ts',
+    search: '    batch.create(this.db.doc(spendChargePath(uid, day, charge.id)), { usd: charge.usd, calls: charge.calls, chargedAt: Timestamp.fromMillis(nowMs), [EXPIRE_AT]: expireAt });\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'bug 22: ' }],
+  },
+  {
+    name: 'spend-check-reads-landed-charges',
+    removes: 'the spend check dropping the failed writes it found landed (a charge whose answer was lost counts twice against the cap until it is sent again)',
+    file: 'functions/src/engine/spend-meter.ts',
+    search: '        this.settled(asked.filter((write) => read.landed.has(write.id)));\n',
+    replace: '',
+    tests: [{ files: ['test/unit/spend-meter.test.ts'], names: 'bug 22: a charge whose write landed' }],
+  },
 ];

@@ -11,10 +11,13 @@ import { nextSpendResetMs, spendDay } from '../../functions/src/core/quota';
 import { decideJob, OwnerActionError } from '../../functions/src/engine/owner-actions';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
-import { JOBS, quotaUsagePath, spendDayPath, userLimitsPath } from '../../functions/src/store/paths';
+import { JOBS, quotaUsagePath, SPEND_CHARGES, spendDayPath, userLimitsPath } from '../../functions/src/store/paths';
+import { EXPIRE_AT } from '../../functions/src/store/retention';
 import { setUserLimits } from '../../functions/src/store/quota-documents';
+import type { Timestamp } from 'firebase-admin/firestore';
 import type { ChatResponse } from '../../functions/src/agent/provider';
 import { engineHarness, type EngineHarness } from '../support/engine';
+import { answerLostAfterFirstCommit } from '../support/interpose';
 import { promptIdOf, researchSetup, type ResearchSetup } from '../support/research';
 
 let harness: EngineHarness;
@@ -233,4 +236,37 @@ test('a malformed quotaUsage/{uid} (the kind of account, so the default cap) mak
   expect(job.status).toBe('waiting');
   expect(job.waiting?.reason).toBe('budget');
   expect(await spentToday(owner)).toBe(0);
+});
+
+test('bug 22: a charge whose commit landed but whose answer was lost is counted once, and the cap does not pause the job', async () => {
+  const owner = 'user-lost-answer';
+  await setUserLimits(db(), owner, { spendUsdPerDay: 1.2 }, harness.clock.now());
+  const dayPath = spendDayPath(owner, spendDay(harness.clock.now()));
+  // The first two calls cost $0.50 each, the others nothing: $1.00 spent in all, under the $1.20 cap.
+  let calls = 0;
+  research.provider.intercept = async (_request, call) => {
+    const response = await call();
+    calls += 1;
+    return { ...response, costUsd: calls <= 2 ? 0.5 : 0 };
+  };
+  const lost = answerLostAfterFirstCommit((paths) => paths.includes(dayPath));
+  let jobId: string;
+  try {
+    jobId = await harness.submit('research', question, owner);
+    await harness.drain();
+  } finally {
+    lost.restore();
+  }
+  expect(lost.ran()).toBe(true);
+  expect(await spentToday(owner)).toBeCloseTo(1, 9);
+  expect((await db().doc(dayPath).get()).get('calls')).toBe(2);
+  // One record per write beside the day, expiring with it.
+  const records = await db().collection(`${dayPath}/${SPEND_CHARGES}`).get();
+  expect(records.docs.map((record) => record.get('usd') as number)).toEqual([0.5, 0.5]);
+  const dayExpiry = ((await db().doc(dayPath).get()).get(EXPIRE_AT) as Timestamp).toMillis();
+  expect(records.docs.map((record) => (record.get(EXPIRE_AT) as Timestamp).toMillis())).toEqual([dayExpiry, dayExpiry]);
+  const job = await readJob(jobId);
+  expect(job.waiting).toBeNull();
+  expect(job.status).toBe('completed');
+  expect(calls).toBeGreaterThan(2);
 });

@@ -34,7 +34,7 @@ test('clearing one limit with setUserLimits replaces the spend days\' copy as a 
   const uid = 'user-raised-then-cleared';
   // An operator raised the user's cap for a demo, then clears that raise (back to the default $10), keeping the jobs limit.
   await setUserLimits(db(), uid, { spendUsdPerDay: 1_000, jobsInFlight: 4 }, clock.now());
-  await ledger().charge(uid, { usd: 50, calls: 10 }, clock.now());
+  await ledger().charge(uid, { id: 'earlier-calls', usd: 50, calls: 10 }, clock.now());
   // A step in flight: its first check passed under the raise.
   const running = new StepSpendMeter(ledger(), uid, clock);
   await running.beforeCall();
@@ -57,7 +57,7 @@ test('clearing one limit with setUserLimits replaces the spend days\' copy as a 
 test('a userLimits document edited by other means applies from the next step, even on days that hold an older copy', async () => {
   const uid = 'user-edited-directly';
   await setUserLimits(db(), uid, { spendUsdPerDay: 1_000 }, clock.now());
-  await ledger().charge(uid, { usd: 50, calls: 10 }, clock.now());
+  await ledger().charge(uid, { id: 'earlier-calls', usd: 50, calls: 10 }, clock.now());
   // An operator cuts the user off by editing the override directly (the console, a script).
   await db().doc(userLimitsPath(uid)).set({ spendUsdPerDay: 0, updatedAtMs: clock.now() });
 

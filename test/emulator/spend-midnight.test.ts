@@ -29,7 +29,7 @@ test('a cut set the day before (copy only on today) still applies after midnight
   const meter = new StepSpendMeter(ledger(), uid, clock);
   expect(await verdict(meter)).toBe('allowed');
   clock.advance(2 * 60_000); // Dec 2, no copy there
-  await ledger().charge(uid, { usd: 3, calls: 1 }, clock.now());
+  await ledger().charge(uid, { id: 'another-worker', usd: 3, calls: 1 }, clock.now());
   expect(await verdict(meter)).toBe('refused');
 });
 
@@ -41,7 +41,7 @@ test('a raise made during the step before midnight applies after midnight; a dir
   const meter = new StepSpendMeter(ledger(), uid, clock);
   expect(await verdict(meter)).toBe('allowed'); // $0 spent of $1
   clock.advance(2 * 60_000);
-  await ledger().charge(uid, { usd: 5, calls: 1 }, clock.now());
+  await ledger().charge(uid, { id: 'another-worker', usd: 5, calls: 1 }, clock.now());
   // Dec 2's copy ($1000) equals Dec 1's as the first check saw it: the direct cut ($1) stands.
   expect(await verdict(meter)).toBe('refused');
 
@@ -52,6 +52,6 @@ test('a raise made during the step before midnight applies after midnight; a dir
   expect(await verdict(meter2)).toBe('allowed');
   await setUserLimits(db(), uid2, { spendUsdPerDay: 1_000 }, clock2.now());
   clock2.advance(2 * 60_000);
-  await ledger().charge(uid2, { usd: 5, calls: 1 }, clock2.now());
+  await ledger().charge(uid2, { id: 'another-worker', usd: 5, calls: 1 }, clock2.now());
   expect(await verdict(meter2)).toBe('allowed');
 });

@@ -1,9 +1,9 @@
 /**
  * Puts another actor's write between a plain read and the commit decided from it: the read's
  * answer is held until `during` has run (once, after the first matching read), so the commit that
- * follows meets what `during` changed.
+ * follows meets what `during` changed. Also: a commit that lands while its answer is lost.
  */
-import type { DocumentReference, DocumentSnapshot, Firestore, ReadOptions } from 'firebase-admin/firestore';
+import { WriteBatch, type DocumentReference, type DocumentSnapshot, type Firestore, type ReadOptions, type WriteResult } from 'firebase-admin/firestore';
 
 export interface Interposed {
   /** Puts the real read back. */
@@ -56,4 +56,37 @@ export function beforeFirstGet(db: Firestore, path: string, during: () => Promis
     return get.call(this);
   });
   return { restore: () => spy.mockRestore(), ran: () => ran };
+}
+
+/**
+ * The first commit that writes a document `matches` accepts (a batch, or a single document's
+ * `set`/`create`/`update`, which commit as a batch of one) lands, and its caller hears an error
+ * instead of the answer: the answer lost on its way back (a DEADLINE_EXCEEDED after the commit).
+ * Transactions commit by another path and are left alone.
+ */
+export function answerLostAfterFirstCommit(matches: (paths: readonly string[]) => boolean): Interposed {
+  type Write = (this: WriteBatch, ref: DocumentReference, ...rest: unknown[]) => WriteBatch;
+  const prototype = WriteBatch.prototype as unknown as { set: Write; create: Write; update: Write; commit: (this: WriteBatch) => Promise<WriteResult[]> };
+  const paths = new WeakMap<WriteBatch, string[]>();
+  const recording = (write: Write): Write =>
+    function (this: WriteBatch, ref, ...rest) {
+      paths.set(this, [...(paths.get(this) ?? []), ref.path]);
+      return write.call(this, ref, ...rest);
+    };
+  const { set, create, update, commit } = prototype;
+  let ran = false;
+  const spies = [
+    jest.spyOn(prototype, 'set').mockImplementation(recording(set)),
+    jest.spyOn(prototype, 'create').mockImplementation(recording(create)),
+    jest.spyOn(prototype, 'update').mockImplementation(recording(update)),
+    jest.spyOn(prototype, 'commit').mockImplementation(async function (this: WriteBatch) {
+      const results = await commit.call(this);
+      if (!ran && matches(paths.get(this) ?? [])) {
+        ran = true;
+        throw Object.assign(new Error('4 DEADLINE_EXCEEDED: the commit landed; its answer was lost'), { code: 4 });
+      }
+      return results;
+    }),
+  ];
+  return { restore: () => spies.forEach((spy) => spy.mockRestore()), ran: () => ran };
 }

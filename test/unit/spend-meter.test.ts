@@ -28,20 +28,31 @@ class MemoryLedger {
     return { facts: { anonymous: false, override: null, copySeen: 'absent' }, today: await this.today() };
   }
 
-  today(): Promise<{ spentUsd: number; capUsd: number }> {
+  today(_uid?: string, _facts?: unknown, _nowMs?: number, unsettled: readonly { id: string }[] = []): Promise<{ spentUsd: number; capUsd: number; landed: Set<string> }> {
     this.todayReads += 1;
     if (this.unreadable) return Promise.reject(new UnreadableSpendRecordError('quotaUsage/user-1/spendDays/2026-12-01 is malformed: usd: expected number'));
-    return Promise.resolve({ spentUsd: this.spent, capUsd: this.cap });
+    return Promise.resolve({ spentUsd: this.spent, capUsd: this.cap, landed: new Set(unsettled.map((charge) => charge.id).filter((id) => this.chargeIds.has(id))) });
   }
 
-  async charge(_uid: string, spent: { usd: number; calls: number }): Promise<void> {
+  /** The IDs of the charges that landed: the same ID again adds nothing, as the spend day's records do. */
+  readonly chargeIds = new Set<string>();
+  /** Charges that land and then fail, as a commit whose answer was lost. */
+  loseNextAnswers = 0;
+
+  async charge(_uid: string, spent: { id: string; usd: number; calls: number }): Promise<void> {
     if (this.holdCharges) await new Promise<void>((resolve) => this.held.push(resolve));
     if (this.failNextCharges > 0) {
       this.failNextCharges -= 1;
       throw new Error('UNAVAILABLE');
     }
+    if (this.chargeIds.has(spent.id)) return;
+    this.chargeIds.add(spent.id);
     this.spent += spent.usd;
     this.calls += spent.calls;
+    if (this.loseNextAnswers > 0) {
+      this.loseNextAnswers -= 1;
+      throw new Error('DEADLINE_EXCEEDED');
+    }
   }
 }
 
@@ -154,4 +165,47 @@ test('calls that cost nothing are not written', async () => {
   meter.charge(0);
   await meter.settle();
   expect(ledger.calls).toBe(0);
+});
+
+test('bug 22: a charge whose write landed but whose answer was lost is counted once, by the day and by the checks', async () => {
+  const ledger = new MemoryLedger(1.2);
+  const meter = meterOver(ledger);
+  await meter.beforeCall();
+  ledger.loseNextAnswers = 1;
+  meter.charge(0.5);
+  // The check reads whether the write landed in the same read as the day: $0.50 spent, not $1.00 (a $0.90 cap lets the call start).
+  ledger.cap = 0.9;
+  await meter.beforeCall();
+  ledger.cap = 1.2;
+  meter.charge(0.5);
+  await meter.beforeCall();
+  await meter.settle();
+  expect(ledger.spent).toBeCloseTo(1, 9);
+  expect(ledger.calls).toBe(2);
+});
+
+test('bug 22: a write tried again after a lost answer is the same write (its ID and amount), never merged with later charges', async () => {
+  const ledger = new MemoryLedger(10);
+  const written: { id: string; usd: number }[] = [];
+  const charge = ledger.charge.bind(ledger);
+  ledger.charge = (uid, spent) => {
+    written.push({ id: spent.id, usd: spent.usd });
+    return charge(uid, spent);
+  };
+  const meter = new StepSpendMeter(ledger as unknown as SpendLedger, 'user-1', clock, { sleep: () => Promise.resolve(), chargeScope: 'job-1~job~epoch3' });
+  ledger.loseNextAnswers = 1;
+  ledger.holdCharges = true;
+  meter.charge(0.5);
+  await new Promise((resolve) => setImmediate(resolve));
+  // A charge made while the first write is on its way: it goes in a write of its own.
+  ledger.holdCharges = false;
+  meter.charge(0.25);
+  ledger.held.shift()?.();
+  await meter.settle();
+  expect(written).toEqual([
+    { id: 'job-1~job~epoch3~1', usd: 0.5 },
+    { id: 'job-1~job~epoch3~1', usd: 0.5 },
+    { id: 'job-1~job~epoch3~2', usd: 0.25 },
+  ]);
+  expect(ledger.spent).toBeCloseTo(0.75, 9);
 });

@@ -7,12 +7,18 @@
  * written one after another, and a check waits for the writes before it, so this step never checks
  * against less than it spent: the cap is passed by at most the calls that were already in flight
  * (this one's and other workers') when it was reached.
+ *
+ * Each write has an identity (the step's scope and the write's sequence number) and is tried
+ * again as it was, never merged into a later one: a write whose commit landed but whose answer was
+ * lost is recognised when it is sent again, so it counts once; a check asks whether such writes
+ * landed in the same read as the day, so it does not count them twice either.
  */
+import { randomUUID } from 'node:crypto';
 import type { Clock } from '../core/clock';
 import { describeError, SpendLimitReachedError } from '../core/errors';
 import type { SpendMeter } from '../core/pipeline';
 import { nextSpendResetMs, spendAllowsCall, spendLimitMessage } from '../core/quota';
-import { UnreadableSpendRecordError, type SpendFacts, type SpendLedger, type SpendToday } from '../store/quota-documents';
+import { UnreadableSpendRecordError, type SpendCharge, type SpendFacts, type SpendLedger, type SpendToday } from '../store/quota-documents';
 
 /** Waits before the settle's further tries of a charge that could not be written (a transient Firestore error). */
 const SETTLE_RETRY_DELAYS_MS = [250, 1_000, 4_000];
@@ -21,6 +27,22 @@ export interface SpendMeterOptions {
   readonly log?: (message: string, detail?: Record<string, unknown>) => void;
   /** How the settle waits between tries; real time by default. */
   readonly sleep?: (ms: number) => Promise<void>;
+  /**
+   * What names this meter's charges, unique to the charging step (the job, its claim slot and
+   * epoch): each write's ID is this and its sequence number. Without it, a random one.
+   */
+  readonly chargeScope?: string;
+}
+
+/** A write of some charges, made once and tried again unchanged until it is known to have landed. */
+interface PendingWrite extends SpendCharge {
+  /** When its charges were made: the day they count against, however late the write lands. */
+  readonly atMs: number;
+}
+
+/** The scope of a step's charges: its job, its claim slot (`job`, or the unit's `{phase}~{unit}`) and the claim's epoch. */
+export function stepChargeScope(jobId: string, slot: string, epoch: number): string {
+  return `${jobId}~${slot}~epoch${epoch}`;
 }
 
 export class StepSpendMeter implements SpendMeter {
@@ -28,16 +50,22 @@ export class StepSpendMeter implements SpendMeter {
   private facts: SpendFacts | null = null;
   /** The chain of charge writes; each check waits for it. */
   private writes: Promise<void> = Promise.resolve();
-  /** Charged in this step and not yet written (a failed write keeps its amount here for the next). */
-  private unwrittenUsd = 0;
-  private unwrittenCalls = 0;
+  /** Charged since the last write was made up, not yet in one. */
+  private newUsd = 0;
+  private newCalls = 0;
+  /** Writes made up and not known to have landed, oldest first (a failed one is kept for the next try). */
+  private pending: PendingWrite[] = [];
+  private sequence = 0;
+  private readonly scope: string;
 
   constructor(
     private readonly ledger: SpendLedger,
     private readonly owner: string,
     private readonly clock: Clock,
     private readonly options: SpendMeterOptions = {},
-  ) {}
+  ) {
+    this.scope = options.chargeScope ?? randomUUID();
+  }
 
   async beforeCall(): Promise<void> {
     await this.writes;
@@ -49,7 +77,11 @@ export class StepSpendMeter implements SpendMeter {
         this.facts = first.facts;
         today = first.today;
       } else {
-        today = await this.ledger.today(this.owner, this.facts, nowMs);
+        // Writes that failed may have landed all the same (their answer lost): the same read tells.
+        const asked = [...this.pending];
+        const read = await this.ledger.today(this.owner, this.facts, nowMs, asked);
+        this.settled(asked.filter((write) => read.landed.has(write.id)));
+        today = read;
       }
     } catch (error) {
       if (!(error instanceof UnreadableSpendRecordError)) throw error;
@@ -57,7 +89,7 @@ export class StepSpendMeter implements SpendMeter {
       const message = `This account's spend record cannot be read (${error.message}); an operator must repair it before more model calls are made.`;
       throw new SpendLimitReachedError(message, Number.NaN, Number.NaN, nextSpendResetMs(nowMs));
     }
-    const spentUsd = today.spentUsd + this.unwrittenUsd;
+    const spentUsd = today.spentUsd + this.unwrittenUsd();
     if (!spendAllowsCall(spentUsd, today.capUsd)) {
       throw new SpendLimitReachedError(spendLimitMessage(spentUsd, today.capUsd, nowMs), spentUsd, today.capUsd, nextSpendResetMs(nowMs));
     }
@@ -65,34 +97,64 @@ export class StepSpendMeter implements SpendMeter {
 
   charge(usd: number): void {
     if (!(usd > 0)) return;
-    this.unwrittenUsd += usd;
-    this.unwrittenCalls += 1;
-    this.writes = this.writes.then(() => this.writeUnwritten());
+    this.newUsd += usd;
+    this.newCalls += 1;
+    this.writeInTurn();
   }
 
   /** At the step's end: every charge written, tried again a few times (backing off) when a write failed. */
   async settle(): Promise<void> {
-    await this.writes;
+    await this.allWritten();
     const sleep = this.options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
     for (const delayMs of SETTLE_RETRY_DELAYS_MS) {
-      if (this.unwrittenUsd <= 0) return;
+      if (this.unwrittenUsd() <= 0) return;
       await sleep(delayMs);
-      await this.writeUnwritten();
+      this.writeInTurn();
+      await this.allWritten();
     }
-    if (this.unwrittenUsd > 0) this.options.log?.("spend charge not written; the owner's day is under-counted by it", { owner: this.owner, usd: this.unwrittenUsd });
+    if (this.unwrittenUsd() > 0) this.options.log?.("spend charge not written; the owner's day is under-counted by it", { owner: this.owner, usd: this.unwrittenUsd() });
+  }
+
+  private unwrittenUsd(): number {
+    return this.pending.reduce((sum, write) => sum + write.usd, this.newUsd);
+  }
+
+  /** Writes run one at a time, in the order asked for. */
+  private writeInTurn(): void {
+    this.writes = this.writes.then(() => this.writeUnwritten());
+  }
+
+  /** Waits for the chain, including writes a charge made while it waited added to it. */
+  private async allWritten(): Promise<void> {
+    let waited: Promise<void> | null = null;
+    while (waited !== this.writes) {
+      waited = this.writes;
+      await waited;
+    }
+  }
+
+  private settled(writes: readonly PendingWrite[]): void {
+    if (writes.length > 0) this.pending = this.pending.filter((write) => !writes.includes(write));
   }
 
   private async writeUnwritten(): Promise<void> {
-    const usd = this.unwrittenUsd;
-    const calls = this.unwrittenCalls;
-    if (usd <= 0) return;
-    try {
-      await this.ledger.charge(this.owner, { usd, calls }, this.clock.now());
-      this.unwrittenUsd -= usd;
-      this.unwrittenCalls -= calls;
-    } catch (error) {
-      // Kept: the next charge (or the step's settle) writes it, and checks count it meanwhile.
-      this.options.log?.('spend charge failed; kept for the next one', { owner: this.owner, usd, error: describeError(error) });
+    if (this.newUsd > 0) {
+      this.sequence += 1;
+      this.pending.push({ id: `${this.scope}~${this.sequence}`, usd: this.newUsd, calls: this.newCalls, atMs: this.clock.now() });
+      this.newUsd = 0;
+      this.newCalls = 0;
+    }
+    for (const write of [...this.pending]) {
+      // A check may have found it landed meanwhile.
+      if (!this.pending.includes(write)) continue;
+      try {
+        await this.ledger.charge(this.owner, { id: write.id, usd: write.usd, calls: write.calls }, write.atMs);
+        this.settled([write]);
+      } catch (error) {
+        // Kept as it is: the next charge (or the step's settle) writes it again under its ID, and checks count it meanwhile.
+        this.options.log?.('spend charge failed; kept for the next one', { owner: this.owner, usd: write.usd, charge: write.id, error: describeError(error) });
+        return;
+      }
     }
   }
 }

@@ -54,3 +54,6 @@ export const quotaUsagePath = (uid: string): string => `${QUOTA_USAGE}/${uid}`;
 /** One user's model spend on one UTC day (`YYYY-MM-DD`): charged by the steps, read before each model call. */
 export const SPEND_DAYS = 'spendDays';
 export const spendDayPath = (uid: string, day: string): string => `${QUOTA_USAGE}/${uid}/${SPEND_DAYS}/${day}`;
+/** One write of a step's charges, beside the day it counted against: its document ID is the charge's identity, so a repeat is recognised. */
+export const SPEND_CHARGES = 'spendCharges';
+export const spendChargePath = (uid: string, day: string, chargeId: string): string => `${spendDayPath(uid, day)}/${SPEND_CHARGES}/${chargeId}`;

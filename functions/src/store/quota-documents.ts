@@ -30,7 +30,8 @@ import {
   type UserLimits,
   type UserLimitsOverride,
 } from '../core/quota';
-import { jobPath, quotaUsagePath, spendDayPath, userLimitsPath } from './paths';
+import { isAlreadyExists } from './firestore-errors';
+import { jobPath, quotaUsagePath, spendChargePath, spendDayPath, userLimitsPath } from './paths';
 import { EXPIRE_AT } from './retention';
 
 /** Who is submitting, as the ID token says. */
@@ -253,10 +254,34 @@ export interface SpendToday {
   readonly capUsd: number;
 }
 
+/** A later check's read: the day, and which of the charges it was asked about have landed (their spend is in `spentUsd`). */
+export interface SpendTodayAndLanded extends SpendToday {
+  readonly landed: ReadonlySet<string>;
+}
+
+/** One write of a step's charges. */
+export interface SpendCharge {
+  /**
+   * Its identity, a document ID unique to this write (the charging step's claim and the write's
+   * sequence number): written again under the same ID, after an answer that was lost, it counts once.
+   */
+  readonly id: string;
+  readonly usd: number;
+  readonly calls: number;
+}
+
+/** A charge written before whose outcome is unknown: its ID and when it was charged (the day it counts against). */
+export interface UnsettledCharge {
+  readonly id: string;
+  readonly atMs: number;
+}
+
 /**
  * The spend side for the steps: which cap applies to a job's owner, what they spent today, and
- * charging a call's cost. A charge is a blind increment (no read, no transaction), so charges from
- * every worker of one user add up without contending; the check before a call is one plain read.
+ * charging a call's cost. A charge is a blind increment of the day (no read, no transaction), so
+ * charges from every worker of one user add up without contending, committed with the create of a
+ * record named by the charge's ID: a repeat of a charge that landed fails that create
+ * (ALREADY_EXISTS) and adds nothing. The check before a call is one plain read.
  */
 export class SpendLedger {
   constructor(
@@ -286,9 +311,16 @@ export class SpendLedger {
    * the step: an operator's cut applies from the next call); a `userLimits` document edited by other
    * means, with no new copy, applies from the next step.
    */
-  async today(uid: string, facts: SpendFacts, nowMs: number): Promise<SpendToday> {
-    const spent = await this.db.doc(spendDayPath(uid, spendDay(nowMs))).get();
-    return readable(() => this.todayFrom(decodeSpendDay(spent), facts));
+  async today(uid: string, facts: SpendFacts, nowMs: number, unsettled: readonly UnsettledCharge[] = []): Promise<SpendTodayAndLanded> {
+    const dayRef = this.db.doc(spendDayPath(uid, spendDay(nowMs)));
+    if (unsettled.length === 0) {
+      const spent = await dayRef.get();
+      return { ...readable(() => this.todayFrom(decodeSpendDay(spent), facts)), landed: new Set() };
+    }
+    // One read time for the day and the records: a charge found landed is in the day's spend as read.
+    const [spent, ...records] = await this.db.getAll(dayRef, ...unsettled.map((charge) => this.db.doc(spendChargePath(uid, spendDay(charge.atMs), charge.id))));
+    const landed = new Set(records.filter((record) => record.exists).map((record) => record.id));
+    return { ...readable(() => this.todayFrom(decodeSpendDay(spent), facts)), landed };
   }
 
   private todayFrom(day: z.infer<typeof spendDaySchema>, facts: SpendFacts): SpendToday {
@@ -297,12 +329,26 @@ export class SpendLedger {
     return { spentUsd: day.usd ?? 0, capUsd: limitsFor(this.defaults, facts.anonymous, override).spendUsdPerDay };
   }
 
-  /** Adds the cost of some calls to the owner's day. */
-  async charge(uid: string, spent: { readonly usd: number; readonly calls: number }, nowMs: number): Promise<void> {
-    await this.db.doc(spendDayPath(uid, spendDay(nowMs))).set(
-      { usd: FieldValue.increment(spent.usd), calls: FieldValue.increment(spent.calls), updatedAt: Timestamp.fromMillis(nowMs), [EXPIRE_AT]: spendDayExpiry(nowMs) },
+  /**
+   * Adds the cost of some calls to the owner's day of `nowMs`, once per charge ID: a charge that
+   * already landed (its answer was lost, and it is written again) adds nothing and resolves.
+   */
+  async charge(uid: string, charge: SpendCharge, nowMs: number): Promise<void> {
+    const day = spendDay(nowMs);
+    const expireAt = spendDayExpiry(nowMs);
+    const batch = this.db.batch();
+    batch.create(this.db.doc(spendChargePath(uid, day, charge.id)), { usd: charge.usd, calls: charge.calls, chargedAt: Timestamp.fromMillis(nowMs), [EXPIRE_AT]: expireAt });
+    batch.set(
+      this.db.doc(spendDayPath(uid, day)),
+      { usd: FieldValue.increment(charge.usd), calls: FieldValue.increment(charge.calls), updatedAt: Timestamp.fromMillis(nowMs), [EXPIRE_AT]: expireAt },
       { merge: true },
     );
+    try {
+      await batch.commit();
+    } catch (error) {
+      // The record is there: this charge landed before (nothing of this commit did).
+      if (!isAlreadyExists(error)) throw error;
+    }
   }
 }
 

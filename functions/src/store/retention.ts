@@ -12,7 +12,7 @@ import type { JobRecord, RetentionStamping } from '../core/job';
 import { decodeJob } from './codec';
 import type { JobStore, JobVersion } from './job-store';
 import { isFailedPrecondition } from './firestore-errors';
-import { REJECTED_TASKS } from './paths';
+import { REJECTED_TASKS, SPEND_CHARGES } from './paths';
 
 /** The field every TTL policy of this project reads. */
 export const EXPIRE_AT = 'expireAt';
@@ -26,8 +26,8 @@ export const EXPIRE_AT = 'expireAt';
 export const EXPIRING_JOB_COLLECTIONS = ['transcripts', 'events', 'drafts', 'artifacts', 'artifactChunks', 'setAside'] as const;
 export type ExpiringJobCollection = (typeof EXPIRING_JOB_COLLECTIONS)[number];
 
-/** Every collection group with a TTL policy on `expireAt`: the job's expiring children and the rejected tasks. */
-export const EXPIRING_COLLECTION_GROUPS: readonly string[] = [...EXPIRING_JOB_COLLECTIONS, REJECTED_TASKS];
+/** Every collection group with a TTL policy on `expireAt`: the job's expiring children, the rejected tasks and the spend days' charge records. */
+export const EXPIRING_COLLECTION_GROUPS: readonly string[] = [...EXPIRING_JOB_COLLECTIONS, REJECTED_TASKS, SPEND_CHARGES];
 
 /** A Firestore batch holds at most 500 writes: one page of stamps is one batch. */
 export const MAX_STAMPS_PER_BATCH = 500;

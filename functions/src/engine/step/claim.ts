@@ -7,6 +7,8 @@ import { claimJob, takeOverJob, TransitionRefused, type Transition } from '../..
 import { resumePhaseIndex, type PhaseDefinition } from '../../core/pipeline';
 import { readCheckpointDocuments } from '../../store/checkpoint-reads';
 import type { EventDraft, JobClaim } from '../../store/job-store';
+import { JOB_CLAIM_SLOT } from '../../store/paths';
+import { stepChargeScope } from '../spend-meter';
 import { loadCheckpoints, NewerVersionError } from '../checkpoints';
 import { startFanOut } from './fan-out';
 import { runPhase } from './phase-step';
@@ -71,7 +73,7 @@ export async function runJobStep(deps: RunnerDeps, task: StepTask): Promise<Step
   if (startedOn > (pipeline.version ?? 1)) {
     return settleError(deps, claim, new NewerVersionError(`Job ${job.id} started on version ${startedOn} of ${pipeline.name}; this worker runs version ${pipeline.version ?? 1} and leaves it to a newer one`), EMPTY_FLUSH);
   }
-  const running = newRunning(deps, worker, pipeline, input.data, job);
+  const running = newRunning(deps, worker, pipeline, input.data, job, stepChargeScope(job.id, JOB_CLAIM_SLOT, job.epoch));
 
   const loaded = await loadCheckpoints(store, job.id, pipeline, checkpoints.read ?? undefined);
   const refusedNotes: EventDraft[] = loaded.refused.map((refusal) => ({

@@ -79,9 +79,11 @@ export function newRunning(
   pipeline: PipelineDefinition<unknown>,
   input: unknown,
   claimed: { readonly owner: string; readonly decisions: Readonly<Record<string, string>>; readonly staleReclaims: number },
+  /** Names the step's spend charges (stepChargeScope): unique to this claim, so a charge written again is recognised. */
+  chargeScope: string,
 ): Running {
   const { store } = deps;
-  const spend = new StepSpendMeter(deps.spendLedger ?? defaultSpendLedger(store), claimed.owner, store.clock, deps.log ? { log: deps.log } : {});
+  const spend = new StepSpendMeter(deps.spendLedger ?? defaultSpendLedger(store), claimed.owner, store.clock, { chargeScope, ...(deps.log ? { log: deps.log } : {}) });
   return { deps, worker, pipeline, input, decisions: claimed.decisions, staleReclaimsAtClaim: claimed.staleReclaims, controller: new AbortController(), progressAtMs: store.clock.now(), spend };
 }
 

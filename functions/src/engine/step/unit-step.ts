@@ -7,6 +7,8 @@ import { waitRecord } from '../../core/lifecycle';
 import { claimUnit, takeOverUnit, TransitionRefused, yieldUnit, type Transition } from '../../core/transitions';
 import { encodeUnitFlush, type UnitRecord } from '../../store/codec';
 import type { JobStore, UnitClaim } from '../../store/job-store';
+import { unitClaimSlot } from '../../store/paths';
+import { stepChargeScope } from '../spend-meter';
 import { loadCheckpoints, loadSections, NewerVersionError } from '../checkpoints';
 import { durableWrites } from './durable-writes';
 import { JoinFailedError, finishUnit } from './fan-out';
@@ -53,7 +55,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   const pipeline = deps.pipelines.get(job.pipeline);
   const phase = pipeline?.phases.find((candidate) => candidate.name === unit.phase);
   const input = pipeline?.input.safeParse(job.input);
-  const running: Running | null = pipeline && input?.success ? newRunning(deps, worker, pipeline, input.data, { owner: job.owner, decisions: job.decisions, staleReclaims: unit.staleReclaims }) : null;
+  const running: Running | null = pipeline && input?.success ? newRunning(deps, worker, pipeline, input.data, { owner: job.owner, decisions: job.decisions, staleReclaims: unit.staleReclaims }, stepChargeScope(job.id, unitClaimSlot(unit.phase, unit.unit), unit.epoch)) : null;
   if (!running || !phase?.fanOut) {
     return failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit}: pipeline ${job.pipeline} has no fan-out phase ${unit.phase}, or the stored input no longer validates`));
   }
