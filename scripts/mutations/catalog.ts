@@ -613,4 +613,20 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '',
     tests: [{ files: ['test/unit/spend-meter.test.ts'], names: 'bug 22: a charge whose write landed' }],
   },
+  {
+    name: 'unpriced-provider-refused',
+    removes: 'the refusal of openai-compatible with a price unset when a step reads the provider (every call costs $0, past every daily spend limit)',
+    file: 'functions/src/config/environment.ts',
+    search: '  if (inputUsdPer1kTokens === undefined || outputUsdPer1kTokens === undefined) throw unpricedProviderError(',
+    replace: '  if (inputUsdPer1kTokens === null) throw unpricedProviderError(',
+    tests: [{ files: ['test/unit/config.test.ts'], names: 'bug 30: openai-compatible without its prices is refused' }],
+  },
+  {
+    name: 'unpriced-provider-refused-at-load',
+    removes: 'the step function refusing to load with an unpriced openai-compatible provider (a deploy goes out uncapped)',
+    file: 'functions/src/triggers/run-job-step.ts',
+    search: '\nrefuseUnpricedProvider();\n',
+    replace: '\n',
+    tests: [{ files: ['test/unit/config.test.ts'], names: 'bug 30: the functions refuse to load' }],
+  },
 ];

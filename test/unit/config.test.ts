@@ -10,6 +10,7 @@ import {
   providerConfigFromEnv,
   quotaDefaultsFromEnv,
   receiverConfigFromEnv,
+  refuseUnpricedProvider,
   stepQueueLimitsFromEnv,
   tavilyApiKeyNeeded,
   toolsConfigFromEnv,
@@ -20,12 +21,13 @@ import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from '../../functions/src/
 import { DEFAULT_OFFLINE_SETTINGS } from '../../functions/src/providers/offline/settings';
 
 const RECEIVER = { PHASELINE_RECEIVER_URL: 'http://127.0.0.1:8787' };
+const PRICES = { PHASELINE_MODEL_INPUT_USD_PER_1K: '0.15', PHASELINE_MODEL_OUTPUT_USD_PER_1K: '0.6' };
 
 describe('defaults', () => {
   test('every declared default is what parsing an empty environment gives', () => {
     const engine = engineOptionsFromEnv({});
     const offline = providerConfigFromEnv({});
-    const keyed = providerConfigFromEnv({ PHASELINE_PROVIDER: 'openai-compatible' });
+    const keyed = providerConfigFromEnv({ PHASELINE_PROVIDER: 'openai-compatible', ...PRICES });
     if (keyed.kind !== 'openai-compatible') throw new Error('expected the keyed provider');
     const receiver = receiverConfigFromEnv(RECEIVER);
     const corpus = toolsConfigFromEnv({});
@@ -42,8 +44,9 @@ describe('defaults', () => {
       PHASELINE_MODEL_API_KEY: keyed.model.apiKey,
       PHASELINE_MODEL_TIMEOUT_MS: keyed.model.timeoutMs,
       PHASELINE_MODEL_CONTEXT_TOKENS: keyed.model.contextWindowTokens,
-      PHASELINE_MODEL_INPUT_USD_PER_1K: keyed.model.inputUsdPer1kTokens,
-      PHASELINE_MODEL_OUTPUT_USD_PER_1K: keyed.model.outputUsdPer1kTokens,
+      // No default: openai-compatible is refused without them (bug 30 below).
+      PHASELINE_MODEL_INPUT_USD_PER_1K: undefined,
+      PHASELINE_MODEL_OUTPUT_USD_PER_1K: undefined,
       PHASELINE_RECEIVER_URL: undefined,
       PHASELINE_RECEIVER_TIMEOUT_MS: receiver.timeoutMs,
       PHASELINE_RECEIVER_WAIT_SECONDS: receiver.unavailableWaitMs / 1000,
@@ -128,13 +131,14 @@ describe('provider', () => {
       PHASELINE_MODEL: 'llama3',
       PHASELINE_MODEL_TIMEOUT_MS: '',
       PHASELINE_MODEL_INPUT_USD_PER_1K: '0.15',
+      PHASELINE_MODEL_OUTPUT_USD_PER_1K: '0.6',
     });
     expect(config).toEqual({
       kind: 'openai-compatible',
       offline: { settings: DEFAULT_OFFLINE_SETTINGS, seed: 1 },
-      model: { baseUrl: 'http://127.0.0.1:11434/v1', model: 'llama3', timeoutMs: 120_000, contextWindowTokens: 128_000, inputUsdPer1kTokens: 0.15, outputUsdPer1kTokens: 0 },
+      model: { baseUrl: 'http://127.0.0.1:11434/v1', model: 'llama3', timeoutMs: 120_000, contextWindowTokens: 128_000, inputUsdPer1kTokens: 0.15, outputUsdPer1kTokens: 0.6 },
     });
-    const keyed = providerConfigFromEnv({ PHASELINE_PROVIDER: 'openai-compatible', PHASELINE_MODEL_API_KEY: 'sk-test' });
+    const keyed = providerConfigFromEnv({ PHASELINE_PROVIDER: 'openai-compatible', PHASELINE_MODEL_API_KEY: 'sk-test', ...PRICES });
     expect(keyed.kind === 'openai-compatible' && keyed.model.apiKey).toBe('sk-test');
   });
 
@@ -161,6 +165,47 @@ describe('provider', () => {
     expect(modelApiKeyNeeded({})).toBe(false);
     expect(modelApiKeyNeeded({ PHASELINE_PROVIDER: ' openai-compatible ' })).toBe(true);
     expect(modelApiKeyNeeded({ PHASELINE_PROVIDER: 'opneai' })).toBe(false);
+  });
+
+  test('bug 30: openai-compatible without its prices is refused, naming each price that is unset; the offline simulator needs none', () => {
+    const refusal = (env: Record<string, string>): unknown => {
+      try {
+        providerConfigFromEnv(env);
+      } catch (error) {
+        return error;
+      }
+      return null;
+    };
+    const bothUnset = refusal({ PHASELINE_PROVIDER: 'openai-compatible' });
+    expect(bothUnset).toBeInstanceOf(ConfigurationError);
+    expect((bothUnset as Error).message).toMatch(/^PHASELINE_MODEL_INPUT_USD_PER_1K and PHASELINE_MODEL_OUTPUT_USD_PER_1K are not set: /);
+    expect((bothUnset as Error).message).toMatch(/daily spend limit/);
+    expect((refusal({ PHASELINE_PROVIDER: 'openai-compatible', PHASELINE_MODEL_INPUT_USD_PER_1K: '0.15', PHASELINE_MODEL_OUTPUT_USD_PER_1K: ' ' }) as Error).message).toMatch(
+      /^PHASELINE_MODEL_OUTPUT_USD_PER_1K is not set: /,
+    );
+    expect(refusal({})).toBeNull();
+    expect(refusal({ PHASELINE_PROVIDER: 'offline' })).toBeNull();
+  });
+
+  test('bug 30: prices set, 0 included (an endpoint that costs nothing, said so on purpose), are accepted', () => {
+    const free = providerConfigFromEnv({ PHASELINE_PROVIDER: 'openai-compatible', PHASELINE_MODEL_INPUT_USD_PER_1K: '0', PHASELINE_MODEL_OUTPUT_USD_PER_1K: '0' });
+    expect(free.kind === 'openai-compatible' && [free.model.inputUsdPer1kTokens, free.model.outputUsdPer1kTokens]).toEqual([0, 0]);
+  });
+
+  test('bug 30: the functions refuse to load (so a deploy stops) with an unpriced openai-compatible provider, naming the variables', () => {
+    expect(() => refuseUnpricedProvider({ PHASELINE_PROVIDER: 'openai-compatible' })).toThrow(/^PHASELINE_MODEL_INPUT_USD_PER_1K and PHASELINE_MODEL_OUTPUT_USD_PER_1K are not set/);
+    for (const env of [{}, { PHASELINE_PROVIDER: 'opneai' }, { PHASELINE_PROVIDER: 'openai-compatible', ...PRICES }]) expect(() => refuseUnpricedProvider(env)).not.toThrow();
+    const saved = process.env.PHASELINE_PROVIDER;
+    process.env.PHASELINE_PROVIDER = 'openai-compatible';
+    try {
+      jest.isolateModules(() => {
+        // eslint-disable-next-line @typescript-eslint/no-require-imports -- loaded as the functions emulator and deploy load it, with this environment
+        expect(() => require('../../functions/src/triggers/run-job-step') as unknown).toThrow(/PHASELINE_MODEL_INPUT_USD_PER_1K and PHASELINE_MODEL_OUTPUT_USD_PER_1K are not set/);
+      });
+    } finally {
+      if (saved === undefined) delete process.env.PHASELINE_PROVIDER;
+      else process.env.PHASELINE_PROVIDER = saved;
+    }
   });
 });
 

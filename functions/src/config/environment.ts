@@ -127,9 +127,21 @@ const MODEL_VARIABLES = {
   PHASELINE_MODEL_API_KEY: variable(model.apiKey, 'unset', 'Bearer token for the endpoint; a Secret Manager secret, bound only when the provider is openai-compatible.'),
   PHASELINE_MODEL_TIMEOUT_MS: variable(numberText.pipe(model.timeoutMs).default(120_000), '120000', 'Longest wait for one model call (also bounded by the step deadline).'),
   PHASELINE_MODEL_CONTEXT_TOKENS: variable(numberText.pipe(model.contextWindowTokens).default(128_000), '128000', 'Context window; a request estimated above it is refused before it is sent.'),
-  PHASELINE_MODEL_INPUT_USD_PER_1K: variable(numberText.pipe(model.inputUsdPer1kTokens).default(0), '0', 'Price of 1,000 input tokens, for the cost shown on the job.'),
-  PHASELINE_MODEL_OUTPUT_USD_PER_1K: variable(numberText.pipe(model.outputUsdPer1kTokens).default(0), '0', 'Price of 1,000 output tokens.'),
+  PHASELINE_MODEL_INPUT_USD_PER_1K: variable(numberText.pipe(model.inputUsdPer1kTokens).optional(), 'unset', "Price of 1,000 input tokens, for the job's cost and the daily spend limit. Required: unset, the functions do not load."),
+  PHASELINE_MODEL_OUTPUT_USD_PER_1K: variable(numberText.pipe(model.outputUsdPer1kTokens).optional(), 'unset', 'Price of 1,000 output tokens. Required, as the input price.'),
 };
+
+/** The provider's prices: unset, every call of a priced provider would cost $0 and no daily spend limit would stop it. */
+const PRICE_VARIABLES = ['PHASELINE_MODEL_INPUT_USD_PER_1K', 'PHASELINE_MODEL_OUTPUT_USD_PER_1K'] as const;
+
+/** The refusal of a priced provider whose prices (all or some) are unset, naming them. */
+function unpricedProviderError(unset: readonly string[]): ConfigurationError {
+  const named = unset.length === 1 ? `${unset.join('')} is` : `${unset.join(' and ')} are`;
+  return new ConfigurationError(
+    `${named} not set: the openai-compatible provider bills by the token, and without its prices every call would cost $0 and no daily spend limit would stop it. ` +
+      `Set both to the endpoint's USD price per 1,000 tokens (0 only for an endpoint that costs nothing).`,
+  );
+}
 
 const RECEIVER_VARIABLES = {
   PHASELINE_RECEIVER_URL: variable(receiverUrlText, 'unset', 'The system of record the notify pipeline sends through; configuration only, never the job input. Required by notify.'),
@@ -406,16 +418,30 @@ export function providerConfigFromEnv(env: Environment = process.env): ProviderC
   const offline = { settings: offlineText.PHASELINE_OFFLINE_SETTINGS, seed: offlineText.PHASELINE_OFFLINE_SEED };
   if (kind === 'offline') return { kind, offline };
   const text = parseSection(MODEL_VARIABLES, env);
+  const { PHASELINE_MODEL_INPUT_USD_PER_1K: inputUsdPer1kTokens, PHASELINE_MODEL_OUTPUT_USD_PER_1K: outputUsdPer1kTokens } = text;
+  if (inputUsdPer1kTokens === undefined || outputUsdPer1kTokens === undefined) throw unpricedProviderError(PRICE_VARIABLES.filter((name) => text[name] === undefined));
   const model: OpenAiCompatibleConfig = {
     baseUrl: text.PHASELINE_MODEL_BASE_URL,
     model: text.PHASELINE_MODEL,
     timeoutMs: text.PHASELINE_MODEL_TIMEOUT_MS,
     contextWindowTokens: text.PHASELINE_MODEL_CONTEXT_TOKENS,
-    inputUsdPer1kTokens: text.PHASELINE_MODEL_INPUT_USD_PER_1K,
-    outputUsdPer1kTokens: text.PHASELINE_MODEL_OUTPUT_USD_PER_1K,
+    inputUsdPer1kTokens,
+    outputUsdPer1kTokens,
     ...(text.PHASELINE_MODEL_API_KEY === undefined ? {} : { apiKey: text.PHASELINE_MODEL_API_KEY }),
   };
   return { kind, offline, model };
+}
+
+/**
+ * Run when the step function loads (at deploy, too): a priced provider with a price unset stops
+ * the functions loading, naming the variables, so it never runs uncapped. Like modelApiKeyNeeded it
+ * leaves any other malformed provider setting to the step that reads it.
+ */
+export function refuseUnpricedProvider(env: Environment = process.env): void {
+  if (!modelApiKeyNeeded(env)) return;
+  // Blank counts as unset, as everywhere here; a malformed price is the step's to report.
+  const unset = PRICE_VARIABLES.filter((name) => (env[name]?.trim() ?? '') === '');
+  if (unset.length > 0) throw unpricedProviderError(unset);
 }
 
 /**

@@ -1,6 +1,6 @@
 import { logger } from 'firebase-functions';
 import { onTaskDispatched } from 'firebase-functions/v2/tasks';
-import { modelApiKeyNeeded, quotaDefaultsFromEnv, stepQueueLimitsFromEnv, tavilyApiKeyNeeded, tracingConfigFromEnv } from '../config/environment';
+import { modelApiKeyNeeded, quotaDefaultsFromEnv, refuseUnpricedProvider, stepQueueLimitsFromEnv, tavilyApiKeyNeeded, tracingConfigFromEnv } from '../config/environment';
 import { systemClock } from '../core/clock';
 import { runStep, type RunnerDeps } from '../engine/runner';
 import { modelApiKey, tavilyApiKey } from '../pipelines/providers';
@@ -52,6 +52,9 @@ function runnerDeps(): RunnerDeps {
   };
   return deps;
 }
+
+// A priced provider without its prices would run past every daily spend limit: the functions do not load (a deploy stops here, naming the variables).
+refuseUnpricedProvider();
 
 /**
  * One task, one bounded step. Cloud Tasks retries every non-2xx answer, so every outcome that
