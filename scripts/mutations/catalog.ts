@@ -629,4 +629,23 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '\n',
     tests: [{ files: ['test/unit/config.test.ts'], names: 'bug 30: the functions refuse to load' }],
   },
+  {
+    name: 'aborted-call-charged',
+    removes: "the charge, inside the abort, of what a model call cut off by a cancel or a lost claim is billed (the step ends without counting it)",
+    file: 'functions/src/agent/section-runner.ts',
+    search: '            billedAfterAbort = billed;\n            this.deps.spend?.charge(billed.costUsd);\n',
+    replace: '            billedAfterAbort = billed;\n',
+    tests: [
+      { files: ['test/unit/spend-billed-failures.test.ts'], names: 'bug 37: a streamed answer cut off by a cancel' },
+      { files: ['test/emulator/spend-cap.test.ts'], names: 'bug 37: ' },
+    ],
+  },
+  {
+    name: 'cut-off-stream-billed',
+    removes: 'the estimate of what was streamed on the error of a stream that ended before its answer was finished (charged $0)',
+    file: 'functions/src/providers/openai-compatible.ts',
+    search: "throw new ProviderUnavailableError(`${this.name}: the stream ended before the answer was finished`, { billedUsd: billedSoFar() });",
+    replace: "throw new ProviderUnavailableError(`${this.name}: the stream ended before the answer was finished`);",
+    tests: [{ files: ['test/unit/spend-billed-failures.test.ts'], names: 'bug 37: a stream that breaks off' }],
+  },
 ];

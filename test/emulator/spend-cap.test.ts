@@ -6,9 +6,13 @@
  * spending past the cap by at most the call that was in flight; it resumes when the day ends, when
  * its owner answers after an operator raised the cap, or is cancelled by its owner.
  */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { BUDGET_CANCEL, BUDGET_QUESTION_ID, BUDGET_RESUME } from '../../functions/src/core/lifecycle';
 import { nextSpendResetMs, spendDay } from '../../functions/src/core/quota';
-import { decideJob, OwnerActionError } from '../../functions/src/engine/owner-actions';
+import { cancelJob, decideJob, OwnerActionError } from '../../functions/src/engine/owner-actions';
+import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { createOpenAiCompatibleProvider } from '../../functions/src/providers/openai-compatible';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
 import { JOBS, quotaUsagePath, SPEND_CHARGES, spendDayPath, userLimitsPath } from '../../functions/src/store/paths';
@@ -16,7 +20,8 @@ import { EXPIRE_AT } from '../../functions/src/store/retention';
 import { setUserLimits } from '../../functions/src/store/quota-documents';
 import type { Timestamp } from 'firebase-admin/firestore';
 import type { ChatResponse } from '../../functions/src/agent/provider';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { ManualTimers } from '../support/timers';
 import { answerLostAfterFirstCommit } from '../support/interpose';
 import { promptIdOf, researchSetup, type ResearchSetup } from '../support/research';
 
@@ -269,4 +274,61 @@ test('bug 22: a charge whose commit landed but whose answer was lost is counted 
   expect(job.waiting).toBeNull();
   expect(job.status).toBe('completed');
   expect(calls).toBeGreaterThan(2);
+});
+
+test('bug 37: a model call streaming when its owner cancels the job is charged what was streamed, before the step ends', async () => {
+  const owner = 'user-cancelling';
+  const streamed = 'An outline the owner stops while it is being written. '.repeat(10);
+  const bodies: string[] = [];
+  // A Chat Completions endpoint that streams the start of an answer and then holds the stream open.
+  const server = createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      bodies.push(Buffer.concat(chunks).toString('utf8'));
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+      response.write(`data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { role: 'assistant', content: streamed }, finish_reason: null }] })}\n\n`);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const endpoint = createOpenAiCompatibleProvider(
+      { baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, model: 'm', timeoutMs: 60_000, contextWindowTokens: 128_000, inputUsdPer1kTokens: 0.5, outputUsdPer1kTokens: 2 },
+      { clock: harness.clock },
+    );
+    const streaming = gate();
+    research.provider.intercept = (request) =>
+      endpoint.chat({
+        ...request,
+        onText: (text) => {
+          request.onText?.(text);
+          streaming.open();
+        },
+      });
+    const jobId = await harness.submit('research', question, owner);
+    const task = harness.queue.tasks.shift();
+    if (!task) throw new Error('no task');
+    const timers = new ManualTimers();
+    // An object: the loop below sees the step's outcome when it arrives.
+    const ended: { outcome: StepOutcome | null } = { outcome: null };
+    const step = runStep(harness.deps('worker-a', { timers }), task.task).then((outcome) => (ended.outcome = outcome));
+    await streaming.promise;
+    await cancelJob(harness.store, { jobId, owner, reason: 'changed my mind' });
+    // The step's next write (its heartbeat) finds the job cancelled and aborts the call in flight.
+    const until = Date.now() + 20_000;
+    while (ended.outcome === null && Date.now() < until) {
+      timers.fireAll();
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await step;
+    expect(ended.outcome).toMatchObject({ kind: 'ownership-lost' });
+    // Input estimated from the request, output from the text streamed, four characters a token; charged by the time the step ended.
+    const expected = (Math.ceil((bodies[0]?.length ?? 0) / 4) / 1000) * 0.5 + (Math.ceil(streamed.length / 4) / 1000) * 2;
+    expect(expected).toBeGreaterThan(0);
+    expect(await spentToday(owner)).toBeCloseTo(expected, 12);
+    expect((await readJob(jobId)).status).toBe('cancelled');
+  } finally {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
 });

@@ -63,6 +63,20 @@ export interface ChatRequest {
    * a call that fails midway returns nothing (the draft it showed is not an answer).
    */
   readonly onText?: (textSoFar: string) => void;
+  /**
+   * Told what the provider still bills for a call the caller aborts after the provider began to
+   * answer: called at most once, synchronously inside the abort (so whoever aborted can count it at
+   * once), with the usage the provider reported or else an estimate (four characters a token: the
+   * request's for input, what had been streamed for output). The call then fails with the abort's
+   * reason as always. A provider that cannot tell (one that bills nothing) never calls it.
+   */
+  readonly onBilledAfterAbort?: (billed: BilledCall) => void;
+}
+
+/** What one call was billed, its answer used or not. */
+export interface BilledCall {
+  readonly usage: Usage;
+  readonly costUsd: number;
 }
 
 export interface Usage {

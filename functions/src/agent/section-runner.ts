@@ -33,6 +33,7 @@ import {
   isProviderOutage,
   MalformedResponseError,
   ProviderTimeoutError,
+  type BilledCall,
   type ChatMessage,
   type ChatResponse,
   type ModelProvider,
@@ -528,13 +529,27 @@ class SectionRun {
       const cutByStep = leftMs < this.policy.callTimeoutMs;
       const timeoutMs = Math.floor(Math.min(this.policy.callTimeoutMs, leftMs));
       let response: ChatResponse;
+      /** What the provider bills for this call if the step aborts it midway (a cancel, a lost claim, a stall). */
+      let billedAfterAbort: BilledCall | null = null;
       try {
         const onText = this.deps.onDraft;
-        response = await this.deps.provider.chat({ messages, tools: this.deps.toolbox.specs, signal: this.signal, timeoutMs, ...(onText ? { onText } : {}) });
+        response = await this.deps.provider.chat({
+          messages,
+          tools: this.deps.toolbox.specs,
+          signal: this.signal,
+          timeoutMs,
+          ...(onText ? { onText } : {}),
+          // Charged inside the abort itself: the step that stops on it settles its spend next, without waiting for this call to unwind.
+          onBilledAfterAbort: (billed) => {
+            billedAfterAbort = billed;
+            this.deps.spend?.charge(billed.costUsd);
+          },
+        });
       } catch (error) {
-        // A failed call may still have been billed: an answer refused after the provider reported its usage carries that cost; its output is thrown away.
-        const billedUsd = error instanceof PhaselineError && error.billedUsd !== undefined && error.billedUsd > 0 ? error.billedUsd : 0;
-        this.deps.spend?.charge(billedUsd);
+        // A failed call may still have been billed: an answer refused after the provider reported its usage, or cut off midway, carries that cost; its output is thrown away.
+        const billed = billedAfterAbort as BilledCall | null;
+        const billedUsd = billed !== null ? billed.costUsd : error instanceof PhaselineError && error.billedUsd !== undefined && error.billedUsd > 0 ? error.billedUsd : 0;
+        if (billed === null) this.deps.spend?.charge(billedUsd);
         this.count('model_call', { modelCalls: 1, wastedModelCalls: 1, usd: billedUsd, wastedUsd: billedUsd }, `${this.deps.provider.name} failed: ${describeError(error)}`);
         this.signal.throwIfAborted();
         if (!isProviderOutage(error)) throw error;

@@ -207,11 +207,14 @@ class OpenAiCompatibleProvider implements ModelProvider {
     const timeoutMs = Math.max(1, Math.floor(Math.min(this.config.timeoutMs, callerLimitMs)));
     const timeout = AbortSignal.timeout(timeoutMs);
     const signal = AbortSignal.any([request.signal, timeout]);
+    /** What the provider bills for this call so far, once it began to answer (null before): usage if reported, else estimated from what arrived. */
+    let billedSoFar: (() => number) | null = null;
     const failed = (error: unknown): Error => {
       // The caller's abort wins: it is theirs to interpret (cancellation, lost claim), not a provider fault.
       if (request.signal.aborted) return request.signal.reason as Error;
-      if (timeout.aborted) return new ProviderTimeoutError(`${this.name}: no answer within ${timeoutMs} ms`, { cause: error });
-      return new ProviderUnavailableError(`${this.name}: request failed: ${this.redact(error instanceof Error ? error.message : String(error))}`, { cause: error });
+      const billed = billedSoFar === null ? {} : { billedUsd: billedSoFar() };
+      if (timeout.aborted) return new ProviderTimeoutError(`${this.name}: no answer within ${timeoutMs} ms`, { cause: error, ...billed });
+      return new ProviderUnavailableError(`${this.name}: request failed: ${this.redact(error instanceof Error ? error.message : String(error))}`, { cause: error, ...billed });
     };
     let response: Response;
     try {
@@ -219,30 +222,66 @@ class OpenAiCompatibleProvider implements ModelProvider {
     } catch (error) {
       throw failed(error);
     }
-    const isEventStream = (response.headers.get('content-type') ?? '').toLowerCase().startsWith('text/event-stream');
-    if (request.onText !== undefined && response.status >= 200 && response.status < 300 && isEventStream && response.body !== null) {
-      let answer: StreamedAnswer;
+    if (response.status < 200 || response.status >= 300) {
+      let text: string;
       try {
-        answer = await this.readStream(response.body, request.onText);
+        text = await response.text();
       } catch (error) {
-        throw error instanceof MalformedResponseError || error instanceof ProviderUnavailableError ? error : failed(error);
+        throw failed(error);
       }
-      return this.streamedCompletion(answer, bodyText.length);
+      throw this.httpError(response.status, response.headers, text);
     }
-    let text: string;
+    // The provider began to answer: from here a cut-off call is billed what it had done (the prompt, and what was streamed).
+    const answer: StreamedAnswer = { content: null, toolCalls: [], finishReason: null, usage: null, done: false };
+    billedSoFar = () => this.cost(answer.usage, bodyText.length, answer.content, answer.toolCalls).costUsd;
+    const billedAfterAbort = this.reportBilledAfterAbort(request, answer, bodyText.length);
     try {
-      text = await response.text();
-    } catch (error) {
-      throw failed(error);
+      const isEventStream = (response.headers.get('content-type') ?? '').toLowerCase().startsWith('text/event-stream');
+      let completion: ChatResponse;
+      if (request.onText !== undefined && isEventStream && response.body !== null) {
+        try {
+          await this.readStream(response.body, request.onText, answer, billedSoFar);
+        } catch (error) {
+          throw error instanceof MalformedResponseError || error instanceof ProviderUnavailableError ? error : failed(error);
+        }
+        completion = this.streamedCompletion(answer, bodyText.length);
+      } else {
+        let text: string;
+        try {
+          text = await response.text();
+        } catch (error) {
+          throw failed(error);
+        }
+        // A server that does not stream answers with one JSON body: the same answer, with no draft shown.
+        completion = this.parseCompletion(text, bodyText.length);
+      }
+      // Aborted as it finished: the caller was told the cost already, so it hears the abort, not the answer.
+      if (billedAfterAbort.reported()) throw request.signal.reason as Error;
+      return completion;
+    } finally {
+      billedAfterAbort.stop();
     }
-    if (response.status < 200 || response.status >= 300) throw this.httpError(response.status, response.headers, text);
-    // A server that does not stream answers with one JSON body: the same answer, with no draft shown.
-    return this.parseCompletion(text, bodyText.length);
   }
 
-  /** Reads a Chat Completions event stream to its end, reporting the text so far after each piece of it. */
-  private async readStream(body: ReadableStream<Uint8Array>, onText: (textSoFar: string) => void): Promise<StreamedAnswer> {
-    const answer: StreamedAnswer = { content: null, toolCalls: [], finishReason: null, usage: null, done: false };
+  /** Tells the caller, from inside its abort, what the call it aborts is billed (request.onBilledAfterAbort); at most once. */
+  private reportBilledAfterAbort(request: ChatRequest, answer: StreamedAnswer, requestChars: number): { reported: () => boolean; stop: () => void } {
+    let reported = false;
+    const onAbort = (): void => {
+      if (reported || request.onBilledAfterAbort === undefined) return;
+      reported = true;
+      try {
+        request.onBilledAfterAbort(this.cost(answer.usage, requestChars, answer.content, answer.toolCalls));
+      } catch {
+        // The caller's bookkeeping must not break its own abort.
+      }
+    };
+    if (request.signal.aborted) onAbort();
+    else request.signal.addEventListener('abort', onAbort, { once: true });
+    return { reported: () => reported, stop: () => request.signal.removeEventListener('abort', onAbort) };
+  }
+
+  /** Reads a Chat Completions event stream to its end into `answer`, reporting the text so far after each piece of it. */
+  private async readStream(body: ReadableStream<Uint8Array>, onText: (textSoFar: string) => void, answer: StreamedAnswer, billedSoFar: () => number): Promise<void> {
     // Set inside the parser's callback; an object, so that the reading loop sees the change.
     const failure: { problem: Error | null } = { problem: null };
     const parser = createParser({
@@ -256,17 +295,17 @@ class OpenAiCompatibleProvider implements ModelProvider {
         try {
           json = JSON.parse(event.data);
         } catch (error) {
-          failure.problem = new MalformedResponseError(`${this.name}: a streamed event is not JSON`, { cause: error });
+          failure.problem = new MalformedResponseError(`${this.name}: a streamed event is not JSON`, { cause: error, billedUsd: billedSoFar() });
           return;
         }
         const chunk = streamChunkSchema.safeParse(json);
         if (!chunk.success) {
-          failure.problem = new MalformedResponseError(`${this.name}: a streamed event is not a chat completion chunk: ${z.prettifyError(chunk.error).replace(/\s*\n\s*/g, '; ')}`);
+          failure.problem = new MalformedResponseError(`${this.name}: a streamed event is not a chat completion chunk: ${z.prettifyError(chunk.error).replace(/\s*\n\s*/g, '; ')}`, { billedUsd: billedSoFar() });
           return;
         }
         if (chunk.data.error !== undefined && chunk.data.error !== null) {
           // An error after the 200: the answer is unusable, and a later call may well succeed.
-          failure.problem = new ProviderUnavailableError(`${this.name}: the stream reported an error: ${this.redact(JSON.stringify(chunk.data.error).slice(0, MAX_ERROR_DETAIL_CHARS))}`);
+          failure.problem = new ProviderUnavailableError(`${this.name}: the stream reported an error: ${this.redact(JSON.stringify(chunk.data.error).slice(0, MAX_ERROR_DETAIL_CHARS))}`, { billedUsd: billedSoFar() });
           return;
         }
         if (chunk.data.usage) answer.usage = chunk.data.usage;
@@ -277,7 +316,7 @@ class OpenAiCompatibleProvider implements ModelProvider {
           const index = call.index ?? (call.id ? answer.toolCalls.length : Math.max(0, answer.toolCalls.length - 1));
           // A call may only continue one already begun or start the next: a gap means deltas went missing.
           if (index > answer.toolCalls.length) {
-            failure.problem = new MalformedResponseError(`${this.name}: streamed tool call ${index} skips calls`);
+            failure.problem = new MalformedResponseError(`${this.name}: streamed tool call ${index} skips calls`, { billedUsd: billedSoFar() });
             return;
           }
           const slot = (answer.toolCalls[index] ??= { id: '', name: '', arguments: '' });
@@ -313,9 +352,8 @@ class OpenAiCompatibleProvider implements ModelProvider {
     }
     if (failure.problem !== null) throw failure.problem;
     if (answer.finishReason === null) {
-      throw new ProviderUnavailableError(`${this.name}: the stream ended before the answer was finished`);
+      throw new ProviderUnavailableError(`${this.name}: the stream ended before the answer was finished`, { billedUsd: billedSoFar() });
     }
-    return answer;
   }
 
   private streamedCompletion(answer: StreamedAnswer, requestChars: number): ChatResponse {
