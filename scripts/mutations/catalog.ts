@@ -597,4 +597,12 @@ export const MUTANTS: readonly Mutant[] = [
       { files: ['test/unit/chaos-collect.test.ts'], names: 'the retention pass stamped counts from its creation' },
     ],
   },
+  {
+    name: 'stamp-pages-conditioned-on-job',
+    removes: "the job's update-time precondition on each page of retention stamps (a pass that read the job before a re-drive stamps the re-run job's timeline)",
+    file: 'functions/src/store/retention.ts',
+    search: '  const record = store.commitJob(batch, stamping.version, job, { ...job, retention: stampingAt(job.retention.dueAtMs, next) }, []);',
+    replace: '  const record = { ...job, retention: stampingAt(job.retention.dueAtMs, next) };',
+    tests: [{ files: ['test/emulator/redrive-after-end.test.ts'], names: 'bug 24: ' }],
+  },
 ];
