@@ -605,4 +605,12 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '  const record = { ...job, retention: stampingAt(job.retention.dueAtMs, next) };',
     tests: [{ files: ['test/emulator/redrive-after-end.test.ts'], names: 'bug 24: ' }],
   },
+  {
+    name: 'spend-days-ttl-declared',
+    removes: 'the TTL policy on spend days (quotaUsage/{uid}/spendDays carry expireAt but would never be deleted)',
+    file: 'firestore.indexes.json',
+    search: ',\n    { "collectionGroup": "spendDays", "fieldPath": "expireAt", "ttl": true, "indexes": [] }',
+    replace: '',
+    tests: [{ files: ['test/unit/indexes.test.ts'], names: 'bug 35: ' }],
+  },
 ];

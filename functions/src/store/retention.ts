@@ -5,14 +5,16 @@
  * on that field for every collection group listed here, and Firestore deletes a document some time
  * after its `expireAt` has passed (typically within a day; the emulator never does). The job
  * document, its published answer, sections, checkpoints, units, claims and the effect ledger have
- * no such policy and stay.
+ * no such policy and stay. A TTL policy is declared per collection group: it deletes expired
+ * documents of every collection with that name, at any depth, so no other collection may take
+ * one of these names.
  */
 import { FieldPath, FieldValue, Timestamp, type DocumentReference, type QueryDocumentSnapshot } from 'firebase-admin/firestore';
 import type { JobRecord, RetentionStamping } from '../core/job';
 import { decodeJob } from './codec';
 import type { JobStore, JobVersion } from './job-store';
 import { isFailedPrecondition } from './firestore-errors';
-import { REJECTED_TASKS } from './paths';
+import { REJECTED_TASKS, SPEND_DAYS } from './paths';
 
 /** The field every TTL policy of this project reads. */
 export const EXPIRE_AT = 'expireAt';
@@ -26,8 +28,12 @@ export const EXPIRE_AT = 'expireAt';
 export const EXPIRING_JOB_COLLECTIONS = ['transcripts', 'events', 'drafts', 'artifacts', 'artifactChunks', 'setAside'] as const;
 export type ExpiringJobCollection = (typeof EXPIRING_JOB_COLLECTIONS)[number];
 
-/** Every collection group with a TTL policy on `expireAt`: the job's expiring children and the rejected tasks. */
-export const EXPIRING_COLLECTION_GROUPS: readonly string[] = [...EXPIRING_JOB_COLLECTIONS, REJECTED_TASKS];
+/**
+ * Every collection group with a TTL policy on `expireAt`: the job's expiring children, the rejected
+ * tasks and the users' spend days (store/quota-documents.ts). A policy applies to every collection
+ * of that name anywhere in the database, not only under `jobs/`.
+ */
+export const EXPIRING_COLLECTION_GROUPS: readonly string[] = [...EXPIRING_JOB_COLLECTIONS, REJECTED_TASKS, SPEND_DAYS];
 
 /** A Firestore batch holds at most 500 writes: one page of stamps is one batch, with the job's own write. */
 export const MAX_STAMPS_PER_BATCH = 499;
