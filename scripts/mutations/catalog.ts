@@ -613,4 +613,34 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '',
     tests: [{ files: ['test/unit/indexes.test.ts'], names: 'bug 35: ' }],
   },
+  {
+    name: 'cli-reads-budget-waits',
+    removes: "the CLI's decoding of a job waiting at its spend cap (watch stops with an error, list fails)",
+    file: 'scripts/cli/views.ts',
+    search: '      reason: z.enum(WAIT_REASONS),',
+    replace: "      reason: z.enum(['decision', 'provider']),",
+    tests: [
+      { files: ['test/unit/cli-clients.test.ts'], names: 'bug 34: ' },
+      { files: ['test/emulator/cli.test.ts'], names: 'bug 34: watch stops at a spend-cap wait' },
+    ],
+  },
+  {
+    name: 'cli-list-skips-unreadable-job',
+    removes: 'the per-job decoding of a user\'s list (one job the CLI cannot read fails the whole list)',
+    file: 'scripts/cli/user-commands.ts',
+    search: '    try {\n      jobs.push(jobViewFromData(document.id, document.data));\n    } catch (error) {\n      ctx.io.err(terminalText(`Skipped job ${document.id}: ${error instanceof Error ? error.message : String(error)}`));\n    }\n',
+    replace: '    jobs.push(jobViewFromData(document.id, document.data));\n',
+    tests: [{ files: ['test/emulator/cli.test.ts'], names: 'bug 34: watch stops at a spend-cap wait' }],
+  },
+  {
+    name: 'cli-owner-escaped',
+    removes: 'the escaping of owner IDs in job lists (list --all prints terminal control sequences a user put in their ID)',
+    file: 'scripts/cli/format.ts',
+    search: '    ...(options.withOwner ? [terminalText(job.owner)] : []),',
+    replace: '    ...(options.withOwner ? [job.owner] : []),',
+    tests: [
+      { files: ['test/unit/cli-format.test.ts'], names: 'bug 34: a list escapes owner IDs' },
+      { files: ['test/emulator/cli.test.ts'], names: 'bug 34: list --all' },
+    ],
+  },
 ];
