@@ -354,9 +354,9 @@ export const MUTANTS: readonly Mutant[] = [
   {
     name: 'retention-cursor-kept',
     removes: "the retention marker a sweep leaves on a job its budget ran out in (the job counts as stamped with documents that never expire)",
-    file: 'functions/src/engine/retention.ts',
-    search: 'position === null ? null : { dueAtMs: retention.dueAtMs, cursor: stampingCursor(position) }',
-    replace: 'null',
+    file: 'functions/src/store/retention.ts',
+    search: 'return position === null ? null : { dueAtMs, cursor: stampingCursor(position) };',
+    replace: 'return null;',
     tests: [{ files: ['test/emulator/retention.test.ts'], names: "more expiring documents than one sweep's bound" }],
   },
   {
