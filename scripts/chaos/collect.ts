@@ -10,8 +10,8 @@ import type { DocumentSnapshot, Firestore, Timestamp } from 'firebase-admin/fire
 import type { UnitView } from '../../functions/src/core/invariants';
 import type { JobRecord } from '../../functions/src/core/job';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
-import { EXPIRE_AT } from '../../functions/src/store/retention';
-import type { CheckpointDoc, CollectedJob, EffectDoc, EventDoc, JobDoc, ResultDoc, SectionDoc, TranscriptDoc } from './model';
+import { EXPIRE_AT, EXPIRING_JOB_COLLECTIONS } from '../../functions/src/store/retention';
+import type { CheckpointDoc, CollectedJob, EffectDoc, EventDoc, JobDoc, ResultDoc, SectionDoc, TranscriptDoc, UnitCostDoc } from './model';
 
 /** Microseconds since 1970: exact in a double for the next few centuries. */
 export function micros(time: Timestamp | undefined): number {
@@ -115,24 +115,38 @@ export function jobDocFrom(data: Data): JobDoc {
 
 async function collectJob(db: Firestore, snapshot: DocumentSnapshot, messages: readonly ResultDoc[]): Promise<CollectedJob> {
   const ref = snapshot.ref;
-  const [events, sections, checkpoints, transcripts, effects, results, unitDocs] = await Promise.all(
-    ['events', 'sections', 'checkpoints', 'transcripts', 'effects', 'results', 'units'].map((name) => ref.collection(name).get()),
-  );
+  const read = ['events', 'sections', 'checkpoints', 'transcripts', 'effects', 'results', 'units'];
+  const [events, sections, checkpoints, transcripts, effects, results, unitDocs] = await Promise.all(read.map((name) => ref.collection(name).get()));
+  // The expiring collections not read above, for their stamps only.
+  const others = EXPIRING_JOB_COLLECTIONS.filter((name) => !read.includes(name));
+  const stampsOnly = await Promise.all(others.map((name) => ref.collection(name).select(EXPIRE_AT).get()));
   const docs = (query: typeof events) => query?.docs ?? [];
   const units: UnitView[] = [];
+  const unitCosts: UnitCostDoc[] = [];
   const unitProblems: string[] = [];
   for (const doc of docs(unitDocs)) {
     try {
       const unit = decodeUnit(doc.ref.path, doc.data());
       units.push({ unit: unit.unit, phase: unit.phase, fanoutEpoch: unit.fanoutEpoch, status: unit.status, lease: unit.lease, nextRunAtMs: unit.nextRunAtMs });
+      unitCosts.push({ unit: unit.unit, phase: unit.phase, fanoutEpoch: unit.fanoutEpoch, status: unit.status, cost: unit.cost, costInJob: unit.costInJob });
     } catch (error) {
       unitProblems.push(`${doc.id}: ${problemOf(error)}`);
     }
   }
+  const stamped = [
+    ...(snapshot.get(EXPIRE_AT) !== undefined ? ['.'] : []),
+    ...[events, sections, checkpoints, transcripts, effects, results, unitDocs, ...stampsOnly].flatMap((query) =>
+      docs(query)
+        .filter((doc) => doc.get(EXPIRE_AT) !== undefined)
+        .map((doc) => `${doc.ref.parent.id}/${doc.id}`),
+    ),
+  ];
   return {
     ...decodedJob(snapshot),
     units,
     unitProblems,
+    unitCosts,
+    stamped,
     id: ref.id,
     job: jobDocFrom(snapshot.data() ?? {}),
     events: docs(events).map(
@@ -177,6 +191,7 @@ async function collectJob(db: Firestore, snapshot: DocumentSnapshot, messages: r
         epoch: num(doc.get('epoch'), -1),
         commitUs: commit(doc),
         lastOutcome: text(doc.get('lastOutcome')),
+        resolution: text(doc.get('resolution')),
       };
     }),
     results: [

@@ -10,8 +10,9 @@
  *     recorded before that document's commit (the write checked it).
  */
 import { strandedReason } from '../../functions/src/core/invariants';
-import { JOB_STATUSES, type JobStatus } from '../../functions/src/core/job';
+import { ENDED_STATUSES, JOB_STATUSES, type JobStatus } from '../../functions/src/core/job';
 import { firstDisallowedMove } from '../../functions/src/core/transitions';
+import { failedBecauseStopped } from '../../functions/src/effects/after-stop';
 import { UNRESOLVED_EFFECT_STATES } from '../../functions/src/effects/ledger';
 import type { CollectedJob, EffectDoc, Observed, OwnedWrite, Submission, ToolExecution } from './model';
 
@@ -50,7 +51,11 @@ export type InvariantName =
   | 'stranded'
   | 'unsettledAfterStop'
   | 'toolCallRepeated'
-  | 'offTheTable';
+  | 'offTheTable'
+  | 'fanOutOutlivedClaim'
+  | 'costNotSummed'
+  | 'expiryOnLiveJob'
+  | 'effectsNeverSent';
 
 export interface InvariantResult {
   readonly name: InvariantName;
@@ -177,6 +182,37 @@ export const DEFINITIONS: Readonly<Record<InvariantName, { readonly label: strin
     definition:
       "a job whose events, in commit order, record a change of status the transition table (core/transitions.ts) does not allow, " +
       'e.g. completed → running or queued → completed',
+  },
+  fanOutOutlivedClaim: {
+    label: 'fan-outs that outlived the claim that started them',
+    definition:
+      'a job document whose `fanout` is set while the job is not `running` at the fan-out\'s own epoch (`fanout.epoch` = the job\'s ' +
+      '`epoch`); or an event a fan-out unit wrote (`unit` set) carrying a job epoch e under which no `fanned-out` event was committed ' +
+      'before it, or committed after an event of epoch e that left the job in a status other than `running` (the fan-out had ended)',
+  },
+  costNotSummed: {
+    label: "jobs whose cost is not the sum of its parts",
+    definition:
+      'per cost counter (spentUsd, modelCalls, …), as the engine decodes the documents: a unit whose `costInJob` (the part of its cost ' +
+      'added to the job) exceeds its `cost`, or falls short of it once the unit is done or is not in the fan-out the job is running ' +
+      '(a cost its fan-out ended without counting); or a job whose `cost` is less than its units\' `costInJob` plus its last job claim\'s ' +
+      'running tally (`claimTally.cost`). The spend of the job\'s earlier claims is in its `cost` and recorded nowhere else, so the ' +
+      'job-level comparison is a lower bound, not an equality (1e-9 relative tolerance for sums of dollars)',
+  },
+  expiryOnLiveJob: {
+    label: 'expiry stamps on jobs that have not ended',
+    definition:
+      'a document of a job that is not completed, failed or cancelled (the job document, or one under it: transcripts, events, drafts, ' +
+      'artifacts, artifactChunks, setAside, sections, checkpoints, effects, results, units) carrying `expireAt`, which TTL would delete',
+  },
+  effectsNeverSent: {
+    label: 'effects requested and never sent',
+    definition:
+      'a ledger entry of a completed job that the receiver never applied, left `planned`, `applying` or `unknown` with no resolution ' +
+      '(nobody settled it), or `failed` only because the job had stopped once (written off by the stopped-effects pass, then the job ' +
+      'ran on). Entries settled as not applied with a reason (failed: refused by the receiver or given up on; a person\'s stop) are not ' +
+      'counted; an entry `applied` that the receiver never applied is counted under effects the ledger misreports; a cancelled or ' +
+      "failed job's entries never started are not applied by design, and its in-flight ones count under stopped jobs' effects unsettled",
   },
   toolCallRepeated: {
     label: 'tool calls run again after their result was recorded',
@@ -491,6 +527,99 @@ function checkUnsettledAfterStop(jobs: readonly CollectedJob[]): Violation[] {
   return violations;
 }
 
+// ---- Fan-outs and their claims -----------------------------------------------------------------
+
+function checkFanOutClaims(jobs: readonly CollectedJob[]): Violation[] {
+  const violations: Violation[] = [];
+  for (const collected of jobs) {
+    const { record } = collected;
+    const fanout = record?.fanout ?? null;
+    if (record && fanout !== null && (record.status !== 'running' || fanout.epoch !== record.epoch)) {
+      violations.push({ jobId: collected.id, detail: `its fan-out of ${fanout.phase} (epoch ${fanout.epoch}) is still set on a ${record.status} job at epoch ${record.epoch}` });
+    }
+    const timeline = [...collected.events].sort((a, b) => a.commitUs - b.commitUs || a.id.localeCompare(b.id));
+    for (const event of timeline) {
+      if (event.unit === null || event.epoch < 0) continue;
+      const started = timeline.filter((item) => item.kind === 'fanned-out' && item.unit === null && item.epoch === event.epoch && item.commitUs <= event.commitUs).at(-1);
+      if (started === undefined) {
+        violations.push({ jobId: collected.id, detail: `unit ${event.unit}'s ${event.kind} event ${event.id} carries epoch ${event.epoch}, under which no fan-out had started` });
+        continue;
+      }
+      const left = timeline.find(
+        (item) => item.epoch === event.epoch && item.commitUs > started.commitUs && item.commitUs < event.commitUs && typeof item.status === 'string' && item.status !== 'running',
+      );
+      if (left !== undefined) {
+        violations.push({ jobId: collected.id, detail: `unit ${event.unit}'s ${event.kind} event ${event.id} (epoch ${event.epoch}) committed after ${left.kind} event ${left.id} left the job ${left.status ?? ''}` });
+      }
+    }
+  }
+  return violations;
+}
+
+// ---- Cost ------------------------------------------------------------------------------------
+
+/** Sums of dollars differ in their last bits by the order they were added in. */
+const costsDiffer = (larger: number, smaller: number): boolean => larger - smaller > 1e-9 * Math.max(1, Math.abs(larger), Math.abs(smaller));
+
+function checkCosts(jobs: readonly CollectedJob[]): Violation[] {
+  const violations: Violation[] = [];
+  for (const collected of jobs) {
+    const { record } = collected;
+    if (record === null) continue; // the stranded check reports a job that does not decode
+    const fanout = record.status === 'running' ? record.fanout : null;
+    const parts: Record<string, number> = { ...(record.claimTally?.cost ?? {}) };
+    for (const unit of collected.unitCosts) {
+      const counting = unit.status !== 'done' && fanout !== null && unit.phase === fanout.phase && unit.fanoutEpoch === fanout.epoch;
+      for (const key of new Set([...Object.keys(unit.cost), ...Object.keys(unit.costInJob)])) {
+        const spent = unit.cost[key] ?? 0;
+        const counted = unit.costInJob[key] ?? 0;
+        parts[key] = (parts[key] ?? 0) + counted;
+        if (costsDiffer(counted, spent)) violations.push({ jobId: collected.id, detail: `unit ${unit.phase}~${unit.unit}: ${counted} of ${key} counted in the job, more than its cost of ${spent}` });
+        else if (!counting && costsDiffer(spent, counted)) {
+          violations.push({ jobId: collected.id, detail: `unit ${unit.phase}~${unit.unit} (${unit.status}, fan-out epoch ${unit.fanoutEpoch}): ${key} ${spent} spent, only ${counted} reached the job's cost` });
+        }
+      }
+    }
+    for (const [key, sum] of Object.entries(parts)) {
+      const total = record.cost[key] ?? 0;
+      if (costsDiffer(sum, total)) violations.push({ jobId: collected.id, detail: `the job's ${key} is ${total}, less than its parts: ${sum} (its units' counted cost and its last claim's tally)` });
+    }
+  }
+  return violations;
+}
+
+// ---- Retention stamps on live jobs -------------------------------------------------------------
+
+function checkExpiryOnLiveJobs(jobs: readonly CollectedJob[]): Violation[] {
+  const violations: Violation[] = [];
+  for (const { id, job, stamped } of jobs) {
+    if (ENDED_STATUSES.has(job.status as JobStatus) || stamped.length === 0) continue;
+    const shown = stamped.slice(0, 3).join(', ');
+    violations.push({ jobId: id, detail: `${job.status} job: ${stamped.length} document(s) carry expireAt (${shown}${stamped.length > 3 ? ', …' : ''})` });
+  }
+  return violations;
+}
+
+// ---- Effects requested and never sent ----------------------------------------------------------
+
+function checkNeverSent(observed: Observed): Violation[] {
+  const violations: Violation[] = [];
+  const applied = new Set(observed.receiver.applications.map((application) => application.key));
+  for (const { id, job, effects } of observed.jobs) {
+    if (job.status !== 'completed') continue;
+    for (const effect of effects) {
+      if (effect.state === 'applied' || applied.has(effect.idempotencyKey)) continue;
+      const failed = effect.state === 'failed';
+      const writtenOff = failed && failedBecauseStopped({ state: 'failed', resolution: effect.resolution });
+      // Settled as not applied with its reason recorded: refused by the receiver, given up on, or stopped by a person.
+      if (!writtenOff && (failed || effect.resolution !== null)) continue;
+      const why = writtenOff ? `failed (${effect.resolution ?? ''})` : effect.state;
+      violations.push({ jobId: id, detail: `completed job: ${effect.kind} ${effect.identity} (${effect.key}) is ${why}, and the receiver never applied it` });
+    }
+  }
+  return violations;
+}
+
 // ---- Tool calls -------------------------------------------------------------------------------
 
 interface RecordedResult {
@@ -669,6 +798,10 @@ export function checkInvariants(observed: Observed): CheckReport {
       result('unsettledAfterStop', checkUnsettledAfterStop(observed.jobs)),
       result('toolCallRepeated', checkToolCalls(observed)),
       result('offTheTable', checkTimelines(observed.jobs)),
+      result('fanOutOutlivedClaim', checkFanOutClaims(observed.jobs)),
+      result('costNotSummed', checkCosts(observed.jobs)),
+      result('expiryOnLiveJob', checkExpiryOnLiveJobs(observed.jobs)),
+      result('effectsNeverSent', checkNeverSent(observed)),
     ],
     stats: statistics(observed),
   };

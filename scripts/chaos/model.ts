@@ -75,6 +75,20 @@ export interface EffectDoc {
   readonly epoch: number;
   readonly commitUs: number;
   readonly lastOutcome: string | null;
+  /** How a person or the reconciliation after a stop settled it (effects/after-stop.ts failedBecauseStopped reads it). */
+  readonly resolution: string | null;
+}
+
+/** A fan-out unit's cost as its document records it (core/job.ts UnitRecord). */
+export interface UnitCostDoc {
+  readonly unit: string;
+  readonly phase: string;
+  readonly fanoutEpoch: number;
+  readonly status: string;
+  /** What the unit's claims spent (every claim's running tally, added up). */
+  readonly cost: Readonly<Record<string, number>>;
+  /** The part of `cost` already added to the job's cost. */
+  readonly costInJob: Readonly<Record<string, number>>;
 }
 
 export interface ResultDoc {
@@ -118,6 +132,13 @@ export interface CollectedJob {
   /** Its fan-out unit documents (`units/{phase}~{unit}`) that decode, and why the others do not. */
   readonly units: readonly UnitView[];
   readonly unitProblems: readonly string[];
+  /** The cost of each of those units. */
+  readonly unitCosts: readonly UnitCostDoc[];
+  /**
+   * The job's documents that carry `expireAt` (a retention stamp), as `collection/id` under the
+   * job, the job document itself as `.`: every collection read here and every expiring one.
+   */
+  readonly stamped: readonly string[];
 }
 
 /** A transcript version that held a tool call's result, as the soak's listener saw it. */

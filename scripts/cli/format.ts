@@ -1,8 +1,10 @@
 /**
  * Pure formatting of jobs and timelines for a terminal: no I/O, every clock and zone passed in.
- * Text that a model or a document wrote (reports, event messages, questions, errors) goes through
- * `terminalText` first, so it cannot carry escape sequences to the terminal.
+ * Text that a model, a user or a document wrote (reports, event messages, questions, errors, owner
+ * IDs, job, pipeline and phase names) goes through `terminalText` first, so it cannot carry escape
+ * sequences to the terminal.
  */
+import { BUDGET_RESUME } from '../../functions/src/core/lifecycle';
 import { cancellationReport } from '../../functions/src/effects/stop-report';
 import type { SweepReport } from '../../functions/src/engine/sweeper';
 import type { EventView, JobView } from './views';
@@ -150,10 +152,10 @@ export interface Progress {
  */
 export function progressOf(job: Pick<JobView, 'status' | 'phase' | 'progress' | 'fanout'>): Progress {
   if (job.status === 'completed') return { fraction: 1, detail: 'done' };
-  const phase = job.phase ?? (job.status === 'queued' ? 'not started' : 'starting');
+  const phase = job.phase === null ? (job.status === 'queued' ? 'not started' : 'starting') : terminalText(job.phase);
   const fanout = job.fanout;
   if (fanout !== null && fanout.units > 0) {
-    return { fraction: fanout.done / fanout.units, detail: `${fanout.phase}: ${fanout.done}/${fanout.units} units` };
+    return { fraction: fanout.done / fanout.units, detail: `${terminalText(fanout.phase)}: ${fanout.done}/${fanout.units} units` };
   }
   const total = job.progress.sectionsTotal;
   if (total !== undefined && total > 0) {
@@ -182,6 +184,7 @@ export function stateDetail(job: JobView, options: TimeOptions = {}): string {
   switch (job.status) {
     case 'waiting':
       if (job.waiting?.reason === 'decision') return `needs your decision: ${terminalText(job.waiting.question)}`;
+      if (job.waiting?.reason === 'budget') return `paused at the daily spend limit${job.waiting.untilMs === null ? '' : ` until ${dateTime(job.waiting.untilMs, options)}`}`;
       return job.waiting?.untilMs != null ? `provider unavailable; resumes by itself at ${clockTime(job.waiting.untilMs, options)}` : 'waiting';
     case 'failed':
       return `failed: ${terminalText(job.lastError?.message ?? 'no reason recorded')}`;
@@ -192,7 +195,7 @@ export function stateDetail(job: JobView, options: TimeOptions = {}): string {
     case 'completed':
       return job.outcome === 'partial' ? 'completed, partial' : 'completed';
     case 'queued':
-      return job.lastError && job.phase !== null ? `retrying ${job.phase} after ${job.lastError.code}` : progressOf(job).detail;
+      return job.lastError && job.phase !== null ? `retrying ${terminalText(job.phase)} after ${terminalText(job.lastError.code)}` : progressOf(job).detail;
     case 'running':
       return progressOf(job).detail;
   }
@@ -230,11 +233,19 @@ export function finalLines(job: JobView, resultPath: string, options: TimeOption
       return [`Completed${job.outcome === 'partial' ? ' (partial: some parts are missing, named in the report)' : ''}${took}.`, `Report: ${resultPath}`, ...spent];
     case 'waiting': {
       const waiting = job.waiting;
+      if (waiting?.reason === 'budget') {
+        const resumes = waiting.untilMs === null ? 'It waits' : `It resumes by itself at ${dateTime(waiting.untilMs, options)}`;
+        return [
+          `Paused at the daily spend limit: ${terminalText(waiting.question)}`,
+          `${resumes}. Once an operator has raised the limit, resume it sooner with: phaseline decide ${terminalText(job.id)} ${terminalText(waiting.questionId)} ${BUDGET_RESUME}`,
+          `Or stop it: phaseline cancel ${terminalText(job.id)}`,
+        ];
+      }
       if (waiting?.reason !== 'decision') return [`Waiting: ${stateDetail(job, options)}.`];
       return [
         `Waiting for your decision: ${terminalText(waiting.question)}`,
         `Options: ${waiting.options.map((option) => `"${terminalText(option)}"`).join(', ')}`,
-        `Answer with: phaseline decide ${job.id} ${terminalText(waiting.questionId)} <option>`,
+        `Answer with: phaseline decide ${terminalText(job.id)} ${terminalText(waiting.questionId)} <option>`,
       ];
     }
     case 'failed':
@@ -244,7 +255,7 @@ export function finalLines(job: JobView, resultPath: string, options: TimeOption
     case 'quarantined':
       return [
         `Quarantined${took}: ${terminalText(job.quarantine?.reason ?? 'no reason recorded')}.`,
-        `It keeps killing its workers; once the cause is fixed an operator can run: phaseline release ${job.id}`,
+        `It keeps killing its workers; once the cause is fixed an operator can run: phaseline release ${terminalText(job.id)}`,
         ...spent,
       ];
     case 'queued':
@@ -274,12 +285,12 @@ export function jobTable(jobs: readonly JobView[], options: TimeOptions & { read
   if (jobs.length === 0) return ['No jobs.'];
   const header = ['JOB', 'STATUS', 'PIPELINE', 'PROGRESS', 'CREATED', ...(options.withOwner ? ['OWNER'] : []), 'DETAIL'];
   const rows = jobs.map((job) => [
-    job.id,
+    terminalText(job.id),
     job.status,
-    job.pipeline,
+    terminalText(job.pipeline),
     percent(progressOf(job).fraction).trim(),
     dateTime(job.createdAtMs, options),
-    ...(options.withOwner ? [job.owner] : []),
+    ...(options.withOwner ? [terminalText(job.owner)] : []),
     truncate(stateDetail(job, options), 60),
   ]);
   return table(header, rows);

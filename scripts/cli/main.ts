@@ -6,11 +6,16 @@ import { quotaDefaultsFromEnv } from '../../functions/src/config/environment';
 import { adminCommand } from './admin-commands';
 import { parseInvocation, USAGE } from './args';
 import { CliError, EXIT } from './errors';
+import { terminalText } from './format';
 import { processIo, type Io } from './io';
 import { limits, listAll, openOperatorContext, redrive, release, sweep } from './operator-commands';
 import { queueCommand } from './queue-commands';
 import { resolveTarget } from './target';
 import { cancel, decide, listOwn, submit, userContext, watch } from './user-commands';
+
+function escapedLines(text: string): string {
+  return text.split('\n').map(terminalText).join('\n');
+}
 
 /** Runs a command and turns its failure into a message on stderr and an exit status. */
 export async function guarded(io: Io, body: () => Promise<number>): Promise<number> {
@@ -18,12 +23,13 @@ export async function guarded(io: Io, body: () => Promise<number>): Promise<numb
     return await body();
   } catch (error) {
     io.endStatus();
+    // Messages can quote stored text (a refusal naming who cancelled a job, a server's answer): shown with control characters escaped, line by line.
     if (error instanceof CliError) {
-      io.err(`phaseline: ${error.message}`);
+      io.err(`phaseline: ${escapedLines(error.message)}`);
       if (error.exitCode === EXIT.usage) io.err('Run `phaseline --help` for usage.');
       return error.exitCode;
     }
-    io.err(`phaseline: unexpected error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+    io.err(`phaseline: unexpected error: ${escapedLines(error instanceof Error ? (error.stack ?? error.message) : String(error))}`);
     return EXIT.failure;
   }
 }

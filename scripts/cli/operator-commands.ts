@@ -24,7 +24,7 @@ import type { TaskQueuePort } from '../../functions/src/store/task-queue';
 import { engineOptionsFromEnv } from '../../functions/src/triggers/config';
 import type { Command } from './args';
 import { CliError, connectionProblem, EXIT } from './errors';
-import { jobTable, sweepReportLines, type TimeOptions } from './format';
+import { jobTable, sweepReportLines, terminalText, type TimeOptions } from './format';
 import type { Io } from './io';
 import { describeTarget, ENV, type Target } from './target';
 import { jobViewFromRecord, type JobView } from './views';
@@ -89,6 +89,11 @@ export async function openOperatorContext(target: Target, io: Io, env: NodeJS.Pr
   };
 }
 
+/** The engine's warnings as lines on stderr; their details (job IDs, errors) can quote stored text, so control characters are escaped. */
+function warnings(io: Io): (message: string, detail?: Record<string, unknown>) => void {
+  return (message, detail) => io.err(terminalText(`warning: ${message}${detail ? ` ${JSON.stringify(detail)}` : ''}`));
+}
+
 type ListCommand = Extract<Command, { name: 'list' }>;
 type ReleaseCommand = Extract<Command, { name: 'release' }>;
 type RedriveCommand = Extract<Command, { name: 'redrive' }>;
@@ -102,7 +107,7 @@ export async function listAll(ctx: OperatorContext, command: ListCommand): Promi
     try {
       jobs.push(jobViewFromRecord(decodeJob(document.id, document.data())));
     } catch (error) {
-      ctx.io.err(`Skipped job ${document.id}: ${describeError(error)}`);
+      ctx.io.err(terminalText(`Skipped job ${document.id}: ${describeError(error)}`));
     }
   }
   ctx.io.err(`Jobs of every user on ${describeTarget(ctx.target)}, newest first:`);
@@ -119,7 +124,7 @@ export async function release(ctx: OperatorContext, command: ReleaseCommand): Pr
       ctx.queue,
       command.jobId,
       ctx.now(),
-      (message, detail) => ctx.io.err(`warning: ${message}${detail ? ` ${JSON.stringify(detail)}` : ''}`),
+      warnings(ctx.io),
       localOperatorName(),
     );
   } catch (error) {
@@ -156,7 +161,7 @@ export async function redrive(ctx: OperatorContext, command: RedriveCommand): Pr
       ctx.now(),
       {
         ...(ctx.pipelines ? { pipelines: ctx.pipelines } : {}),
-        log: (message, detail) => ctx.io.err(`warning: ${message}${detail ? ` ${JSON.stringify(detail)}` : ''}`),
+        log: warnings(ctx.io),
       },
     );
   } catch (error) {
@@ -180,7 +185,7 @@ export async function sweep(ctx: OperatorContext): Promise<number> {
     {
       store: ctx.store,
       queue: ctx.queue,
-      log: (message, detail) => ctx.io.err(`warning: ${message}${detail ? ` ${JSON.stringify(detail)}` : ''}`),
+      log: warnings(ctx.io),
       // As the deployed sweepJobs: stopped notify jobs' effects are checked with PHASELINE_RECEIVER_URL's receiver.
       stoppedEffects: { settlerFor: notifyStoppedEffects() },
     },

@@ -126,9 +126,13 @@ async function readReportSections(ctx: UserContext, jobId: string): Promise<Live
   return liveReport({ status: 'running', phase: REPORT_PHASE, epoch: 0 }, documents.map((document) => readSection(document.data)), []).finished;
 }
 
-/** Whether `watch` stops here: the job ended, or it waits for a person. A provider wait ends by itself, so watching goes on. */
+/**
+ * Whether `watch` stops here: the job ended, or it waits for a person. A provider wait ends by
+ * itself within minutes, so watching goes on; a wait at the daily spend limit lasts until the day
+ * ends unless its owner resumes or cancels it, so watching stops with what they can do.
+ */
 export function watchEndsAt(job: Pick<JobView, 'status' | 'waiting'>): boolean {
-  return TERMINAL_STATUSES.has(job.status) || (job.status === 'waiting' && job.waiting?.reason === 'decision');
+  return TERMINAL_STATUSES.has(job.status) || (job.status === 'waiting' && (job.waiting?.reason === 'decision' || job.waiting?.reason === 'budget'));
 }
 
 /**
@@ -188,8 +192,17 @@ export async function listOwn(ctx: UserContext, command: ListCommand): Promise<n
     orderBy: [{ field: 'createdAt', direction: 'DESCENDING' }],
     limit: command.limit,
   });
-  ctx.io.err(`Jobs of ${uid} on ${describeTarget(ctx.target)}, newest first:`);
-  for (const line of jobTable(documents.map((document) => jobViewFromData(document.id, document.data)), ctx.time)) ctx.io.out(line);
+  ctx.io.err(`Jobs of ${terminalText(uid)} on ${describeTarget(ctx.target)}, newest first:`);
+  const jobs: JobView[] = [];
+  for (const document of documents) {
+    // One job this CLI cannot read is named and left out; the others are still listed.
+    try {
+      jobs.push(jobViewFromData(document.id, document.data));
+    } catch (error) {
+      ctx.io.err(terminalText(`Skipped job ${document.id}: ${error instanceof Error ? error.message : String(error)}`));
+    }
+  }
+  for (const line of jobTable(jobs, ctx.time)) ctx.io.out(line);
   return EXIT.ok;
 }
 

@@ -4,7 +4,7 @@
  * format the same way.
  */
 import { z } from 'zod';
-import { JOB_STATUSES, type JobRecord } from '../../functions/src/core/job';
+import { JOB_STATUSES, WAIT_REASONS, type JobRecord } from '../../functions/src/core/job';
 import { messagePath, resultPath } from '../../functions/src/store/paths';
 import { CliError } from './errors';
 
@@ -51,7 +51,7 @@ const jobData = z.looseObject({
   cost: counts.optional().transform((value) => value ?? {}),
   waiting: z
     .object({
-      reason: z.enum(['decision', 'provider']),
+      reason: z.enum(WAIT_REASONS),
       questionId: z.string(),
       question: z.string(),
       options: z.array(z.string()),

@@ -9,12 +9,14 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { TerminalError } from '../../functions/src/core/errors';
 import type { JobRecord } from '../../functions/src/core/job';
+import { budgetWait } from '../../functions/src/core/lifecycle';
 import { createJobActionHandler } from '../../functions/src/http/job-actions-handler';
 import { createSubmitHandler, type HttpRequest, type HttpResponse } from '../../functions/src/http/submit-handler';
 import { encodeJob } from '../../functions/src/store/codec';
 import { jobPath, sectionKey } from '../../functions/src/store/paths';
 import { loadSecurityRules } from '../../scripts/lib/firestore-emulator';
 import type { Command } from '../../scripts/cli/args';
+import { dateTime, terminalText } from '../../scripts/cli/format';
 import { functionsClient } from '../../scripts/cli/functions-client';
 import { userFirestore } from '../../scripts/cli/firestore-rest';
 import { uidOfToken } from '../../scripts/cli/identity';
@@ -367,6 +369,58 @@ describe('list', () => {
     expect(io.stdout.slice(1).map((line) => line.split(' ')[0])).toEqual([newer, theirs]);
     expect(io.stdout[2]).toContain('user-2');
     expect(io.stdout.join('\n')).not.toContain(older);
+  });
+});
+
+describe('bug 34: jobs waiting at their spend cap, unreadable jobs, hostile owner IDs', () => {
+  /** `list --all` as an operator, the emulator variables put back after. */
+  async function listEveryJob(io: BufferedIo): Promise<number> {
+    const saved = { ...process.env };
+    const ctx = await openOperatorContext(target(), io, {});
+    try {
+      return await listAll({ ...ctx, time: UTC }, { name: 'list', all: true, limit: 20 });
+    } finally {
+      await ctx.close();
+      process.env.FIRESTORE_EMULATOR_HOST = saved.FIRESTORE_EMULATOR_HOST;
+      if (saved.CLOUD_TASKS_EMULATOR_HOST === undefined) delete process.env.CLOUD_TASKS_EMULATOR_HOST;
+      else process.env.CLOUD_TASKS_EMULATOR_HOST = saved.CLOUD_TASKS_EMULATOR_HOST;
+    }
+  }
+
+  test('bug 34: watch stops at a spend-cap wait and says how to resume or cancel it; list shows that job and skips, with a note, one it cannot read', async () => {
+    const paused = await harness.submit('two-phase', { sections: 1 }, 'user-1');
+    harness.clock.advance(60_000);
+    const unreadable = await harness.submit('two-phase', { sections: 1 }, 'user-1');
+    harness.queue.drain();
+    const resetAtMs = harness.clock.now() + 3_600_000;
+    await rewriteJob(paused, (job) => ({ ...job, status: 'waiting', waiting: budgetWait({ message: "Today's model spend of $1.00 reached this account's daily limit of $1.00.", resetAtMs }) }));
+    await harness.firestore.db.doc(jobPath(unreadable)).update({ status: 'exploded' });
+
+    const watched = bufferedIo();
+    expect(await watch(asUser('user-1', watched), watchCommand(paused))).toBe(0);
+    expect(watched.stderr).toEqual([]);
+    const resumes = dateTime(resetAtMs, UTC);
+    expect(watched.statuses.at(-1)).toMatch(new RegExp(`^waiting .* paused at the daily spend limit until ${resumes}$`));
+    expect(watched.stdout.slice(-2)).toEqual([
+      `It resumes by itself at ${resumes}. Once an operator has raised the limit, resume it sooner with: phaseline decide ${paused} budget resume`,
+      `Or stop it: phaseline cancel ${paused}`,
+    ]);
+
+    const listed = bufferedIo();
+    expect(await listOwn(asUser('user-1', listed), { name: 'list', all: false, limit: 20 })).toBe(0);
+    expect(listed.stdout.slice(1).map((line) => line.split(' ')[0])).toEqual([paused]);
+    expect(listed.stdout[1]).toMatch(/ waiting +two-phase +-- .* paused at the daily spend limit/);
+    expect(listed.stderr).toEqual([expect.stringMatching(/^Jobs of user-1/), expect.stringMatching(new RegExp(`^Skipped job ${unreadable}: .*cannot read`))]);
+  });
+
+  test('bug 34: list --all shows owner IDs with their control characters escaped', async () => {
+    const hostile = 'user\u001b]0;owned\u0007\u001b[2J\u009b31m\u202e';
+    await harness.submit('two-phase', { sections: 1 }, hostile);
+    const io = bufferedIo();
+    expect(await listEveryJob(io)).toBe(0);
+    expect(io.stdout[1]).toContain('user\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\u202e');
+    // A line without control characters is the one terminalText leaves as it is.
+    for (const line of [...io.stdout, ...io.stderr]) expect(terminalText(line)).toBe(line);
   });
 });
 

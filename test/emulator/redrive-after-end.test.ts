@@ -2,18 +2,21 @@
  * Re-drive against what the job left behind when it first ended (found by a hostile review): the
  * retention stamps the sweeper put on its timeline, and a re-drive interrupted between its pages.
  */
+import type { WriteBatch } from 'firebase-admin/firestore';
 import type { JobRecord } from '../../functions/src/core/job';
 import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { redriveJob, releaseQuarantined } from '../../functions/src/engine/operator';
-import type { JobStore } from '../../functions/src/store/job-store';
 import { encodeJob } from '../../functions/src/store/codec';
 import { RETENTION_GRACE_MS } from '../../functions/src/engine/retention';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { jobPath, JOBS } from '../../functions/src/store/paths';
-import { EXPIRE_AT } from '../../functions/src/store/retention';
+import { EXPIRE_AT, EXPIRING_JOB_COLLECTIONS } from '../../functions/src/store/retention';
+import { JobStore } from '../../functions/src/store/job-store';
+import { resolveEngineOptions } from '../../functions/src/core/options';
 import { engineHarness, type EngineHarness } from '../support/engine';
+import { afterFirstGet } from '../support/interpose';
 import { behaviour, firstPhase, resetBehaviour, testPipeline } from '../support/test-pipeline';
 
 let harness: EngineHarness;
@@ -58,6 +61,76 @@ test('a job re-driven near the end of its retention runs again with none of its 
     })
     .map((doc) => doc.get('kind') as string);
   expect(dueWithinADay).toEqual([]);
+});
+
+test('bug 24: a re-drive that lands after the retention pass read the ended job leaves no expiry stamp on any page of the re-run job', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 2 }, 'user-1');
+  expect(kinds(await harness.drain())).toContain('completed');
+  const ended = await readJob(jobId);
+  expect(ended.retention).toEqual({ dueAtMs: ended.finishedAtMs, cursor: null });
+  harness.clock.set(ended.finishedAtMs! + RETENTION_GRACE_MS + 1_000);
+  // Pages of 2, so the pass has several page commits to make after the re-drive.
+  const store = new JobStore(db(), harness.clock, resolveEngineOptions({ ...harness.options, sweepBatchSize: 2 }));
+
+  // The pass has read the job (ended, its stamping due); before it stamps a page, an operator re-drives
+  // the job and its re-run takes its first step (a claim, events on the timeline).
+  const interposed = afterFirstGet(db(), jobPath(jobId), async () => {
+    await redrive(jobId, 'second');
+    expect(kinds(await harness.drain(1))).toEqual(['handed-off']);
+  });
+  let report;
+  try {
+    report = await sweep({ store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+  } finally {
+    interposed.restore();
+  }
+  expect(interposed.ran()).toBe(true);
+
+  const stamped: string[] = [];
+  for (const collection of EXPIRING_JOB_COLLECTIONS) {
+    for (const doc of (await db().collection(`${JOBS}/${jobId}/${collection}`).get()).docs) if (doc.get(EXPIRE_AT) !== undefined) stamped.push(`${collection}/${doc.id} (${String(doc.get('kind'))})`);
+  }
+  expect(stamped).toEqual([]);
+  expect(report.retention).toMatchObject({ jobsStamped: 0, jobsDeferred: 1, documentsStamped: 0, errors: 0 });
+  const rerun = await readJob(jobId);
+  expect({ status: rerun.status, retention: rerun.retention }).toEqual({ status: 'queued', retention: null });
+});
+
+test('bug 24: a re-drive between two pages of the retention pass takes off the stamps the first page wrote, and the next page writes none', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 2 }, 'user-1');
+  expect(kinds(await harness.drain())).toContain('completed');
+  const ended = await readJob(jobId);
+  harness.clock.set(ended.finishedAtMs! + RETENTION_GRACE_MS + 1_000);
+  // The pass's database: once its first page of stamps has committed, the operator re-drives the job.
+  let commits = 0;
+  const passDb = new Proxy(db(), {
+    get(target, property, receiver) {
+      if (property !== 'batch') {
+        const value: unknown = Reflect.get(target, property, receiver);
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      }
+      return (): WriteBatch => {
+        const batch = target.batch();
+        const commit = batch.commit.bind(batch);
+        batch.commit = async () => {
+          commits += 1;
+          const results = await commit();
+          if (commits === 1) await redrive(jobId, 'second');
+          return results;
+        };
+        return batch;
+      };
+    },
+  });
+  const store = new JobStore(passDb, harness.clock, resolveEngineOptions({ ...harness.options, sweepBatchSize: 2 }));
+
+  const report = await sweep({ store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+
+  expect(commits).toBe(2); // the first page's, then the second page's, which the re-drive's write to the job fails
+  expect(report.retention).toMatchObject({ jobsStamped: 0, jobsDeferred: 1, documentsStamped: 2, errors: 0 });
+  const stamped = (await db().collection(`${JOBS}/${jobId}/events`).get()).docs.filter((doc) => doc.get(EXPIRE_AT) !== undefined).map((doc) => doc.id);
+  expect(stamped).toEqual([]);
+  expect((await readJob(jobId)).status).toBe('queued');
 });
 
 test('a re-drive interrupted between its pages: release is refused (it would run on half-set-aside state); the re-drive run again finishes it, redoing the phase with no old transcript', async () => {

@@ -216,7 +216,7 @@ function dyingAfter(allowed: number): Firestore {
   return withBatchHook((commits) => (commits > allowed ? Promise.reject(new Error('the sweeper was killed')) : Promise.resolve()));
 }
 
-test('a sweep killed after its first batch leaves the marker set, and the next sweep completes the stamping', async () => {
+test('a sweep killed after its first batch leaves the marker set, with the cursor that batch saved, and the next sweep completes the stamping', async () => {
   const job = await endThroughTable(await jobWithChildren({ transcripts: 3 * BATCH }), 'complete');
   const expireAt = (job.finishedAtMs ?? 0) + RETENTION_DAYS * DAY_MS;
   const warnings: string[] = [];
@@ -225,7 +225,7 @@ test('a sweep killed after its first batch leaves the marker set, and the next s
 
   expect(killed.retention).toMatchObject({ errors: 1, jobsStamped: 0, documentsStamped: BATCH });
   expect(warnings).toContain('retention: stamping a job failed');
-  expect((await readJob(job.id)).retention).toEqual({ dueAtMs: job.finishedAtMs, cursor: null });
+  expect((await readJob(job.id)).retention).toEqual({ dueAtMs: job.finishedAtMs, cursor: `transcripts/d${String(BATCH - 1).padStart(4, '0')}` });
   const transcripts = await expiries(job.id, 'transcripts');
   expect(transcripts.filter((stamp) => stamp === expireAt)).toHaveLength(BATCH);
   expect(transcripts.filter((stamp) => stamp === null)).toHaveLength(2 * BATCH);
@@ -238,7 +238,7 @@ test('a sweep killed after its first batch leaves the marker set, and the next s
   expect((await readJob(job.id)).retention).toBeNull();
 });
 
-test('a job written to while it is being stamped keeps its marker (the clearing commit is conditioned on its update time); the next sweep clears it', async () => {
+test('a job written to while it is being stamped keeps its marker and gets no stamp (each page and the clearing commit are conditioned on its update time); the next sweep stamps it and clears it', async () => {
   const job = await endThroughTable(await jobWithChildren({ transcripts: 2 }), 'fail');
   const checkAtMs = harness.clock.now() + 3_600_000;
   const meddling = withBatchHook(async (commits) => {
@@ -248,13 +248,16 @@ test('a job written to while it is being stamped keeps its marker (the clearing 
 
   const raced = await sweepNow(storeWith({}, meddling));
 
-  expect(raced.retention).toMatchObject({ jobsDeferred: 1, jobsStamped: 0, errors: 0 });
+  expect(raced.retention).toMatchObject({ jobsDeferred: 1, jobsStamped: 0, documentsStamped: 0, errors: 0 });
   expect((await readJob(job.id)).retention).toEqual({ dueAtMs: job.finishedAtMs, cursor: null });
   expect((await readJob(job.id)).effectsToSettleAtMs).toBe(checkAtMs);
+  expect(await expiries(job.id, 'transcripts')).toEqual([null, null]);
 
   const next = await sweepNow();
 
-  expect(next.retention).toMatchObject({ jobsStamped: 1, documentsStamped: 0 });
+  expect(next.retention).toMatchObject({ jobsStamped: 1, errors: 0 });
+  const expireAt = (job.finishedAtMs ?? 0) + RETENTION_DAYS * DAY_MS;
+  for (const collection of ['transcripts', 'events']) expect(new Set(await expiries(job.id, collection))).toEqual(new Set([expireAt]));
   expect((await readJob(job.id)).retention).toBeNull();
   expect((await readJob(job.id)).effectsToSettleAtMs).toBe(checkAtMs);
 });

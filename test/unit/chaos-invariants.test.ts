@@ -12,6 +12,10 @@ import { checkInvariants, checkTimelines, ownedWrites, UNIT_EVENT_ID, type Invar
 import type { CollectedJob, EffectDoc, EventDoc, JobDoc, Observed, ReceiverView, Submission, ToolExecution, ToolResultSeen } from '../../scripts/chaos/model';
 import { readToolExecutions } from '../../scripts/chaos/tool-calls';
 
+const RESEARCH_COST = { modelCalls: 10, toolCalls: 6, spentUsd: 0.01, wastedModelCalls: 1, wastedUsd: 0.001 };
+/** What the research job's one expert unit spent: 3 model calls (one wasted), 1 tool call. */
+const EXPERT_COST = { modelCalls: 3, toolCalls: 1, spentUsd: 0.003, wastedModelCalls: 1, wastedUsd: 0.001 };
+
 const jobDoc = (overrides: Partial<JobDoc> = {}): JobDoc => ({
   status: 'completed',
   outcome: 'complete',
@@ -25,7 +29,7 @@ const jobDoc = (overrides: Partial<JobDoc> = {}): JobDoc => ({
   lastError: null,
   quarantine: null,
   cancellation: null,
-  cost: { modelCalls: 10, toolCalls: 6, spentUsd: 0.01, wastedModelCalls: 1, wastedUsd: 0.001 },
+  cost: RESEARCH_COST,
   decisions: {},
   ...overrides,
 });
@@ -94,10 +98,13 @@ function researchJob(id = 'job-r', key = 'key-0'): CollectedJob {
     ],
     effects: [],
     results: [{ path: `jobs/${id}/results/final`, outcome: 'complete', missing: [], commitUs: 1000 }],
-    record: jobRecord(id),
+    // Its cost: the expert unit's, all counted in the job, and the job claims' own (the last one's tally kept).
+    record: jobRecord(id, { cost: RESEARCH_COST, claimTally: { epoch: 5, cost: { modelCalls: 2, spentUsd: 0.002 }, notes: 0 } }),
     recordProblem: null,
     units: [{ unit: 'e1', phase: 'expert-content', fanoutEpoch: 3, status: 'done', lease: null, nextRunAtMs: 650 }],
     unitProblems: [],
+    unitCosts: [{ unit: 'e1', phase: 'expert-content', fanoutEpoch: 3, status: 'done', cost: EXPERT_COST, costInJob: EXPERT_COST }],
+    stamped: [],
   };
 }
 
@@ -111,6 +118,7 @@ const effect = (key: string, identity: string, overrides: Partial<EffectDoc> = {
   epoch: 2,
   commitUs: 450,
   lastOutcome: 'applied by the receiver',
+  resolution: null,
   ...overrides,
 });
 
@@ -137,6 +145,8 @@ function notifyJob(id = 'job-n', key = 'key-1'): CollectedJob {
     recordProblem: null,
     units: [],
     unitProblems: [],
+    unitCosts: [],
+    stamped: [],
   };
 }
 
@@ -188,7 +198,7 @@ describe('chaos invariant checker', () => {
   test('a clean run breaks nothing, and its statistics add up', () => {
     const report = checkInvariants(clean());
     expect(report.invariants.filter((invariant) => invariant.violations.length > 0)).toEqual([]);
-    expect(report.invariants).toHaveLength(14);
+    expect(report.invariants).toHaveLength(18);
     expect(report.stats.byState.get('completed (complete)')).toBe(2);
     expect(report.stats.sectionsTotal).toBe(4);
     expect(report.stats.sectionsRecomputed).toBe(1);
@@ -491,6 +501,97 @@ describe('chaos invariant checker', () => {
     } finally {
       await rm(directory, { recursive: true, force: true });
     }
+  });
+});
+
+describe('chaos: fan-outs, cost, retention stamps and effects, over every job', () => {
+  const violationsOf = (observed: Observed, name: InvariantName): string[] =>
+    (checkInvariants(observed).invariants.find((invariant) => invariant.name === name)?.violations ?? []).map((violation) => violation.detail);
+  /** The research job's record (its cost and last claim's tally as in the clean run) with `overrides`. */
+  const researchRecord = (overrides: Partial<JobRecord>): JobRecord => ({ ...(researchJob().record as JobRecord), ...overrides });
+  const expertFanOut = { phase: 'expert-content', epoch: 3, units: 1, done: 0, unitIds: ['e1'] };
+
+  test('chaos: a fan-out outliving its claim: still set on a job that left running or was claimed again, or a unit event under a claim that started no fan-out or after it ended', () => {
+    // The job document: a fan-out left on a job that is queued again (a release after a unit's quarantine), or claimed since.
+    expect(broken(withJob('job-r', (job) => ({ ...job, record: researchRecord({ status: 'queued', fanout: expertFanOut }) })))).toEqual({ fanOutOutlivedClaim: 1 });
+    expect(violationsOf(withJob('job-r', (job) => ({ ...job, record: researchRecord({ status: 'running', epoch: 6, fanout: expertFanOut }) })), 'fanOutOutlivedClaim')).toEqual([
+      'its fan-out of expert-content (epoch 3) is still set on a running job at epoch 6',
+    ]);
+    // The timeline: a unit of the old fan-out writes under a newer claim (epoch 6) that started none.
+    expect(broken(withJob('job-r', (job) => ({ ...job, events: [...job.events, event(13, 'yielded', 6, 990, 'e1')] })))).toEqual({ fanOutOutlivedClaim: 1 });
+    // ... or under the claim that started it, after the join left the job queued.
+    const afterJoin = withJob('job-r', (job) => ({
+      ...job,
+      events: [
+        ...job.events.map((item) => (item.kind === 'joined' ? { ...item, status: 'queued' } : item.kind === 'fanned-out' ? { ...item, status: 'running' } : item)),
+        { id: unitEventId(820, 'expert-content', 'e1', 1), kind: 'yielded', epoch: 3, unit: 'e1', commitUs: 820, status: 'running' },
+      ],
+    }));
+    expect(violationsOf(afterJoin, 'fanOutOutlivedClaim')).toEqual([expect.stringMatching(/^unit e1's yielded event u-00000000000820.* \(epoch 3\) committed after joined event j00000008 left the job queued$/)]);
+    // Clean: units write after their fan-out started and until the commit that ends it (the join's own events included); a running fan-out at its epoch.
+    const statuses = withJob('job-r', (job) => ({ ...job, events: job.events.map((item) => (item.kind === 'joined' ? { ...item, status: 'queued' } : item.kind === 'fanned-out' ? { ...item, status: 'running' } : item)) }));
+    expect(broken(statuses)).toEqual({});
+    expect(violationsOf(withJob('job-r', (job) => ({ ...job, record: researchRecord({ status: 'running', epoch: 3, fanout: expertFanOut }) })), 'fanOutOutlivedClaim')).toEqual([]);
+  });
+
+  test("chaos: a job's cost is the sum of its parts: no unit's cost left out once its fan-out ended, none counted twice, the job's at least its units' and its last claim's", () => {
+    const withUnits = (unitCosts: CollectedJob['unitCosts'], record?: Partial<JobRecord>): Observed =>
+      withJob('job-r', (job) => ({ ...job, unitCosts: [...job.unitCosts, ...unitCosts], ...(record ? { record: researchRecord(record) } : {}) }));
+    const e2 = { unit: 'e2', phase: 'expert-content', fanoutEpoch: 3, status: 'queued', cost: { modelCalls: 2, spentUsd: 0.002 }, costInJob: {} };
+    // A sibling failed or the owner cancelled: the other unit's spend never reached the job (one violation per counter).
+    expect(broken(withUnits([e2]))).toEqual({ costNotSummed: 2 });
+    expect(violationsOf(withUnits([e2]), 'costNotSummed')[0]).toBe("unit expert-content~e2 (queued, fan-out epoch 3): modelCalls 2 spent, only 0 reached the job's cost");
+    // Counted more than it spent; a job whose cost is below its parts (3 counted from e1 + 2 in its last claim's tally).
+    expect(broken(withUnits([{ ...e2, costInJob: { modelCalls: 3, spentUsd: 0.002 } }]))).toEqual({ costNotSummed: 1 });
+    expect(violationsOf(withUnits([], { cost: { ...RESEARCH_COST, modelCalls: 4 } }), 'costNotSummed')).toEqual([
+      "the job's modelCalls is 4, less than its parts: 5 (its units' counted cost and its last claim's tally)",
+    ]);
+    // Clean: a unit of the fan-out still running counts later; dollars that differ only in the last bits of their sum.
+    expect(violationsOf(withUnits([e2], { status: 'running', fanout: expertFanOut }), 'costNotSummed')).toEqual([]);
+    const cents = { unit: 'e2', phase: 'expert-content', fanoutEpoch: 3, status: 'done', cost: { spentUsd: 0.1 + 0.2 }, costInJob: { spentUsd: 0.3 } };
+    expect(broken(withUnits([cents], { cost: { ...RESEARCH_COST, spentUsd: 0.3 + 0.003 + 0.002 } }))).toEqual({});
+  });
+
+  test('chaos: no expireAt on the documents of a job that has not ended', () => {
+    const decision = { reason: 'decision', questionId: 'unknown-effects-1', question: 'Could not check…', options: ['retry the unknown ones'], untilMs: null };
+    const waiting = (stamped: string[]): Observed => withJob('job-n', (job) => ({ ...job, job: { ...job.job, status: 'waiting', waiting: decision }, results: [], events: job.events.slice(0, -1), stamped }));
+    expect(broken(waiting(['events/j00000001', 'effects/fx_a', '.', 'transcripts/t1']))).toEqual({ expiryOnLiveJob: 1 });
+    expect(violationsOf(waiting(['events/j00000001', 'effects/fx_a', '.', 'transcripts/t1']), 'expiryOnLiveJob')).toEqual(['waiting job: 4 document(s) carry expireAt (events/j00000001, effects/fx_a, ., …)']);
+    // Clean: the same job unstamped; an ended job stamped by the retention pass.
+    expect(broken(waiting([]))).toEqual({});
+    expect(broken(withJob('job-r', (job) => ({ ...job, stamped: ['events/j00000001', 'transcripts/outline~-~outline'] })))).toEqual({});
+  });
+
+  test('chaos: no effect requested and never sent: a completed job\'s entry the receiver never applied, unless the receiver refused it', () => {
+    const base = clean();
+    const withoutFxD: ReceiverView = { applications: base.receiver.applications.filter((item) => item.key !== 'fx_d'), requests: base.receiver.requests.filter((item) => item.key !== 'fx_d') };
+    const completedWith = (change: Partial<EffectDoc>, receiver: ReceiverView = withoutFxD): Observed => ({
+      ...withJob('job-n', (job) => ({ ...job, effects: job.effects.map((item) => (item.key === 'fx_d' ? { ...item, ...change } : item)) })),
+      receiver,
+    });
+    // Left planned, applying or unknown; or written off when the job stopped (a release then completed it).
+    for (const state of ['planned', 'applying', 'unknown']) expect(broken(completedWith({ state }))).toEqual({ effectsNeverSent: 1 });
+    const writtenOff = completedWith({ state: 'failed', resolution: 'not applied: a stopped job does not retry', lastOutcome: 'not found at the receiver' });
+    expect(violationsOf(writtenOff, 'effectsNeverSent')).toEqual(['completed job: record c/c002 (fx_d) is failed (not applied: a stopped job does not retry), and the receiver never applied it']);
+    // Clean: refused by the receiver (sent and answered), or given up on, with the reason; stopped by its owner's decision;
+    // sent though the ledger lost the answer; a cancelled job's entry never started.
+    const refused = 'refused by the receiver (422)';
+    expect(broken(completedWith({ state: 'failed', lastOutcome: refused, resolution: refused }, { ...withoutFxD, requests: [...withoutFxD.requests, { op: 'apply', key: 'fx_d', outcome: 422 }] }))).toEqual({});
+    expect(broken(completedWith({ state: 'planned', resolution: 'not found at the target; stopped as the owner decided' }))).toEqual({});
+    expect(violationsOf(completedWith({ state: 'applying' }, base.receiver), 'effectsNeverSent')).toEqual([]);
+    const cancelled: Observed = {
+      ...withJob('job-n', (job) => ({
+        ...job,
+        job: { ...job.job, status: 'cancelled', outcome: null, cancellation: { reason: 'owner', effectsSettled: true } },
+        record: jobRecord('job-n', { pipeline: 'notify', status: 'cancelled', outcome: null }),
+        results: [],
+        events: [...job.events.slice(0, -1), event(5, 'cancelled', 2, 500)],
+        checkpoints: job.checkpoints.slice(0, 1),
+        effects: job.effects.map((item) => (item.key === 'fx_d' ? { ...item, state: 'planned', commitUs: 450 } : item)),
+      })),
+      receiver: withoutFxD,
+    };
+    expect(broken(cancelled)).toEqual({});
   });
 });
 

@@ -76,6 +76,20 @@ describe('Firestore REST values', () => {
     expect(view).toMatchObject({ id: 'j1', status: 'waiting', createdAtMs: at.getTime(), waiting: { questionId: 'q', untilMs: null } });
     expect(() => jobViewFromData('j2', { owner: 'u1', status: 'exploded' })).toThrow(/Job j2 has a document this CLI cannot read/);
   });
+
+  test('bug 34: a job waiting at its spend cap (wait reason budget) decodes, with its resume time', () => {
+    const at = new Date('2026-01-01T00:00:00Z');
+    const until = new Date('2026-01-02T00:00:00Z');
+    const view = jobViewFromData('j1', {
+      owner: 'u1',
+      pipeline: 'research',
+      status: 'waiting',
+      waiting: { reason: 'budget', questionId: 'budget', question: 'Spend limit reached.', options: ['resume', 'cancel'], until },
+      createdAt: at,
+      updatedAt: at,
+    });
+    expect(view.waiting).toEqual({ reason: 'budget', questionId: 'budget', question: 'Spend limit reached.', options: ['resume', 'cancel'], untilMs: until.getTime() });
+  });
 });
 
 describe('the user\'s Firestore reads', () => {

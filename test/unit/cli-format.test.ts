@@ -44,6 +44,10 @@ function job(overrides: Partial<JobView> = {}): JobView {
   };
 }
 
+/** Any character a terminal acts on: C0 but tab, DEL, C1, and the bidirectional controls. */
+// Built from code points, since the characters themselves are what is tested.
+const CONTROLS = new RegExp(`[${[[0x00, 0x08], [0x0a, 0x1f], [0x7f, 0x9f], [0x202a, 0x202e], [0x2066, 0x2069]].map(([from = 0, to = 0]) => `${String.fromCodePoint(from)}-${String.fromCodePoint(to)}`).join('')}]`, 'u');
+
 const event = (id: string, atMs: number, overrides: Partial<EventView> = {}): EventView => ({ id, kind: 'claimed', message: 'Claimed by w (epoch 1)', unit: null, atMs, ...overrides });
 
 describe('progress bar', () => {
@@ -292,10 +296,6 @@ describe('tables', () => {
 });
 
 describe('model-written text cannot drive the terminal', () => {
-  /** Any byte a terminal acts on: C0 but tab, DEL, C1, and the bidirectional controls. */
-  // Built from code points, since the characters themselves are what is tested.
-  const CONTROLS = new RegExp(`[${[[0x00, 0x08], [0x0a, 0x1f], [0x7f, 0x9f], [0x202a, 0x202e], [0x2066, 0x2069]].map(([from = 0, to = 0]) => `${String.fromCodePoint(from)}-${String.fromCodePoint(to)}`).join('')}]`, 'u');
-
   const hostile = [
     '# Report \u001b]0;window title\u0007',
     'Text \u001b[2J\u001b[31mred\u001b[0m and an OSC 8 link \u001b]8;;file:///etc/passwd\u001b\\click\u001b]8;;\u001b\\',
@@ -347,3 +347,32 @@ describe('model-written text cannot drive the terminal', () => {
     for (const line of jobTable([job({ status: 'quarantined', quarantine: { reason: escape, atMs: T0 } })], UTC)) expect(line).not.toMatch(CONTROLS);
   });
 });
+
+describe('bug 34: a job waiting at its spend cap, and what users control', () => {
+  const budget = { reason: 'budget' as const, questionId: 'budget', question: "Today's model spend of $1.00 reached this account's daily limit of $1.00; it resets at 00:00 UTC.", options: ['resume', 'cancel'], untilMs: Date.UTC(2026, 2, 15) };
+
+  test('bug 34: the status line, the list and the end of a watch say it is paused at the spend limit, when it resumes, and how to resume or cancel it', () => {
+    const paused = job({ status: 'waiting', waiting: budget });
+    expect(statusLine(paused, UTC)).toMatch(/^waiting {5}\[.*\] +-- {2}paused at the daily spend limit until 2026-03-15 00:00$/);
+    expect(jobTable([paused], UTC)[1]).toMatch(/ waiting +research +-- +2026-03-14 09:26 +paused at the daily spend limit until 2026-03-15 00:00$/);
+    expect(finalLines(paused, 'p', UTC)).toEqual([
+      `Paused at the daily spend limit: ${budget.question}`,
+      'It resumes by itself at 2026-03-15 00:00. Once an operator has raised the limit, resume it sooner with: phaseline decide job-1 budget resume',
+      'Or stop it: phaseline cancel job-1',
+    ]);
+  });
+
+  test('bug 34: a list escapes owner IDs, job IDs, pipeline and phase names, and error codes', () => {
+    const hostile = 'u\u001b]0;pwned\u0007\u009b2J\u202e';
+    const rows = [
+      job({ owner: hostile, id: `j${hostile}`, pipeline: `p${hostile}`, phase: `ph${hostile}`, progress: { sectionsTotal: 2, sectionsDone: 1 } }),
+      job({ status: 'queued', phase: `ph${hostile}`, lastError: { code: `c${hostile}`, message: 'm', retryable: true, atMs: T0 } }),
+      job({ fanout: { phase: `f${hostile}`, epoch: 1, units: 2, done: 1 } }),
+    ];
+    const lines = jobTable(rows, { ...UTC, withOwner: true });
+    for (const line of lines) expect(line).not.toMatch(CONTROLS);
+    expect(lines[1]).toContain('u\\x1b]0;pwned\\x07\\x9b2J\\u202e');
+    for (const row of rows) for (const line of [statusLine(row, UTC), ...finalLines(row, 'p', UTC)]) expect(line).not.toMatch(CONTROLS);
+  });
+});
+

@@ -2,9 +2,9 @@
  * The Firestore emulator runs queries without their composite indexes; production refuses them.
  * So every query shape the sweeper can run is checked here against firestore.indexes.json.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { z } from 'zod';
 import {
   describeIndex,
@@ -15,7 +15,8 @@ import {
   SWEEP_QUERY_NAMES,
   type CompositeIndex,
 } from '../../functions/src/engine/indexed-queries';
-import { EXPIRE_AT, EXPIRING_COLLECTION_GROUPS } from '../../functions/src/store/retention';
+import { REJECTED_TASKS, SPEND_DAYS } from '../../functions/src/store/paths';
+import { EXPIRE_AT, EXPIRING_COLLECTION_GROUPS, EXPIRING_JOB_COLLECTIONS } from '../../functions/src/store/retention';
 
 // firebase-tools ships no types for its internals; its spec validation runs offline.
 const { FirestoreApi } = createRequire(__filename)('firebase-tools/lib/firestore/api') as { FirestoreApi: new () => unknown };
@@ -68,6 +69,39 @@ describe('TTL policies', () => {
     const ttl = overrides().filter((override) => override.ttl === true);
     expect(ttl.map((override) => override.collectionGroup).sort()).toEqual([...EXPIRING_COLLECTION_GROUPS].sort());
     for (const override of ttl) expect(override).toEqual({ collectionGroup: override.collectionGroup, fieldPath: EXPIRE_AT, ttl: true, indexes: [] });
+  });
+
+  /**
+   * Every place in functions/src that writes `expireAt` (the key `[EXPIRE_AT]:` or `expireAt:` with
+   * a value other than a delete), with the collection groups those writes go to. A write added
+   * anywhere else fails the count below: say here where it goes, and declare its TTL policy.
+   */
+  const EXPIRE_AT_WRITERS: Readonly<Record<string, { readonly writes: number; readonly groups: readonly string[] }>> = {
+    'store/retention.ts': { writes: 1, groups: EXPIRING_JOB_COLLECTIONS },
+    'store/job-store.ts': { writes: 1, groups: ['events'] },
+    'store/job-documents.ts': { writes: 1, groups: [REJECTED_TASKS] },
+    'store/quota-documents.ts': { writes: 2, groups: [SPEND_DAYS] },
+  };
+  const SOURCE_ROOT = join(__dirname, '..', '..', 'functions', 'src');
+  const sourceFiles = (dir: string): string[] =>
+    readdirSync(dir, { withFileTypes: true }).flatMap((entry) => (entry.isDirectory() ? sourceFiles(join(dir, entry.name)) : entry.name.endsWith('.ts') ? [join(dir, entry.name)] : []));
+  /** The code of a file without its comments (none of the sources puts comment markers inside strings where it writes expireAt). */
+  const code = (text: string): string => text.replace(/\/\*[\s\S]*?\*\//g, '').replace(/(^|[^:])\/\/.*$/gm, '$1');
+
+  test('bug 35: every collection group the functions write expireAt to has its TTL policy declared (spend days included)', () => {
+    const found: Record<string, number> = {};
+    for (const file of sourceFiles(SOURCE_ROOT)) {
+      const source = code(readFileSync(file, 'utf8'));
+      const writes = source.match(/(\[EXPIRE_AT\]|\bexpireAt)\s*:(?!\s*FieldValue\.delete\(\))/g)?.length ?? 0;
+      // The field's name is spelled once, as EXPIRE_AT: any other spelling would escape this count.
+      const spelled = (source.match(/['"`]expireAt['"`]/g)?.length ?? 0) - (source.includes(`export const EXPIRE_AT = '${EXPIRE_AT}'`) ? 1 : 0);
+      if (writes + spelled > 0) found[relative(SOURCE_ROOT, file)] = writes + spelled;
+    }
+    expect(found).toEqual(Object.fromEntries(Object.entries(EXPIRE_AT_WRITERS).map(([file, { writes }]) => [file, writes])));
+    const ttl = new Set(overrides().filter((override) => override.ttl === true && override.fieldPath === EXPIRE_AT).map((override) => override.collectionGroup));
+    const written = Object.values(EXPIRE_AT_WRITERS).flatMap(({ groups }) => groups);
+    expect(written.filter((group) => !ttl.has(group))).toEqual([]);
+    expect([...EXPIRING_COLLECTION_GROUPS].sort()).toEqual([...new Set(written)].sort());
   });
 
   test('the job document, its answer and its checkpoints are not among them', () => {

@@ -43,13 +43,16 @@ export interface JobError {
   readonly atMs: number;
 }
 
+/** Why a job waits (JobWait.reason): the readers that validate a job document take this list, so a new reason reaches all of them. */
+export const WAIT_REASONS = ['decision', 'provider', 'budget'] as const;
+
 export interface JobWait {
   /**
    * `decision`: a person must answer; `provider`: a dependency is down and the job resumes by
    * itself; `budget`: the owner's daily model spend reached its cap, and the job resumes by itself
    * when the day ends, or sooner when its owner answers (after an operator raised the cap).
    */
-  readonly reason: 'decision' | 'provider' | 'budget';
+  readonly reason: (typeof WAIT_REASONS)[number];
   /** Names the question, so an answer is filed under it and a stale answer is refused. */
   readonly questionId: string;
   readonly question: string;

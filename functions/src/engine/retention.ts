@@ -7,13 +7,18 @@
  * leaves `retention: { dueAt, cursor }` on the job (core/lifecycle.ts, withRetentionDue). This pass
  * finds such jobs by one index-backed query per ended status (indexed-queries.ts; quarantined and
  * waiting jobs have not ended and never match), oldest first, and pages through each one's expiring
- * subcollections in document-ID order, one batch of stamps per page. When a job is done its marker
- * is cleared; when the pass runs out of budget first, the job keeps the marker with a cursor and the
- * next sweep goes on from there. Both are one commit conditioned on the job's update time as read
- * when its pass began: a job changed meanwhile keeps its marker and is looked at again next sweep.
+ * subcollections in document-ID order, one batch of stamps per page. Each batch also records the
+ * cursor after its page on the job, conditioned on the job's update time as the pass found it (read
+ * when it began, then as its own last batch left it): a job written meanwhile (a re-drive, which
+ * runs it again) fails the batch, so no stamp lands after the job changed, and the pass leaves it
+ * for the next sweep, where a job that still has its marker is looked at again (a re-driven one has
+ * none, and the re-drive took off what earlier pages stamped). When a job is done its marker is
+ * cleared; when the pass runs out of budget first, the job keeps the marker with a cursor and the
+ * next sweep goes on from there, both in the last page's batch or a commit of their own, likewise
+ * conditioned.
  *
  * Idempotent and resumable: a document already carrying the right `expireAt` is not written again,
- * and a sweep that dies midway leaves the marker (and the last saved cursor) in place.
+ * and a sweep that dies midway leaves the marker (and the cursor its last page saved) in place.
  *
  * Bounded: at most RETENTION_MAX_PAGES × `sweepBatchSize` documents read per sweep (1,000 with the
  * defaults), an empty page counting as one, so a huge job is spread over several sweeps and cannot
@@ -29,7 +34,8 @@ import { describeError } from '../core/errors';
 import { ENDED_STATUSES } from '../core/job';
 import { endedAtMs, expireAtMs } from '../core/lifecycle';
 import type { JobStore } from '../store/job-store';
-import { EXPIRING_JOB_COLLECTIONS, MAX_STAMPS_PER_BATCH, parseStampingCursor, readStampingJob, saveStamping, stampingCursor, stampPage, type StampingPosition } from '../store/retention';
+import type { RetentionStamping } from '../core/job';
+import { MAX_STAMPS_PER_BATCH, parseStampingCursor, readStampingJob, saveStamping, stampingAt, stampPage, type StampingJob, type StampingPosition } from '../store/retention';
 import { readSweepPage, type PageCursor, type SweepPage } from '../store/sweep-queries';
 import { SWEEP_QUERIES, type SweepQueryName } from './indexed-queries';
 
@@ -81,15 +87,24 @@ export async function stampEndedJobs(deps: { readonly store: JobStore; readonly 
       return;
     }
     const expireAt = expireAtMs(endedAtMs(stamping.job), store.options.retentionDays);
+    let current: StampingJob = stamping;
     let position: StampingPosition | null = parseStampingCursor(retention.cursor);
     while (position !== null && budget > 0) {
-      const page = await stampPage(store, jobId, position, Math.min(pageSize, budget), expireAt);
+      const page = await stampPage(store, current, position, Math.min(pageSize, budget), expireAt);
       budget -= Math.max(1, page.read);
       counts.documentsRead += page.read;
       counts.documentsStamped += page.stamped;
-      position = page.lastId !== null ? { collection: position.collection, afterId: page.lastId } : nextCollection(position);
+      if (page.job === null) {
+        // Changed since the pass read it (a re-drive runs it again): nothing more is stamped; a job that is still due is looked at next sweep.
+        counts.jobsDeferred += 1;
+        return;
+      }
+      current = page.job;
+      position = page.next;
     }
-    const saved = await saveStamping(store, stamping, position === null ? null : { dueAtMs: retention.dueAtMs, cursor: stampingCursor(position) });
+    const marker = stampingAt(retention.dueAtMs, position);
+    // The last page's commit may have recorded exactly this already.
+    const saved = sameStamping(current.job.retention ?? null, marker) || (await saveStamping(store, current, marker));
     counts[!saved ? 'jobsDeferred' : position === null ? 'jobsStamped' : 'jobsContinued'] += 1;
   };
 
@@ -122,8 +137,6 @@ export async function stampEndedJobs(deps: { readonly store: JobStore; readonly 
   return { ...counts, budgetSpent: false };
 }
 
-/** The start of the collection after this one, or null when the job is done. */
-function nextCollection(position: StampingPosition): StampingPosition | null {
-  const next = EXPIRING_JOB_COLLECTIONS[EXPIRING_JOB_COLLECTIONS.indexOf(position.collection) + 1];
-  return next === undefined ? null : { collection: next, afterId: null };
+function sameStamping(a: RetentionStamping | null, b: RetentionStamping | null): boolean {
+  return a === null || b === null ? a === b : a.dueAtMs === b.dueAtMs && a.cursor === b.cursor;
 }

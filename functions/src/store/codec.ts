@@ -5,7 +5,7 @@
 import { Timestamp, type DocumentData } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import { CorruptCheckpointError } from '../core/errors';
-import { JOB_STATUSES, UNIT_STATUSES, type Cancellation, type FanOutState, type JobRecord, type Lease, type UnitRecord } from '../core/job';
+import { JOB_STATUSES, UNIT_STATUSES, WAIT_REASONS, type Cancellation, type FanOutState, type JobRecord, type Lease, type UnitRecord } from '../core/job';
 
 const millis = z.instanceof(Timestamp).transform((value) => value.toMillis());
 const counts = z.record(z.string(), z.number());
@@ -64,7 +64,7 @@ const jobDocumentSchema = z.object({
   lastError: z.object({ code: z.string(), message: z.string(), retryable: z.boolean(), at: millis }).nullable(),
   waiting: z
     .object({
-      reason: z.enum(['decision', 'provider', 'budget']),
+      reason: z.enum(WAIT_REASONS),
       questionId: z.string(),
       question: z.string(),
       options: z.array(z.string()),
