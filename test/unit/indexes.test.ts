@@ -15,7 +15,7 @@ import {
   SWEEP_QUERY_NAMES,
   type CompositeIndex,
 } from '../../functions/src/engine/indexed-queries';
-import { REJECTED_TASKS, SPEND_DAYS } from '../../functions/src/store/paths';
+import { REJECTED_TASKS, SPEND_CHARGES, SPEND_DAYS } from '../../functions/src/store/paths';
 import { EXPIRE_AT, EXPIRING_COLLECTION_GROUPS, EXPIRING_JOB_COLLECTIONS } from '../../functions/src/store/retention';
 
 // firebase-tools ships no types for its internals; its spec validation runs offline.
@@ -80,7 +80,7 @@ describe('TTL policies', () => {
     'store/retention.ts': { writes: 1, groups: EXPIRING_JOB_COLLECTIONS },
     'store/job-store.ts': { writes: 1, groups: ['events'] },
     'store/job-documents.ts': { writes: 1, groups: [REJECTED_TASKS] },
-    'store/quota-documents.ts': { writes: 2, groups: [SPEND_DAYS] },
+    'store/quota-documents.ts': { writes: 3, groups: [SPEND_DAYS, SPEND_CHARGES] },
   };
   const SOURCE_ROOT = join(__dirname, '..', '..', 'functions', 'src');
   const sourceFiles = (dir: string): string[] =>
