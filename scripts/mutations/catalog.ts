@@ -129,6 +129,17 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/effects.test.ts'], names: 'reconciled as applied from a lookup|fault 9:' }],
   },
   {
+    name: 'in-flight-effect-waited-out',
+    removes: "the grace of an effect found applying (a taker looks up and re-sends what a live holder is still sending)",
+    file: 'functions/src/effects/protocol.ts',
+    search: "          if (options.clock.now() < untilMs) return { kind: 'in-flight', entry, untilMs };\n",
+    replace: '',
+    tests: [
+      { files: ['test/emulator/effects.test.ts'], names: 'bug 26:' },
+      { files: ['test/unit/effects.test.ts'], names: 'bug 26:' },
+    ],
+  },
+  {
     name: 'tool-result-saved',
     removes: 'saving each tool result before the next call',
     file: 'functions/src/agent/section-runner.ts',
