@@ -140,6 +140,22 @@ export const MUTANTS: readonly Mutant[] = [
     ],
   },
   {
+    name: 'lost-answer-job-commit-confirmed',
+    removes: "the look for a job commit's mark after its answer was lost (a landed claim turns into a lost worker, a landed hand-off or fan-out start dispatches nothing)",
+    file: 'functions/src/store/job-store.ts',
+    search: '          if (isTransientFirestoreError(error)) unconfirmed = { mark: this.commitMark(writer), value, writer, before: view.record };\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/lost-commit-answers.test.ts'], names: 'bug 27: (the step goes on|a hand-off|a fan-out start)' }],
+  },
+  {
+    name: 'lost-answer-unit-commit-confirmed',
+    removes: "the look for a unit commit's mark after its answer was lost (a landed unit claim turns into a lost worker, a landed join dispatches nothing)",
+    file: 'functions/src/store/job-store.ts',
+    search: '          if (isTransientFirestoreError(error)) unconfirmed = { mark: this.commitMark(writer), value, writer, wroteJob: next !== undefined };\n          else this.endedFanOuts.delete(writer);\n',
+    replace: '          this.endedFanOuts.delete(writer);\n',
+    tests: [{ files: ['test/emulator/lost-commit-answers.test.ts'], names: "bug 27: (a unit's claim|a join)" }],
+  },
+  {
     name: 'tool-result-saved',
     removes: 'saving each tool result before the next call',
     file: 'functions/src/agent/section-runner.ts',
