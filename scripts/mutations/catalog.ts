@@ -156,6 +156,22 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/lost-commit-answers.test.ts'], names: "bug 27: (a unit's claim|a join)" }],
   },
   {
+    name: 'unreadable-job-ended-by-its-task',
+    removes: "a task's ending of a job whose document the codec refuses (the task throws, and Cloud Tasks redelivers it 20 times)",
+    file: 'functions/src/engine/step/index.ts',
+    search: '    if (error instanceof UnreadableJobError) return endUnreadable(deps, error);\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/unreadable-jobs.test.ts'], names: 'bug 27: its task records why' }],
+  },
+  {
+    name: 'unreadable-job-ended-by-sweep',
+    removes: "the sweep's ending of a job whose document the codec refuses (every run finds it again and counts an error)",
+    file: 'functions/src/engine/sweeper.ts',
+    search: '      if (error instanceof UnreadableJobError) {\n        await this.endUnreadable(name, error);\n        return;\n      }\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/unreadable-jobs.test.ts'], names: 'bug 27: a running job whose worker died' }],
+  },
+  {
     name: 'tool-result-saved',
     removes: 'saving each tool result before the next call',
     file: 'functions/src/agent/section-runner.ts',

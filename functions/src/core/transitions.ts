@@ -78,6 +78,11 @@ export const JOB_TRANSITIONS = {
   release: { from: ['quarantined'], to: ['queued'] },
   /** An operator restarts a job from a named phase (not a cancelled one: its owner stopped it). */
   redrive: { from: ['completed', 'failed', 'quarantined'], to: ['queued'] },
+  /**
+   * A job whose document the codec refuses is quarantined where it stands, by a write of the few
+   * fields the sweeps and readers key on (store/unreadable-jobs.ts): nothing else can be decided from it.
+   */
+  quarantineUnreadable: { from: ['queued', 'running', 'waiting'], to: ['quarantined'] },
 } as const satisfies Record<string, Move<JobStatus>>;
 
 export type JobTransitionName = keyof typeof JOB_TRANSITIONS;
