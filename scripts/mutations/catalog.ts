@@ -73,8 +73,8 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'job-update-time',
     removes: 'the lastUpdateTime precondition on every job commit',
     file: 'functions/src/store/job-store.ts',
-    search: 'tx.update(snapshot.ref, encodeJob(record), { lastUpdateTime: snapshot.updateTime });',
-    replace: 'tx.update(snapshot.ref, encodeJob(record));',
+    search: 'tx.update(snapshot.ref, { ...encodeJob(record), [COMMIT_MARK_FIELD]: this.commitMark(tx) }, { lastUpdateTime: snapshot.updateTime });',
+    replace: 'tx.update(snapshot.ref, { ...encodeJob(record), [COMMIT_MARK_FIELD]: this.commitMark(tx) });',
     // Job transitions are conditioned commits, not transactions: the precondition alone keeps a second claimer (or a duplicate delivery) out.
     tests: [
       { files: [FENCING], names: 'bug 14: update time: a job commit' },
@@ -86,8 +86,8 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'unit-update-time',
     removes: 'the lastUpdateTime precondition on every unit commit',
     file: 'functions/src/store/job-store.ts',
-    search: 'tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }), { lastUpdateTime: snapshot.updateTime });',
-    replace: 'tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }));',
+    search: 'tx.update(snapshot.ref, { ...encodeUnit({ ...next, updatedAtMs: this.clock.now() }), [COMMIT_MARK_FIELD]: this.commitMark(tx) }, { lastUpdateTime: snapshot.updateTime });',
+    replace: 'tx.update(snapshot.ref, { ...encodeUnit({ ...next, updatedAtMs: this.clock.now() }), [COMMIT_MARK_FIELD]: this.commitMark(tx) });',
     tests: [{ files: [FENCING], names: 'bug 14: update time: a unit commit' }],
   },
   {
