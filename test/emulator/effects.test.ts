@@ -10,7 +10,8 @@ import { decideJob } from '../../functions/src/engine/owner-actions';
 import { runStep } from '../../functions/src/engine/runner';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { reconcileStoppedJob } from '../../functions/src/effects/after-stop';
-import { effectEntrySchema, type EffectEntry, type EffectIntent } from '../../functions/src/effects/ledger';
+import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';
+import { effectEntrySchema, IN_FLIGHT_MARGIN_MS, type EffectEntry, type EffectIntent } from '../../functions/src/effects/ledger';
 import type { EffectAdapter } from '../../functions/src/effects/port';
 import { buildPlan, notifyInput, notifyProgressFromLedger, UNKNOWN_OPTIONS, type NotifyPlan } from '../../functions/src/pipelines/notify';
 import { decodeJob } from '../../functions/src/store/codec';
@@ -253,5 +254,81 @@ describe('the ledger through the engine', () => {
     expect((await oldWorker).kind).toBe('ownership-lost');
     expect(attempts[0]).toBeInstanceOf(OwnershipLostError);
     expect((await db().collection(`${JOBS}/${jobId}/effects`).get()).size).toBe(0);
+  });
+});
+
+describe('a live holder inside a slow send is taken over', () => {
+  /**
+   * Worker A sends the first message through an adapter whose request is slow to leave (held at
+   * `release`); its renewals stall, and 11 s later the same task, redelivered, takes the job over.
+   * `arrives`: whether A's request then reaches the receiver (applied there) or is lost on the way.
+   */
+  async function takenOverMidSend(arrives: boolean) {
+    const { jobId, plan } = await submitNotify(2);
+    const first = message(plan, 0).sendKey;
+    const real = createHttpEffectAdapter({ baseUrl: receiver.url, timeoutMs: 30_000, name: 'the test receiver' });
+    const release = gate();
+    let held = false;
+    const slow: EffectAdapter = {
+      name: real.name,
+      ...(real.sendTimeoutMs === undefined ? {} : { sendTimeoutMs: real.sendTimeoutMs }),
+      lookup: (key, signal) => real.lookup(key, signal),
+      async apply(intent, key, signal) {
+        if (key === first && !held) {
+          held = true;
+          await release.promise;
+          if (!arrives) return { kind: 'unknown', reason: 'the connection dropped before the request left' };
+        }
+        return real.apply(intent, key, signal);
+      },
+    };
+    notify.deps.current = { ...notify.deps.current, adapter: slow };
+    expect(kinds(await harness.drain(1))).toEqual(['handed-off']); // the plan
+    const [task] = harness.queue.drain();
+    const holderA = runStep(harness.deps('worker-a'), task!.task);
+    await eventually(() => held, 'worker A is inside its send');
+    const sendStartedMs = (await entry(jobId, first)).updatedAtMs;
+    expect((await entry(jobId, first)).state).toBe('applying');
+
+    // No heartbeat for 11 s (past the 10 s threshold): the redelivered task takes over and must wait the send out.
+    harness.clock.advance(11_000);
+    const takerB = await runStep(harness.deps('worker-b'), task!.task);
+    const graceEndsMs = sendStartedMs + 30_000 + IN_FLIGHT_MARGIN_MS;
+    const whileInFlight = {
+      taker: takerB.kind,
+      requestsForIt: receiver.requests.filter((request) => request.key === first).length,
+      entry: (await entry(jobId, first)).state,
+      job: await readJob(jobId).then((job) => ({ status: job.status, nextRunAtMs: job.nextRunAtMs })),
+      dispatchedDelayMs: harness.queue.tasks.map((queued) => queued.delaySeconds * 1000),
+    };
+    expect(whileInFlight).toEqual({
+      taker: 'handed-off',
+      requestsForIt: 0,
+      entry: 'applying',
+      job: { status: 'queued', nextRunAtMs: graceEndsMs },
+      dispatchedDelayMs: [graceEndsMs - harness.clock.now()],
+    });
+
+    // A's request now reaches the receiver (or is lost); A can record nothing: its claim is gone.
+    release.open();
+    expect((await holderA).kind).toBe('ownership-lost');
+    // The next step runs at the end of the grace: only now does anyone look the effect up.
+    expect(kinds(await harness.drain())).toEqual(['handed-off', 'completed']);
+    return { jobId, first };
+  }
+
+  test('bug 26: the taker waits out the send before any lookup or send; then the lookup finds it applied, never sent again', async () => {
+    const { jobId, first } = await takenOverMidSend(true);
+    expect(applyRequestsFor(receiver, first)).toBe(1);
+    expect(await entry(jobId, first)).toMatchObject({ state: 'applied', reconciled: true, attempts: 1, lookups: 1 });
+    expectEachRecipientMessagedOnce(2);
+    expect(await eventKinds(jobId)).toContain('effect-in-flight');
+  });
+
+  test('bug 26: the taker waits out the send before any lookup or send; then the lookup does not find it, and it is sent once under the same key', async () => {
+    const { jobId, first } = await takenOverMidSend(false);
+    expect(applyRequestsFor(receiver, first)).toBe(1);
+    expect(await entry(jobId, first)).toMatchObject({ state: 'applied', reconciled: false, attempts: 2, lookups: 1 });
+    expectEachRecipientMessagedOnce(2);
   });
 });

@@ -193,6 +193,15 @@ describe('jobs in flight', () => {
     expect((await submit({ text: 'after a quarantine' })).statusCode).toBe(202);
   });
 
+  test("bug 27: a listed job whose document cannot be read does not fail its owner's submits: its status alone decides its slot", async () => {
+    const [first, second] = await submitMany(3);
+    // One broken field (the codec refuses it); one job still in flight by its status, the other quarantined as an unreadable job is.
+    await store.jobRef(first?.taskId ?? '').update({ attempts: 'many' });
+    await store.jobRef(second?.taskId ?? '').update({ attempts: 'many', status: 'quarantined' });
+    expect((await submit({ text: 'after the breakage' })).statusCode).toBe(202);
+    expect((await submit({ text: 'and no more' })).statusCode).toBe(429);
+  });
+
   test('a listed job that no longer exists holds no slot', async () => {
     const [first] = await submitMany(3);
     await store.jobRef(first?.taskId ?? '').delete();

@@ -1,3 +1,5 @@
+import type { Firestore, WriteBatch, WriteResult } from 'firebase-admin/firestore';
+
 /** What a promise rejected with; a test that expected a failure fails when it resolves instead. */
 export async function failureOf(promise: Promise<unknown>): Promise<unknown> {
   try {
@@ -6,4 +8,43 @@ export async function failureOf(promise: Promise<unknown>): Promise<unknown> {
     return error;
   }
   throw new Error('expected the call to fail');
+}
+
+/** What the client sees when a commit's answer never comes back: gRPC UNAVAILABLE (retried as transient). */
+export function answerLost(): Error {
+  return Object.assign(new Error('14 UNAVAILABLE: the commit was sent, its answer lost (injected)'), { code: 14 });
+}
+
+export interface LostCommitAnswers {
+  /** The `nth` batch commit from now (1: the next one) lands, then fails as if its answer were lost. */
+  arm(nth?: number): void;
+  /** Commits that landed and whose answer was lost so far. */
+  lost(): number;
+  restore(): void;
+}
+
+/** Batch commits of `db` (every Firestore of the process: they share the prototype) whose answer a test can lose once armed. */
+export function losingCommitAnswers(db: Firestore): LostCommitAnswers {
+  const prototype = Object.getPrototypeOf(db.batch()) as { commit: (this: WriteBatch) => Promise<WriteResult[]> };
+  const commit = prototype.commit;
+  let countdown = 0;
+  let lost = 0;
+  const spy = jest.spyOn(prototype, 'commit').mockImplementation(async function (this: WriteBatch) {
+    const results = await commit.call(this);
+    if (countdown > 0) {
+      countdown -= 1;
+      if (countdown === 0) {
+        lost += 1;
+        throw answerLost();
+      }
+    }
+    return results;
+  });
+  return {
+    arm: (nth = 1) => {
+      countdown = nth;
+    },
+    lost: () => lost,
+    restore: () => spy.mockRestore(),
+  };
 }

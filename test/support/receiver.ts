@@ -32,6 +32,7 @@ export function notifySetup(receiver: () => Receiver): { registry: PipelineRegis
 function lazyAdapter(receiver: () => Receiver): EffectAdapter {
   return {
     name: 'the test receiver',
+    sendTimeoutMs: TEST_HTTP_TIMEOUT_MS,
     apply: (intent, key, signal) => httpAdapter(receiver()).apply(intent, key, signal),
     lookup: (key, signal) => httpAdapter(receiver()).lookup(key, signal),
   };

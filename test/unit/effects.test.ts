@@ -2,8 +2,10 @@ import { ManualClock } from '../../functions/src/core/clock';
 import { canonicalJson, deriveEffectKey, intentFingerprint } from '../../functions/src/effects/keys';
 import {
   applyChange,
+  DEFAULT_IN_FLIGHT_GRACE_MS,
   effectEntrySchema,
   EffectStateConflictError,
+  IN_FLIGHT_MARGIN_MS,
   type EffectChange,
   type EffectEntry,
   type EffectIntent,
@@ -195,8 +197,11 @@ class ScriptedAdapter implements EffectAdapter {
 const applied: ApplyOutcome = { kind: 'applied', evidence: { effectId: 'r1' } };
 const timedOut: ApplyOutcome = { kind: 'unknown', reason: 'no answer within 300 ms' };
 
+/** Long after every entry's last write (they are written at 0): no request is still on its way. */
+const LATER_MS = 3_600_000;
+
 function options(overrides: Partial<SettleOptions> = {}): SettleOptions {
-  return { signal: new AbortController().signal, maxUnknowns: 5, immediateRetries: 2, answerFor: () => null, ...overrides };
+  return { signal: new AbortController().signal, clock: { now: () => LATER_MS }, maxUnknowns: 5, immediateRetries: 2, answerFor: () => null, ...overrides };
 }
 
 describe('settling one effect', () => {
@@ -235,6 +240,25 @@ describe('settling one effect', () => {
     expect((await settleEffect(ledger, adapter, ledger.current, options())).kind).toBe('applied');
     expect(adapter.calls.every((call) => call.startsWith('lookup'))).toBe(true);
     expect(ledger.current).toMatchObject({ attempts: 1, unknowns: 1, reconciled: true });
+  });
+
+  test.each([
+    ['a 10 s send deadline', 10_000],
+    ['no stated deadline (a minute)', undefined],
+  ])('bug 26: an entry found applying while its request may still be on its way (%s) is neither looked up nor sent until the grace ends; then the lookup decides', async (_, sendTimeoutMs) => {
+    const graceMs = sendTimeoutMs === undefined ? DEFAULT_IN_FLIGHT_GRACE_MS : sendTimeoutMs + IN_FLIGHT_MARGIN_MS;
+    const ledger = new MemoryLedger(entryFor('applying', { attempts: 1, updatedAtMs: 1_000 }));
+    const adapter = Object.assign(new ScriptedAdapter([applied], [{ kind: 'not-found' }]), sendTimeoutMs === undefined ? {} : { sendTimeoutMs });
+    const now = { ms: 1_000 + 11_000 };
+    const early = await settleEffect(ledger, adapter, ledger.current, options({ clock: { now: () => now.ms } }));
+    expect(early).toMatchObject({ kind: 'in-flight', untilMs: 1_000 + graceMs });
+    now.ms = 1_000 + graceMs - 1;
+    expect((await settleEffect(ledger, adapter, ledger.current, options({ clock: { now: () => now.ms } }))).kind).toBe('in-flight');
+    expect({ calls: adapter.calls, history: ledger.history }).toEqual({ calls: [], history: [] });
+
+    now.ms = 1_000 + graceMs;
+    expect((await settleEffect(ledger, adapter, ledger.current, options({ clock: { now: () => now.ms } }))).kind).toBe('applied');
+    expect(adapter.calls.map((call) => call.split(' ')[0])).toEqual(['lookup', 'apply']);
   });
 
   test('cannot tell: the entry stays unknown and a person must decide', async () => {

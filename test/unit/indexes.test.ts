@@ -81,6 +81,7 @@ describe('TTL policies', () => {
     'store/job-store.ts': { writes: 1, groups: ['events'] },
     'store/job-documents.ts': { writes: 1, groups: [REJECTED_TASKS] },
     'store/quota-documents.ts': { writes: 3, groups: [SPEND_DAYS, SPEND_CHARGES] },
+    'store/unreadable-jobs.ts': { writes: 1, groups: ['events'] },
   };
   const SOURCE_ROOT = join(__dirname, '..', '..', 'functions', 'src');
   const sourceFiles = (dir: string): string[] =>

@@ -113,6 +113,33 @@ export function applyChange(entry: EffectEntry, change: EffectChange, epoch: num
   });
 }
 
+/**
+ * How long past its sender's own deadline a request may still reach its target or be processed
+ * there (a slow network, a queue at the target, the sender's clock a little behind the reader's).
+ */
+export const IN_FLIGHT_MARGIN_MS = 5_000;
+
+/** The grace for an adapter that states no deadline for its requests. */
+export const DEFAULT_IN_FLIGHT_GRACE_MS = 60_000;
+
+/**
+ * How long an effect last seen in flight may still be applied by the request already sent for it:
+ * the sender's deadline for one request plus the margin. Until then a lookup that finds nothing
+ * proves nothing (the request may still arrive), so neither a retry nor a write-off may follow it.
+ */
+export function inFlightGraceMs(sendTimeoutMs: number | undefined): number {
+  return sendTimeoutMs === undefined ? DEFAULT_IN_FLIGHT_GRACE_MS : sendTimeoutMs + IN_FLIGHT_MARGIN_MS;
+}
+
+/**
+ * When an entry's request can no longer be on its way: `graceMs` after the entry was last known in
+ * flight (a cancel's mark, else its last write, which for an `applying` entry is the write made just
+ * before the request was sent). The one rule for a live job's take-over and a stopped job's pass.
+ */
+export function inFlightUntilMs(entry: Pick<EffectEntry, 'updatedAtMs' | 'unknownSinceMs'>, graceMs: number): number {
+  return (entry.unknownSinceMs ?? entry.updatedAtMs) + graceMs;
+}
+
 /** The owner-checked ledger a StepContext offers. Every write throws OwnershipLostError once the claim is gone. */
 export interface EffectLedger {
   /** This job's entries (inside a fan-out unit: that unit's), validated; a malformed entry is refused. */

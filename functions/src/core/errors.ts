@@ -97,6 +97,20 @@ export class CorruptCheckpointError extends TerminalError {
   }
 }
 
+/**
+ * A job document the codec refuses: no decision can be made from it, so whatever finds it (its
+ * task, a sweep) ends it where it stands, with this reason, instead of trying again
+ * (store/unreadable-jobs.ts).
+ */
+export class UnreadableJobError extends CorruptCheckpointError {
+  constructor(
+    readonly jobId: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
 /** Classifies anything thrown into a PhaselineError; unknown errors are retryable (transient until proven otherwise). */
 export function toPhaselineError(error: unknown): PhaselineError {
   if (error instanceof PhaselineError) return error;

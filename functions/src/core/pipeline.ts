@@ -106,8 +106,11 @@ export interface ProviderWait {
 
 export type PhaseOutcome<TState> =
   | { readonly kind: 'done'; readonly state: TState }
-  /** More to do; what is finished is recorded in sections. A fresh task continues. */
-  | { readonly kind: 'yield' }
+  /**
+   * More to do; what is finished is recorded in sections. A fresh task continues, not before
+   * `untilMs` when given (something the next step needs is not settled before then).
+   */
+  | { readonly kind: 'yield'; readonly untilMs?: number }
   | DecisionWait
   | ProviderWait;
 

@@ -78,6 +78,11 @@ export const JOB_TRANSITIONS = {
   release: { from: ['quarantined'], to: ['queued'] },
   /** An operator restarts a job from a named phase (not a cancelled one: its owner stopped it). */
   redrive: { from: ['completed', 'failed', 'quarantined'], to: ['queued'] },
+  /**
+   * A job whose document the codec refuses is quarantined where it stands, by a write of the few
+   * fields the sweeps and readers key on (store/unreadable-jobs.ts): nothing else can be decided from it.
+   */
+  quarantineUnreadable: { from: ['queued', 'running', 'waiting'], to: ['quarantined'] },
 } as const satisfies Record<string, Move<JobStatus>>;
 
 export type JobTransitionName = keyof typeof JOB_TRANSITIONS;
@@ -182,19 +187,22 @@ export interface HandOffInput {
   /** True when a phase checkpointed: progress, so both budgets start again. */
   readonly checkpointed: boolean;
   readonly nextPhase: string;
+  /** The next step is not due before this (a yield that waits for something to settle); now when absent. */
+  readonly dueAtMs?: number;
 }
 
-/** running → queued at the next step, with that step's task. */
+/** running → queued at the next step, with that step's task (delayed until the step is due). */
 export function handOffJob(job: JobRecord, input: HandOffInput, nowMs: number): Transition<JobRecord> {
   refuseUnless(job, JOB_TRANSITIONS.handOff.from, 'hand off');
+  const dueAtMs = Math.max(nowMs, input.dueAtMs ?? nowMs);
   const next: JobRecord = {
-    ...nextStep(job, nowMs),
+    ...nextStep(job, dueAtMs),
     status: 'queued',
     phase: input.nextPhase,
     attempts: input.checkpointed ? 0 : job.attempts,
     staleReclaims: input.checkpointed ? 0 : job.staleReclaims,
   };
-  return { next, events: [], dispatch: jobDispatch(next) };
+  return { next, events: [], dispatch: jobDispatch(next, dueAtMs - nowMs) };
 }
 
 /** running → waiting: a decision (no resume time) or a provider outage (resume time). */

@@ -15,7 +15,7 @@ import type { JobRecord, JobStatus, StoppedEffects } from '../core/job';
 import type { JobStore } from '../store/job-store';
 import { effectPath, effectsPath } from '../store/paths';
 import { allEffectEntries, parseEffectEntry } from './firestore-ledger';
-import { applyChange, countEffectStates, UNRESOLVED_EFFECT_STATES, type EffectChange, type EffectEntry } from './ledger';
+import { applyChange, countEffectStates, DEFAULT_IN_FLIGHT_GRACE_MS, inFlightUntilMs, UNRESOLVED_EFFECT_STATES, type EffectChange, type EffectEntry } from './ledger';
 import type { EffectAdapter, LookupOutcome } from './port';
 import { stoppedEffectsSentence } from './stop-report';
 
@@ -58,7 +58,8 @@ export interface StoppedReconcileResult {
 }
 
 const STOPPED: ReadonlySet<JobStatus> = new Set(['cancelled', 'failed', 'quarantined']);
-export const DEFAULT_SETTLE_GRACE_MS = 60_000;
+/** A stopped job's grace: a minute after the stop, as for an adapter that states no deadline (core/effect-ledger.ts). */
+export const DEFAULT_SETTLE_GRACE_MS = DEFAULT_IN_FLIGHT_GRACE_MS;
 /** Longest gap between two checks of a ledger whose target cannot answer. */
 export const MAX_SETTLE_RECHECK_MS = 3_600_000;
 export const DEFAULT_MAX_LOOKUPS_PER_JOB = 50;
@@ -152,7 +153,7 @@ export async function reconcileStoppedJob(store: JobStore, adapter: EffectAdapte
       unreachable = true;
       break;
     }
-    const endsMs = (entry.unknownSinceMs ?? entry.updatedAtMs) + graceMs;
+    const endsMs = inFlightUntilMs(entry, graceMs);
     if (nowMs >= endsMs) {
       const written = await recordOutcome(store, jobId, entry.key, {
         state: 'failed',

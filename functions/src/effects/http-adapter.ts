@@ -121,6 +121,7 @@ export function createHttpEffectAdapter(options: HttpEffectAdapterOptions): Effe
 
   return {
     name,
+    sendTimeoutMs: options.timeoutMs,
     async apply(intent: EffectIntent, idempotencyKey: string, signal: AbortSignal): Promise<ApplyOutcome> {
       const answer = await exchange(signal, `${base}/effects`, {
         method: 'POST',

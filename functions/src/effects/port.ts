@@ -24,6 +24,12 @@ export type LookupOutcome =
 export interface EffectAdapter {
   /** For people: names the target in questions and reports. */
   readonly name: string;
+  /**
+   * The longest one apply request may take before the adapter gives up on it (its own deadline).
+   * An entry found `applying` is waited out for this long plus a margin (core/effect-ledger.ts
+   * `inFlightGraceMs`) before anyone looks it up; a minute when the adapter does not say.
+   */
+  readonly sendTimeoutMs?: number;
   /** Applies the intent under the idempotency key; the same key must never apply twice. */
   apply(intent: EffectIntent, idempotencyKey: string, signal: AbortSignal): Promise<ApplyOutcome>;
   /** Asks the system of record whether an effect with this key was applied. */

@@ -3,19 +3,23 @@
  *
  *   planned --(owner-checked)--> applying --apply(intent, key)--> applied | failed | planned | unknown
  *   unknown / applying found at rest --lookup(key)--> see reconcile.ts
+ *   applying found at rest, its request maybe still on its way --> left alone until its grace ends
  *
  * The ledger write to `applying` comes before the call, so a worker that dies after the call
  * leaves an entry the next owner reconciles instead of re-sending. An entry is never applied
  * again before a lookup says the target does not have it, or a person says to.
  */
+import type { Clock } from '../core/clock';
 import { describeError } from '../core/errors';
-import type { EffectEntry, EffectLedger } from './ledger';
+import { inFlightGraceMs, inFlightUntilMs, type EffectEntry, type EffectLedger } from './ledger';
 import type { EffectAdapter } from './port';
 import { decideReconcile, type UnknownAnswer } from './reconcile';
 
 export interface SettleOptions {
   /** Aborted when the claim is lost: no apply starts after that. */
   readonly signal: AbortSignal;
+  /** "Now" for the in-flight grace of an entry found `applying`. */
+  readonly clock: Clock;
   /** Unusable answers an effect may get in all before a target that never received it is given up on. */
   readonly maxUnknowns: number;
   /** Unknown-then-not-found rounds within one call before the caller is told to pause instead. */
@@ -34,7 +38,12 @@ export type SettleResult =
   /** Unknown and the lookup failed: a person must decide. */
   | { readonly kind: 'cannot-tell'; readonly entry: EffectEntry; readonly reason: string }
   /** A person said stop. */
-  | { readonly kind: 'stop'; readonly entry: EffectEntry };
+  | { readonly kind: 'stop'; readonly entry: EffectEntry }
+  /**
+   * Found `applying`, and its request may still be on its way (a holder taken over inside a slow
+   * send): neither looked up nor sent. Come back at `untilMs`, when a lookup can tell.
+   */
+  | { readonly kind: 'in-flight'; readonly entry: EffectEntry; readonly untilMs: number };
 
 const REFERENCE = (entry: EffectEntry) => `${entry.intent.kind} ${entry.intent.identity}`;
 
@@ -51,6 +60,11 @@ export async function settleEffect(ledger: EffectLedger, adapter: EffectAdapter,
       case 'applying':
       case 'unknown': {
         options.signal.throwIfAborted();
+        // Its sender may be alive and still inside the call: a lookup now could miss a request on its way, and a retry would send it twice.
+        if (entry.state === 'applying') {
+          const untilMs = inFlightUntilMs(entry, inFlightGraceMs(adapter.sendTimeoutMs));
+          if (options.clock.now() < untilMs) return { kind: 'in-flight', entry, untilMs };
+        }
         const answer = options.answerFor(entry);
         const lookup = await adapter.lookup(entry.idempotencyKey, options.signal);
         options.signal.throwIfAborted();

@@ -20,13 +20,14 @@
  * Write timestamps (`updatedAt`, event times) come from the store's clock.
  */
 import type { DocumentSnapshot, QueryDocumentSnapshot, Transaction } from 'firebase-admin/firestore';
-import { describeError, OwnershipLostError } from '../core/errors';
+import { describeError, OwnershipLostError, UnreadableJobError } from '../core/errors';
 import { TERMINAL_STATUSES, type JobRecord, type StepTask } from '../core/job';
 import { inFanOut, parkUnit, reclaimExpiredJob, reclaimExpiredUnit, redispatchJob as redispatchQueuedJob, redispatchUnit as redispatchQueuedUnit, resumeWaitJob, type Transition } from '../core/transitions';
 import { decodeJob, decodeUnit, type UnitRecord } from '../store/codec';
 import type { EventDraft, JobStore } from '../store/job-store';
 import { readSweepPage, type PageCursor, type SweepPage } from '../store/sweep-queries';
 import type { TaskQueuePort } from '../store/task-queue';
+import { endUnreadableJob } from '../store/unreadable-jobs';
 import { SWEEP_QUERIES, type SweepQueryName } from './indexed-queries';
 import { settleStoppedEffects, type SettleStoppedReport, type StoppedEffectsDeps } from './settle-stopped';
 import { stampEndedJobs, type RetentionReport } from './retention';
@@ -87,7 +88,8 @@ type Action = 'reclaimed' | 'unitsReclaimed' | 'quarantined' | 'redispatched' | 
 
 /** What a transaction decided, and the task to enqueue once it has committed. */
 type Outcome =
-  | { readonly counter: Action; readonly enqueue?: { readonly task: StepTask; readonly id: string } }
+  /** `unreadableJob`: the document's job could not be read; it is ended once this commit is in. */
+  | { readonly counter: Action; readonly enqueue?: { readonly task: StepTask; readonly id: string }; readonly unreadableJob?: UnreadableJobError }
   /** The document changed between the query and the transaction (or is not for the sweeper after all). */
   | { readonly counter: 'skipped'; readonly reason: string };
 
@@ -171,12 +173,29 @@ class Sweep {
         this.counts.skipped += 1;
         return;
       }
+      if (error instanceof UnreadableJobError) {
+        await this.endUnreadable(name, error);
+        return;
+      }
       this.counts.errors += 1;
       this.log('sweep could not handle a document', { query: name, path: doc.ref.path, error: describeError(error) });
       return;
     }
     this.counts[outcome.counter] += 1;
     if ('enqueue' in outcome) await this.enqueue(outcome.enqueue.task, outcome.enqueue.id);
+    if ('unreadableJob' in outcome) await this.endUnreadable(name, outcome.unreadableJob);
+  }
+
+  /** A job document the codec refuses would be found by every run: it is ended where it stands (store/unreadable-jobs.ts), once. */
+  private async endUnreadable(name: SweepQueryName, error: UnreadableJobError): Promise<void> {
+    try {
+      const ending = await endUnreadableJob(this.store, error);
+      this.counts[ending === 'quarantined' ? 'quarantined' : 'skipped'] += 1;
+      this.log('sweep: a job document cannot be read; ended where it stands', { query: name, jobId: error.jobId, reason: error.message, ending });
+    } catch (endError) {
+      this.counts.errors += 1;
+      this.log('sweep: a job document cannot be read, and ending it failed; the next run tries again', { query: name, jobId: error.jobId, error: describeError(endError) });
+    }
   }
 
   private async enqueue(task: StepTask, id: string): Promise<void> {
@@ -254,8 +273,17 @@ async function inUnitTransaction(run: Sweep, doc: QueryDocumentSnapshot, body: (
       const [jobSnapshot, unitSnapshot] = await tx.getAll(jobRef, unitRef);
       run.read(2);
       if (!jobSnapshot || !unitSnapshot?.exists) return { counter: 'skipped', reason: 'the unit is gone' };
-      const job = jobSnapshot.exists ? decodeJob(jobRef.id, jobSnapshot.data()) : null;
-      return body({ tx, job, jobSnapshot, unit: decodeUnit(unitRef.path, unitSnapshot.data()), unitSnapshot });
+      const unit = decodeUnit(unitRef.path, unitSnapshot.data());
+      let job: JobRecord | null;
+      try {
+        job = jobSnapshot.exists ? decodeJob(jobRef.id, jobSnapshot.data()) : null;
+      } catch (error) {
+        if (!(error instanceof UnreadableJobError)) throw error;
+        // Its job can run nothing: the unit leaves the sweep here, and the job is ended once this commits.
+        store.commitUnit(tx, unitSnapshot, parkUnit(unit, { why: "its job's document cannot be read" }, run.nowMs).next);
+        return { counter: 'parkedUnits', unreadableJob: error };
+      }
+      return body({ tx, job, jobSnapshot, unit, unitSnapshot });
     }),
   );
 }

@@ -4,7 +4,7 @@
  */
 import { Timestamp, type DocumentData } from 'firebase-admin/firestore';
 import { z } from 'zod';
-import { CorruptCheckpointError } from '../core/errors';
+import { CorruptCheckpointError, UnreadableJobError } from '../core/errors';
 import { JOB_STATUSES, UNIT_STATUSES, WAIT_REASONS, type Cancellation, type FanOutState, type JobRecord, type Lease, type UnitRecord } from '../core/job';
 
 const millis = z.instanceof(Timestamp).transform((value) => value.toMillis());
@@ -125,7 +125,7 @@ function encodeCancellation(cancellation: Cancellation): DocumentData {
 
 export function decodeJob(id: string, data: DocumentData | undefined): JobRecord {
   const parsed = jobDocumentSchema.safeParse(data);
-  if (!parsed.success) throw new CorruptCheckpointError(`Job ${id} has a malformed document: ${z.prettifyError(parsed.error)}`);
+  if (!parsed.success) throw new UnreadableJobError(id, `Job ${id} has a malformed document: ${z.prettifyError(parsed.error)}`);
   const doc = parsed.data;
   return {
     id,

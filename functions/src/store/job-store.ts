@@ -158,6 +158,14 @@ export interface ReadingJobTransaction {
 
 type JobChange<T> = { next?: JobRecord; events?: readonly EventDraft[]; value: T };
 
+/** The job as just read: its record, the update time a commit is conditioned on, and the mark of the commit that wrote it last. */
+interface FreshVersion {
+  readonly fresh: true;
+  readonly record: JobRecord;
+  readonly updateTime: Timestamp | undefined;
+  readonly mark: unknown;
+}
+
 /** What a claim holder last committed to its job, and that commit's update time: its next commit is conditioned on it. */
 interface OwnerView {
   readonly epoch: number;
@@ -177,6 +185,21 @@ const UNIT_RACE_PAUSE_CAP_MS = 100;
 /** Owner views kept per process (one per job a worker here holds); the oldest go first past it. */
 const MAX_OWNER_VIEWS = 1_000;
 
+/**
+ * Each engine commit marks the job or unit record it writes with a token of its own (never read
+ * into the record): a commit whose answer was lost is found to have landed by its mark alone, so
+ * the writer goes on from it (a claim stays this step's, a hand-off still dispatches) instead of
+ * deciding again from a record it wrote itself.
+ */
+export const COMMIT_MARK_FIELD = 'commitMark';
+
+/** A commit that may have landed while its answer was lost: the next try reads its record first and, if the mark is there, goes on from it. */
+interface UnconfirmedCommit<T> {
+  readonly mark: string;
+  readonly value: T;
+  readonly writer: object;
+}
+
 /** How a unit's conditioned commit behaves while it keeps losing races. */
 export interface UnitCommitOptions {
   /** Runs after a failed attempt, before the next one, with the unit as that attempt read it (e.g. to renew its lease). */
@@ -186,6 +209,8 @@ export interface UnitCommitOptions {
 export class JobStore {
   /** Fan-outs a commit ends, per commit attempt (a batch or a transaction): their running units lose their claims after it commits. */
   private readonly endedFanOuts = new WeakMap<object, { jobId: string; fanout: FanOutState }[]>();
+  /** The mark of each commit attempt (a batch or a transaction), written on the records it commits (COMMIT_MARK_FIELD). */
+  private readonly commitMarks = new WeakMap<object, string>();
 
   constructor(
     readonly db: Firestore,
@@ -282,9 +307,20 @@ export class JobStore {
    */
   async transact<T>(jobId: string, check: (job: JobRecord) => string | null, body: (context: JobTransaction) => Promise<JobChange<T>>, holder?: JobClaim): Promise<T> {
     const ref = this.jobRef(jobId);
+    let unconfirmed: (UnconfirmedCommit<T> & { readonly before: JobRecord }) | null = null;
     return this.retryingWrite(`job ${jobId}`, async () => {
       for (let attempt = 1; ; attempt += 1) {
-        const view: OwnerView | { fresh: true; record: JobRecord; updateTime: Timestamp | undefined } = (holder && this.ownerView(holder)) ?? (await this.readVersion(ref));
+        const view: OwnerView | FreshVersion = (unconfirmed === null && holder && this.ownerView(holder)) || (await this.readVersion(ref));
+        if (unconfirmed !== null) {
+          const pending = unconfirmed;
+          unconfirmed = null;
+          if ('fresh' in view && view.mark === pending.mark) {
+            // It landed: go on from it as from an answered commit (its dispatch, a claim's step).
+            this.rememberOwnerView(pending.before, view.record, view.updateTime);
+            await this.revokeEndedFanOuts(pending.writer);
+            return pending.value;
+          }
+        }
         const refusal = check(view.record);
         if (refusal !== null) throw new OwnershipLostError(refusal);
         const writer = new CountingBatch(this.db.batch());
@@ -305,6 +341,8 @@ export class JobStore {
           results = await writer.batch.commit();
         } catch (error) {
           this.forgetOwnerView(jobId, view.updateTime);
+          // No answer is not no commit: the next try (retryingWrite) first looks for this commit's mark.
+          if (isTransientFirestoreError(error)) unconfirmed = { mark: this.commitMark(writer), value, writer, before: view.record };
           // A document the commit creates appeared since the decision (someone else acted): decided again, like a changed job.
           if (!isFailedPrecondition(error) && !isAlreadyExists(error)) throw error;
           noteCommitPreconditionFailed();
@@ -376,10 +414,20 @@ export class JobStore {
     if (view && (usedUpdateTime === undefined || view.updateTime.isEqual(usedUpdateTime))) this.ownerViews.delete(jobId);
   }
 
-  private async readVersion(ref: DocumentReference): Promise<{ fresh: true; record: JobRecord; updateTime: Timestamp | undefined }> {
+  private async readVersion(ref: DocumentReference): Promise<FreshVersion> {
     const snapshot = await ref.get();
     if (!snapshot.exists) throw new OwnershipLostError(`Job ${ref.id} does not exist`);
-    return { fresh: true, record: decodeJob(ref.id, snapshot.data()), updateTime: snapshot.updateTime };
+    return { fresh: true, record: decodeJob(ref.id, snapshot.data()), updateTime: snapshot.updateTime, mark: snapshot.get(COMMIT_MARK_FIELD) as unknown };
+  }
+
+  /** This commit attempt's mark (made on first use). */
+  private commitMark(writer: object): string {
+    let mark = this.commitMarks.get(writer);
+    if (mark === undefined) {
+      mark = randomUUID();
+      this.commitMarks.set(writer, mark);
+    }
+    return mark;
   }
 
   /** Owner-checked transaction for the holder of a unit claim: the unit and its job are both read and checked. */
@@ -452,10 +500,22 @@ export class JobStore {
     const jobRef = this.jobRef(ids.jobId);
     const unitRef = this.unitRef(ids.jobId, ids.phase, ids.unit);
     const slotRef = this.claimSlotRef(ids.jobId, unitClaimSlot(ids.phase, ids.unit));
+    let unconfirmed: (UnconfirmedCommit<T> & { readonly wroteJob: boolean }) | null = null;
     return this.retryingWrite(`unit ${ids.jobId}/${ids.unit}`, async () => {
       for (let attempt = 1; ; attempt += 1) {
         const [snapshot, unitSnapshot, slotSnapshot] = await this.db.getAll(jobRef, unitRef, slotRef);
         if (!snapshot?.exists || !unitSnapshot?.exists || !slotSnapshot) throw new OwnershipLostError(`Unit ${ids.jobId}/${ids.unit} does not exist`);
+        if (unconfirmed !== null) {
+          const pending = unconfirmed;
+          unconfirmed = null;
+          // Every commit of this path writes the unit: its mark tells whether the lost answer's commit landed.
+          if (unitSnapshot.get(COMMIT_MARK_FIELD) === pending.mark) {
+            if (pending.wroteJob) this.ownerViews.delete(ids.jobId);
+            await this.revokeEndedFanOuts(pending.writer);
+            // The slot's update time as written is not known: a session of this claim reads it first.
+            return { value: pending.value, slotUpdateTime: null };
+          }
+        }
         const job = decodeJob(ids.jobId, snapshot.data());
         const unit = decodeUnit(unitRef.path, unitSnapshot.data());
         const slot: ClaimSlotView = { exists: slotSnapshot.exists, state: slotSnapshot.get('state') as unknown, epoch: slotSnapshot.get('epoch') as unknown };
@@ -478,7 +538,9 @@ export class JobStore {
         try {
           results = await writer.batch.commit();
         } catch (error) {
-          this.endedFanOuts.delete(writer);
+          // No answer is not no commit: the next try (retryingWrite) first looks for this commit's mark on the unit.
+          if (isTransientFirestoreError(error)) unconfirmed = { mark: this.commitMark(writer), value, writer, wroteJob: next !== undefined };
+          else this.endedFanOuts.delete(writer);
           // A slot that was missing at the read and is there now was made by another commit: read again, as for a precondition.
           if (!isFailedPrecondition(error) && !(isAlreadyExists(error) && !slotSnapshot.exists)) throw error;
           noteCommitPreconditionFailed();
@@ -631,7 +693,7 @@ export class JobStore {
     }
     const record: JobRecord = { ...next, eventSeq: seq, updatedAtMs: nowMs };
     if (!snapshot.updateTime) throw new Error(`Job ${current.id}: snapshot without an update time`);
-    tx.update(snapshot.ref, encodeJob(record), { lastUpdateTime: snapshot.updateTime });
+    tx.update(snapshot.ref, { ...encodeJob(record), [COMMIT_MARK_FIELD]: this.commitMark(tx) }, { lastUpdateTime: snapshot.updateTime });
     return record;
   }
 
@@ -646,7 +708,7 @@ export class JobStore {
     if (slotFence) this.writeFencedSlot(tx, slotRef, slotFence, heldUnitEpoch(current), heldUnitEpoch(next), next.lease?.worker ?? null);
     else this.syncClaimSlot(tx, slotRef, heldUnitEpoch(current), heldUnitEpoch(next), next.lease?.worker ?? null);
     noteUnitCommit(current, next);
-    tx.update(snapshot.ref, encodeUnit({ ...next, updatedAtMs: this.clock.now() }), { lastUpdateTime: snapshot.updateTime });
+    tx.update(snapshot.ref, { ...encodeUnit({ ...next, updatedAtMs: this.clock.now() }), [COMMIT_MARK_FIELD]: this.commitMark(tx) }, { lastUpdateTime: snapshot.updateTime });
   }
 
   /**

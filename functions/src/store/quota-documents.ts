@@ -11,7 +11,7 @@
 import { FieldValue, Timestamp, type DocumentReference, type DocumentSnapshot, type Firestore } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import { PhaselineError } from '../core/errors';
-import { decodeJob } from './codec';
+import type { JobStatus } from '../core/job';
 import type { JobStore, JobWriter } from './job-store';
 import {
   DEFAULT_QUOTA_DEFAULTS,
@@ -180,7 +180,9 @@ export class SubmitQuota {
     const snapshots = await this.db.getAll(...jobIds.map((id) => this.db.doc(jobPath(id))));
     const ended = new Set<string>();
     for (const snapshot of snapshots) {
-      if (!snapshot.exists || SLOT_FREE_STATUSES.has(decodeJob(snapshot.id, snapshot.data()).status)) ended.add(snapshot.id);
+      // The status alone decides: a document the codec refuses elsewhere (store/unreadable-jobs.ts) must not fail its owner's submits.
+      const status: unknown = snapshot.get('status');
+      if (!snapshot.exists || (typeof status === 'string' && SLOT_FREE_STATUSES.has(status as JobStatus))) ended.add(snapshot.id);
     }
     return ended;
   }

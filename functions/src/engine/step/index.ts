@@ -1,8 +1,9 @@
 /** One task = one bounded step: parse the payload (record and acknowledge what cannot be understood), then run a job step or a unit step. */
 import { z } from 'zod';
-import { OwnershipLostError } from '../../core/errors';
+import { OwnershipLostError, UnreadableJobError } from '../../core/errors';
 import { documentId } from '../../core/ids';
 import { type StepTask } from '../../core/job';
+import { endUnreadableJob } from '../../store/unreadable-jobs';
 import { PHASE_NAME_PATTERN } from '../../core/pipeline';
 import { runJobStep } from './claim';
 import { recordRejectedTask, type RunnerDeps, type StepOutcome } from './running';
@@ -31,6 +32,20 @@ export async function runStep(deps: RunnerDeps, payload: unknown): Promise<StepO
     return task.unit === undefined || task.phase === undefined ? await runJobStep(deps, task) : await runUnitStep(deps, task, task.unit, task.phase);
   } catch (error) {
     if (error instanceof OwnershipLostError) return { kind: 'ownership-lost', reason: error.message };
+    if (error instanceof UnreadableJobError) return endUnreadable(deps, error);
     throw error;
   }
+}
+
+/**
+ * The job's document cannot be read: a redelivery would meet the same document, so the task ends
+ * the job where it stands (with the reason) and is acknowledged. Only a document repaired
+ * meanwhile is left to the redelivery.
+ */
+async function endUnreadable(deps: RunnerDeps, error: UnreadableJobError): Promise<StepOutcome> {
+  const ending = await endUnreadableJob(deps.store, error);
+  if (ending === 'readable') throw error;
+  deps.log?.('job document cannot be read; ended where it stands', { jobId: error.jobId, reason: error.message, ending });
+  const what = ending === 'quarantined' ? 'quarantined it' : ending === 'cleared' ? 'it had ended; took it out of the sweeps' : 'it was ended already';
+  return { kind: 'not-claimable', reason: `Job ${error.jobId} cannot be read (${error.message}): ${what}` };
 }

@@ -75,8 +75,10 @@ export async function runPhase(
         return { kind: 'handed-off', phase: phase.name, checkpointed: true };
       }
       case 'yield': {
-        await handOff(running, claim, pending, notes, [{ kind: 'yielded', message: `${phase.name}: ${context.sections().length} sections recorded; continuing in a new step` }], {
+        const due = outcome.untilMs === undefined ? '' : ` from ${new Date(outcome.untilMs).toISOString()}`;
+        await handOff(running, claim, pending, notes, [{ kind: 'yielded', message: `${phase.name}: ${context.sections().length} sections recorded; continuing in a new step${due}` }], {
           nextPhase: phase.name,
+          ...(outcome.untilMs === undefined ? {} : { dueAtMs: outcome.untilMs }),
         });
         return { kind: 'handed-off', phase: phase.name, checkpointed: false };
       }
@@ -105,6 +107,7 @@ export async function runPhase(
 export interface HandOff {
   readonly checkpoint?: { readonly phase: PhaseDefinition<unknown, unknown>; readonly state: unknown };
   readonly nextPhase: string;
+  readonly dueAtMs?: number;
 }
 
 /**
@@ -119,7 +122,7 @@ export async function handOff(running: Running, claim: JobClaim, pending: FlushP
       tx.set(store.checkpointRef(job.id, handOffTo.checkpoint.phase.name), checkpointDocumentFor(handOffTo.checkpoint.phase, handOffTo.checkpoint.state, claim.epoch, nowMs));
     }
     const applied = applyClaimTally(job, pending, claim.epoch);
-    const transition = handOffJob(applied.next, { checkpointed: handOffTo.checkpoint !== undefined, nextPhase: handOffTo.nextPhase }, nowMs);
+    const transition = handOffJob(applied.next, { checkpointed: handOffTo.checkpoint !== undefined, nextPhase: handOffTo.nextPhase, ...(handOffTo.dueAtMs === undefined ? {} : { dueAtMs: handOffTo.dueAtMs }) }, nowMs);
     return Promise.resolve({ next: transition.next, events: [...lead, ...applied.notes, ...trail, ...transition.events], value: transition });
   });
   await dispatchQuietly(running.deps, handedOff.dispatch);

@@ -153,6 +153,7 @@ class Batch {
         const entry = this.entry(key);
         if (!UNRESOLVED_EFFECT_STATES.includes(entry.state) && !(entry.state === 'planned' && this.answerFor(entry) === 'stop')) continue;
         const result = await this.settle(entry);
+        if (result.kind === 'in-flight') return this.waitOut(result.entry, result.untilMs);
         if (result.kind === 'unavailable') return this.pause(result.reason, result.retryAfterMs);
         if (result.kind === 'cannot-tell') cannotTell.push(result.entry);
         if (result.kind === 'stop') stop = true;
@@ -174,6 +175,7 @@ class Batch {
         if (result.kind === 'failed') break; // the item needs attention; its record is not logged
         if (result.kind === 'unavailable') return this.pause(result.reason, result.retryAfterMs);
         if (result.kind === 'cannot-tell') return this.ask([result.entry], [result.reason]);
+        if (result.kind === 'in-flight') return this.waitOut(result.entry, result.untilMs);
         return this.stop();
       }
       this.report();
@@ -227,6 +229,7 @@ class Batch {
     const { context } = this;
     const result = await settleEffect(context.effects, this.adapter, entry, {
       signal: context.signal,
+      clock: context.clock,
       maxUnknowns: this.deps.maxUnknowns ?? 5,
       immediateRetries: this.deps.immediateRetries ?? 2,
       answerFor: (current) => this.answerFor(current),
@@ -275,6 +278,16 @@ class Batch {
       question: `Service unavailable: ${this.adapter.name} (${reason}).${outage} ${this.summary(counts)}. Resuming by itself at ${iso(untilMs)}.`,
       untilMs,
     };
+  }
+
+  /**
+   * An effect another worker was still sending when this step took the job over: nothing is sent
+   * or looked up before its request can no longer be on its way; a new step continues then.
+   */
+  private waitOut(entry: EffectEntry, untilMs: number): PhaseOutcome<SendState> {
+    this.report();
+    this.context.note('effect-in-flight', `${this.describe(entry)} was still being sent by an earlier worker; it is looked up at ${iso(untilMs)}, once that request can no longer be on its way`);
+    return { kind: 'yield', untilMs };
   }
 
   private describe(entry: EffectEntry): string {
