@@ -579,6 +579,14 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/submit-commits.test.ts'], names: 'stays theirs' }],
   },
   {
+    name: 'token-revocation-checked',
+    removes: "the revocation check of every endpoint's ID-token verification (a disabled or revoked account keeps calling until its token expires)",
+    file: 'functions/src/http/caller-identity.ts',
+    search: 'decoded = await auth.verifyIdToken(token, true);',
+    replace: 'decoded = await auth.verifyIdToken(token);',
+    tests: [{ files: ['test/unit/token-revocation.test.ts'], names: 'bug 31: ' }],
+  },
+  {
     name: 'limits-change-fences-submits',
     removes: "setUserLimits touching the user's usage document (a submit that read the old limits commits under them after the cut)",
     file: 'functions/src/store/quota-documents.ts',

@@ -36,10 +36,12 @@ export interface HttpResponse {
 }
 
 /**
- * Checks a Firebase ID token and names its user; rejects when the token is not valid.
- * `signInProvider` is the token's `firebase.sign_in_provider` ("anonymous" for anonymous accounts).
+ * Checks a Firebase ID token and names its user; rejects when the token is not valid (the triggers
+ * pass http/caller-identity.ts's verifier, which refuses disabled and revoked accounts too).
+ * `signInProvider` is the token's `firebase.sign_in_provider` ("anonymous" for anonymous accounts);
+ * `claims` its claims, custom ones included.
  */
-export type VerifyToken = (token: string) => Promise<{ readonly uid: string; readonly signInProvider?: string }>;
+export type VerifyToken = (token: string) => Promise<{ readonly uid: string; readonly signInProvider?: string; readonly claims?: Readonly<Record<string, unknown>> }>;
 
 /** The sign-in provider Firebase names anonymous accounts with; they get their own, lower limits. */
 export const ANONYMOUS_SIGN_IN_PROVIDER = 'anonymous';

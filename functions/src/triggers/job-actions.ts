@@ -1,10 +1,9 @@
-import { getAuth } from 'firebase-admin/auth';
 import { logger } from 'firebase-functions/logger';
 import { onRequest } from 'firebase-functions/v2/https';
 import { systemClock } from '../core/clock';
 import { createJobActionHandler, type JobActionDeps } from '../http/job-actions-handler';
 import { JobStore } from '../store/job-store';
-import { adminApp, firestore, stepQueue } from './admin';
+import { firestore, stepQueue, verifyCaller } from './admin';
 import { engineOptionsFromEnv } from './config';
 
 let deps: JobActionDeps | undefined;
@@ -12,7 +11,7 @@ function actionDeps(): JobActionDeps {
   deps ??= {
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
     queue: stepQueue(),
-    verifyToken: async (token) => ({ uid: (await getAuth(adminApp()).verifyIdToken(token)).uid }),
+    verifyToken: verifyCaller(),
     logger,
   };
   return deps;
