@@ -587,6 +587,17 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/unit/token-revocation.test.ts'], names: 'bug 31: ' }],
   },
   {
+    name: 'well-formed-text-checked',
+    removes: 'the refusal of ill-formed text (a lone surrogate) in every endpoint\'s body (Firestore refuses it later and the caller is told of an internal error)',
+    file: 'functions/src/http/submit-handler.ts',
+    search: '  const where = illFormedTextAt(parsed.value);',
+    replace: '  const where: string | null = null;',
+    tests: [
+      { files: ['test/unit/submit-request.test.ts'], names: 'bug 32: ' },
+      { files: ['test/emulator/submit.test.ts', 'test/emulator/owner-actions.test.ts', 'test/emulator/ops-action.test.ts'], names: 'bug 32: ' },
+    ],
+  },
+  {
     name: 'limits-change-fences-submits',
     removes: "setUserLimits touching the user's usage document (a submit that read the old limits commits under them after the cut)",
     file: 'functions/src/store/quota-documents.ts',

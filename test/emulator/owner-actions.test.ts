@@ -154,6 +154,16 @@ describe('over HTTP', () => {
     expect(JSON.stringify(sent.body)).toMatch(message);
   });
 
+  test('bug 32: a lone surrogate in a cancel reason or an answer is a 400, not a 500; the job is unchanged', async () => {
+    const jobId = await harness.submit('two-phase', { sections: 1 }, 'owner-1');
+    const before = (await db().doc(jobPath(jobId)).get()).data();
+    const cancel = await call('cancel', { jobId, reason: 'no longer \ud800 needed' });
+    expect(cancel).toMatchObject({ status: 400, body: { error: 'invalid_text', message: expect.stringMatching(/lone surrogate[\s\S]*at reason/) as unknown } });
+    const decide = await call('decide', { jobId, questionId: 'scope', answer: '\udfff' });
+    expect(decide).toMatchObject({ status: 400, body: { error: 'invalid_text', message: expect.stringMatching(/at answer/) as unknown } });
+    expect((await db().doc(jobPath(jobId)).get()).data()).toEqual(before);
+  });
+
   test('a bad token is a 401 and changes nothing', async () => {
     const jobId = await harness.submit('two-phase', { sections: 1 }, 'owner-1');
     const sent = await call('cancel', { jobId }, 'forged');

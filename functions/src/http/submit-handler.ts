@@ -151,12 +151,25 @@ function parseJsonBytes(bytes: Uint8Array, limitBytes: number): Checked<unknown>
 }
 
 /**
- * The JSON body. The framework may already have parsed it (and answered nothing about a parse
- * failure), so the raw bytes are parsed here whenever they were kept; a parsed `body` is the
- * fallback, measured by its serialized size. (firebase-tools' functions emulator runs body-parser
- * first, which answers malformed JSON itself with a 400 of its own before this handler is called.)
+ * The JSON body, every endpoint's (submit, the owner's actions, the operator's). The framework may
+ * already have parsed it (and answered nothing about a parse failure), so the raw bytes are parsed
+ * here whenever they were kept; a parsed `body` is the fallback, measured by its serialized size.
+ * (firebase-tools' functions emulator runs body-parser first, which answers malformed JSON itself
+ * with a 400 of its own before this handler is called.) Text that is not well-formed (a lone
+ * surrogate, which JSON's `\ud800` escape can carry) is refused here, once for every endpoint:
+ * schemas accept it, Firestore refuses to store it, and the caller would be told of a fault of ours.
  */
 export function readJsonBody(request: Pick<HttpRequest, 'body' | 'rawBody'>, limitBytes = SUBMIT_BODY_LIMIT_BYTES): Checked<unknown> {
+  const parsed = parseBody(request, limitBytes);
+  if (!parsed.ok) return parsed;
+  const where = illFormedTextAt(parsed.value);
+  if (where !== null) {
+    return rejection(400, 'invalid_text', `The body has text that is not well-formed Unicode (a lone surrogate, such as "\\ud800") ${where}: send well-formed text`);
+  }
+  return parsed;
+}
+
+function parseBody(request: Pick<HttpRequest, 'body' | 'rawBody'>, limitBytes: number): Checked<unknown> {
   const { rawBody, body } = request;
   if (rawBody !== undefined) return parseJsonBytes(rawBody, limitBytes);
   if (Buffer.isBuffer(body)) return parseJsonBytes(body, limitBytes);
@@ -165,6 +178,51 @@ export function readJsonBody(request: Pick<HttpRequest, 'body' | 'rawBody'>, lim
   const bytes = Buffer.byteLength(JSON.stringify(body));
   if (bytes > limitBytes) return tooLarge(bytes, limitBytes);
   return { ok: true, value: body };
+}
+
+/** Node 20+ has it; the project's TypeScript library (es2023) does not declare it yet. */
+const isWellFormed = (text: string): boolean => (text as string & { isWellFormed(): boolean }).isWellFormed();
+
+interface Visit {
+  readonly value: unknown;
+  readonly parent: Visit | null;
+  readonly key: string | number | null;
+}
+
+/** `input.recipients[1].name` for a visit; built only for a refusal, so a deep body costs no path per node. */
+function pathOf(visit: Visit | null): string {
+  const parts: string[] = [];
+  for (let at = visit; at !== null && at.key !== null; at = at.parent) {
+    parts.push(typeof at.key === 'number' ? `[${at.key}]` : /^[A-Za-z_$][\w$]*$/.test(at.key) ? `.${at.key}` : `[${JSON.stringify(at.key)}]`);
+  }
+  return parts.reverse().join('').replace(/^\./, '');
+}
+
+/**
+ * Where the first ill-formed string of a parsed JSON value is ("at input.text", "in a field name
+ * in input"), or null when every string and field name is well-formed. Iterative: a deeply nested
+ * body cannot exhaust the stack.
+ */
+export function illFormedTextAt(root: unknown): string | null {
+  const pending: Visit[] = [{ value: root, parent: null, key: null }];
+  for (let visit = pending.pop(); visit !== undefined; visit = pending.pop()) {
+    const { value } = visit;
+    if (typeof value === 'string') {
+      if (!isWellFormed(value)) return visit.parent === null ? 'in the body itself' : `at ${pathOf(visit)}`;
+    } else if (Array.isArray(value)) {
+      for (let index = value.length - 1; index >= 0; index -= 1) pending.push({ value: value[index] as unknown, parent: visit, key: index });
+    } else if (typeof value === 'object' && value !== null) {
+      const entries = Object.entries(value);
+      for (const [key] of entries) {
+        if (!isWellFormed(key)) return `in a field name in ${visit.parent === null ? 'the body' : pathOf(visit)}`;
+      }
+      for (let index = entries.length - 1; index >= 0; index -= 1) {
+        const [key, child] = entries[index] ?? [];
+        if (key !== undefined) pending.push({ value: child, parent: visit, key });
+      }
+    }
+  }
+  return null;
 }
 
 export function reply(response: HttpResponse, refusal: Rejection): void {
