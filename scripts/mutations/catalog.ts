@@ -587,6 +587,14 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/unit/token-revocation.test.ts'], names: 'bug 31: ' }],
   },
   {
+    name: 'contended-submit-is-503',
+    removes: "submitJob's 503 with Retry-After for a submit whose conditioned commits all lost their races (it becomes a 500 internal error)",
+    file: 'functions/src/http/submit-handler.ts',
+    search: "      if (error instanceof PhaselineError && error.code === 'checkpoint_write_failed') {",
+    replace: '      if (false) {',
+    tests: [{ files: ['test/emulator/quotas.test.ts'], names: 'bug 37: ' }],
+  },
+  {
     name: 'well-formed-text-checked',
     removes: 'the refusal of ill-formed text (a lone surrogate) in every endpoint\'s body (Firestore refuses it later and the caller is told of an internal error)',
     file: 'functions/src/http/submit-handler.ts',

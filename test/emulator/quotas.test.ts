@@ -28,6 +28,7 @@ import { limits, type OperatorContext } from '../../scripts/cli/operator-command
 import type { LocalTarget } from '../../scripts/cli/target';
 import { submit as cliSubmit, type UserContext } from '../../scripts/cli/user-commands';
 import { openTestFirestore, type TestFirestore } from '../support/firestore';
+import { afterEveryGetAll } from '../support/interpose';
 import { RecordingTaskQueue } from '../support/task-queue';
 
 const echoInput = z.strictObject({ text: z.string().min(1) });
@@ -371,6 +372,31 @@ describe('parallel submits race for the last slots', () => {
     expect(statuses(answers).filter((status) => status === 429)).toHaveLength(7);
     expect(await jobsOf('uid-alice')).toBe(3);
     expect((await usageOf('uid-alice')).recentSubmitsAtMs).toHaveLength(3);
+  });
+});
+
+describe('a submit that keeps losing the race for its usage document', () => {
+  test('bug 37: is answered 503 with Retry-After once its commit attempts run out, never 500; nothing is written', async () => {
+    // Every read of alice's usage is followed by a change to it (as an operator's limits change makes), so every commit finds it changed.
+    let changes = 0;
+    const interposed = afterEveryGetAll(firestore.db, (paths) => paths.includes(quotaUsagePath('uid-alice')), async () => {
+      changes += 1;
+      await firestore.db.doc(quotaUsagePath('uid-alice')).set({ inFlightJobIds: [], recentSubmitsAtMs: [], updatedAtMs: 0, limitsChangedAtMs: changes });
+    });
+    let answer: FakeResponse;
+    try {
+      answer = await submit({ key: 'contended' });
+    } finally {
+      interposed.restore();
+    }
+    expect(interposed.times()).toBeGreaterThan(1);
+    expect(answer.statusCode).toBe(503);
+    expect(Number(answer.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(answer.body).toMatchObject({ error: 'contended', retryAfterSeconds: Number(answer.headers.get('retry-after')) });
+    expect(z.object({ message: z.string() }).parse(answer.body).message).toMatch(/same Idempotency-Key/);
+    expect(await jobsOf('uid-alice')).toBe(0);
+    // Once the race is over, the same request goes through.
+    expect((await submit({ key: 'contended' })).statusCode).toBe(202);
   });
 });
 

@@ -241,6 +241,20 @@ export function overLimit(refusal: QuotaRefusal): Rejection {
   };
 }
 
+/** How long a submit that lost its commit races is told to wait: long enough for a burst of submits to drain. */
+export const CONTENDED_RETRY_AFTER_SECONDS = 2;
+
+/** 503: nothing was decided for this request; the same request (same Idempotency-Key) may be sent again after `Retry-After`. */
+function contended(): Rejection {
+  return {
+    status: 503,
+    error: 'contended',
+    message: `The job could not be written just now: other submissions kept changing the records it is counted against (or the database did not answer). Try again in ${CONTENDED_RETRY_AFTER_SECONDS} seconds; resending with the same Idempotency-Key is safe.`,
+    headers: { 'Retry-After': String(CONTENDED_RETRY_AFTER_SECONDS) },
+    fields: { retryAfterSeconds: CONTENDED_RETRY_AFTER_SECONDS },
+  };
+}
+
 export function createSubmitHandler(deps: SubmitHandlerDeps): (request: HttpRequest, response: HttpResponse) => Promise<void> {
   const validate = submissionValidator(deps.pipelines);
   const logger = deps.logger ?? consoleLogger;
@@ -292,6 +306,11 @@ export function createSubmitHandler(deps: SubmitHandlerDeps): (request: HttpRequ
       // The store refuses some requests only it can judge (a conversation owned by someone else).
       if (error instanceof PhaselineError && error.code === 'invalid_input') {
         return reply(response, { status: 400, error: 'invalid_request', message: error.message });
+      }
+      // Not a fault to report as one: the commit lost every race for the documents it is counted against (or Firestore kept failing), and a retry later is the remedy.
+      if (error instanceof PhaselineError && error.code === 'checkpoint_write_failed') {
+        logger.warn('submitJob: the job could not be written now; the caller is told to retry', { error: describeError(error) });
+        return reply(response, contended());
       }
       throw error;
     }
