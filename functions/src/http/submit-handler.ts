@@ -5,13 +5,14 @@
  *
  * A repeat of an earlier submission (same owner, same Idempotency-Key) gets the same 202 body
  * with an `Idempotent-Replayed: true` header. A new job past one of the owner's limits gets a 429
- * with `Retry-After`, a sentence naming the limit and the limit's code in `limit`.
+ * with `Retry-After`, a sentence naming the limit and the limit's code in `limit`. A pipeline the
+ * caller may not run (its access policy, core/pipeline.ts) is a 403, before its input is looked at.
  *
  * The request and response types are the few members used, so the express objects from
  * firebase-functions fit them and tests can pass plain objects.
  */
 import { describeError, PhaselineError } from '../core/errors';
-import type { PipelineRegistry } from '../core/pipeline';
+import { grantedPipelinesOf, pipelineAccessRefusal, type PipelineCaller, type PipelineDefinition, type PipelineRegistry } from '../core/pipeline';
 import type { QuotaRefusal } from '../core/quota';
 import { parseIdempotencyKey, submissionValidator, submitJob, type SubmitDeps, type SubmitLogger, type SubmitQuotaPort } from '../engine/submit';
 import { jobPath } from '../store/paths';
@@ -45,6 +46,22 @@ export type VerifyToken = (token: string) => Promise<{ readonly uid: string; rea
 
 /** The sign-in provider Firebase names anonymous accounts with; they get their own, lower limits. */
 export const ANONYMOUS_SIGN_IN_PROVIDER = 'anonymous';
+
+/** What the pipelines' access policies look at, from a verified token. */
+export function callerOf(identity: Awaited<ReturnType<VerifyToken>>): PipelineCaller {
+  return { uid: identity.uid, anonymous: identity.signInProvider === ANONYMOUS_SIGN_IN_PROVIDER, grantedPipelines: grantedPipelinesOf(identity.claims) };
+}
+
+/** 403: the caller is known, and may not do this. */
+export function forbidden(message: string): Rejection {
+  return { status: 403, error: 'forbidden', message };
+}
+
+/** The registered pipeline a body names, if it names one (the validator says what is wrong otherwise). */
+function namedPipeline(pipelines: PipelineRegistry, body: unknown): PipelineDefinition<unknown> | undefined {
+  const name = typeof body === 'object' && body !== null ? (body as { readonly pipeline?: unknown }).pipeline : undefined;
+  return typeof name === 'string' ? pipelines.get(name) : undefined;
+}
 
 export interface SubmitHandlerDeps {
   readonly store: SubmitDeps['store'];
@@ -278,16 +295,14 @@ export function createSubmitHandler(deps: SubmitHandlerDeps): (request: HttpRequ
     // Who is asking comes first: an anonymous caller learns nothing about what a valid body is.
     const token = bearerToken(request.get('authorization'));
     if (!token.ok) return reply(response, token.rejection);
-    let owner: string;
-    let anonymous: boolean;
+    let caller: PipelineCaller;
     try {
-      const identity = await deps.verifyToken(token.value);
-      owner = identity.uid;
-      anonymous = identity.signInProvider === ANONYMOUS_SIGN_IN_PROVIDER;
+      caller = callerOf(await deps.verifyToken(token.value));
     } catch (error) {
       logger.warn('submitJob: ID token rejected', { reason: describeError(error) });
       return reply(response, unauthenticated('The ID token was rejected (expired, revoked, malformed or for another project): sign in again', true).rejection);
     }
+    const { uid: owner, anonymous } = caller;
     if (!owner) throw new Error('The token verifier returned no uid');
 
     const contentType = checkContentType(request.get('content-type'));
@@ -296,6 +311,10 @@ export function createSubmitHandler(deps: SubmitHandlerDeps): (request: HttpRequ
     if (!key.ok) return reply(response, { status: 400, error: 'invalid_idempotency_key', message: key.message });
     const body = readJsonBody(request);
     if (!body.ok) return reply(response, body.rejection);
+    // Whether the caller may run the named pipeline at all comes before what its input should be.
+    const named = namedPipeline(deps.pipelines, body.value);
+    const refusal = named ? pipelineAccessRefusal(named, caller) : null;
+    if (refusal !== null) return reply(response, forbidden(refusal));
     const submission = validate(body.value);
     if (!submission.ok) return reply(response, { status: 400, error: 'invalid_request', message: submission.message });
 

@@ -5,6 +5,7 @@ import { createJobActionHandler, type JobActionDeps } from '../http/job-actions-
 import { JobStore } from '../store/job-store';
 import { firestore, stepQueue, verifyCaller } from './admin';
 import { engineOptionsFromEnv } from './config';
+import { pipelines } from './pipelines';
 
 let deps: JobActionDeps | undefined;
 function actionDeps(): JobActionDeps {
@@ -12,6 +13,7 @@ function actionDeps(): JobActionDeps {
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
     queue: stepQueue(),
     verifyToken: verifyCaller(),
+    pipelines,
     logger,
   };
   return deps;
