@@ -619,6 +619,14 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/submit-commits.test.ts'], names: 'bug 29: ' }],
   },
   {
+    name: 'operator-content-stated',
+    removes: "one line of firestore.rules' list of the users' content operators see (the units' results read as if operators never saw them)",
+    file: 'firestore.rules',
+    search: "    //   `jobs/{id}/units.result`    a fan-out unit's finished work (a research expert's findings)\n",
+    replace: '',
+    tests: [{ files: ['test/emulator/ops-rules.test.ts'], names: 'bug 36: ' }],
+  },
+  {
     name: 'contended-submit-is-503',
     removes: "submitJob's 503 with Retry-After for a submit whose conditioned commits all lost their races (it becomes a 500 internal error)",
     file: 'functions/src/http/submit-handler.ts',
