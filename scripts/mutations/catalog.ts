@@ -563,8 +563,8 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'submit-usage-conditioned',
     removes: "the precondition on the owner's usage document in the commit that creates a job (racing submits both pass the last free slot)",
     file: 'functions/src/store/quota-documents.ts',
-    search: 'if (updateTime) writer.update(usageRef, next, { lastUpdateTime: updateTime });',
-    replace: 'if (updateTime) writer.set(usageRef, next);',
+    search: '            conditionedWrite(writer, usageRef, usage, next);',
+    replace: '            writer.set(usageRef, next);',
     tests: [
       { files: ['test/emulator/submit-commits.test.ts'], names: 'decides again' },
       { files: ['test/emulator/quotas.test.ts'], names: 'parallel submits race' },
