@@ -261,7 +261,7 @@ function commandFrom(name: keyof typeof COMMAND_OPTIONS, values: Record<string, 
       const [action, uid, pipeline] = positionals;
       const grantsPipeline = action !== undefined && (PIPELINE_GRANT_ACTIONS as readonly string[]).includes(action);
       if (action === undefined || !(grantsPipeline || (ADMIN_ACTIONS as readonly string[]).includes(action)) || uid === undefined) {
-        throw new UsageError('admin needs grant, revoke, allow or disallow and a user ID: phaseline admin grant <uid>, phaseline admin allow <uid> <pipeline>');
+        throw new UsageError('admin needs grant or revoke and a user ID, or allow or disallow, a user ID and a pipeline: phaseline admin grant <uid>, phaseline admin allow <uid> <pipeline>');
       }
       if (!UID_PATTERN.test(uid)) throw new UsageError(`"${uid}" is not a user ID (1 to 128 characters, no "/" or spaces)`);
       if (grantsPipeline) {

@@ -152,7 +152,7 @@ describe('admin', () => {
     [['admin', 'allow', 'u-1'], /needs a pipeline after the user ID/],
     [['admin', 'allow', 'u-1', 'Notify!'], /is not a pipeline name/],
     [['admin', 'grant', 'u-1', 'notify'], /unexpected arguments: "notify"/],
-    [['admin', 'promote', 'u-1'], /grant, revoke, allow or disallow/],
+    [['admin', 'promote', 'u-1'], /admin needs grant or revoke and a user ID, or allow or disallow, a user ID and a pipeline/],
   ])('%j is a usage error', (argv, message) => {
     expect(usageError(argv).message).toMatch(message);
   });
