@@ -1,8 +1,11 @@
 /**
- * The soak's users, as a chat frontend would be: an anonymous account on the Auth emulator (its
- * REST signUp), submissions over HTTP with an Idempotency-Key that stays the same across retries,
- * answers to a waiting job's question, and cancellations.
+ * The soak's users, as a chat frontend would be: an account on the Auth emulator (its REST
+ * signUp: anonymous, or signed in with a password and granted pipelines as an operator would),
+ * submissions over HTTP with an Idempotency-Key that stays the same across retries, answers to a
+ * waiting job's question, and cancellations.
  */
+import { randomBytes } from 'node:crypto';
+import { PIPELINE_GRANTS_CLAIM } from '../../functions/src/core/pipeline';
 import type { WebConfig } from '../lib/local-stack';
 
 export interface User {
@@ -20,6 +23,34 @@ export async function signUp(config: WebConfig): Promise<User> {
   const body = (await response.json()) as { idToken?: string; localId?: string; error?: { message?: string } };
   if (!response.ok || !body.idToken || !body.localId) throw new Error(`Auth emulator signUp answered ${response.status}: ${body.error?.message ?? JSON.stringify(body)}`);
   return { uid: body.localId, idToken: body.idToken };
+}
+
+async function identityToolkit(config: WebConfig, path: string, body: unknown, headers: Readonly<Record<string, string>> = {}): Promise<Record<string, unknown>> {
+  const response = await fetch(`${config.authEmulatorUrl}/identitytoolkit.googleapis.com/v1/${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(15_000),
+  });
+  const answer = (await response.json()) as Record<string, unknown> & { error?: { message?: string } };
+  if (!response.ok) throw new Error(`Auth emulator ${path} answered ${response.status}: ${answer.error?.message ?? JSON.stringify(answer)}`);
+  return answer;
+}
+
+/**
+ * A signed-in (password) account an operator granted `pipelines` (the custom claim the functions
+ * check, set through the Auth emulator's admin API), with an ID token that carries the grant.
+ */
+export async function signUpGranted(config: WebConfig, pipelines: readonly string[]): Promise<User> {
+  const credentials = { email: `soak-${randomBytes(6).toString('hex')}@example.test`, password: randomBytes(12).toString('hex'), returnSecureToken: true };
+  const created = await identityToolkit(config, `accounts:signUp?key=${config.apiKey}`, credentials);
+  const uid = typeof created.localId === 'string' ? created.localId : '';
+  if (!uid) throw new Error('Auth emulator signUp returned no localId');
+  await identityToolkit(config, `projects/${config.projectId}/accounts:update`, { localId: uid, customAttributes: JSON.stringify({ [PIPELINE_GRANTS_CLAIM]: pipelines }) }, { authorization: 'Bearer owner' });
+  // A token issued after the claim was set carries it.
+  const signedIn = await identityToolkit(config, `accounts:signInWithPassword?key=${config.apiKey}`, credentials);
+  if (typeof signedIn.idToken !== 'string') throw new Error('Auth emulator signInWithPassword returned no idToken');
+  return { uid, idToken: signedIn.idToken };
 }
 
 export interface SubmitAnswer {

@@ -15,12 +15,12 @@ import { getFunctions } from 'firebase-admin/functions';
 import { DEFAULT_SETTLE_GRACE_MS, MAX_SETTLE_RECHECK_MS } from '../../functions/src/effects/after-stop';
 import type { SettleStoppedReport } from '../../functions/src/engine/settle-stopped';
 import { RECEIVER_URL_VARIABLE } from '../../functions/src/pipelines/notify/config';
-import { UNKNOWN_OPTIONS, UNKNOWN_QUESTION_PREFIX } from '../../functions/src/pipelines/notify/pipeline';
+import { NOTIFY_PIPELINE, UNKNOWN_OPTIONS, UNKNOWN_QUESTION_PREFIX } from '../../functions/src/pipelines/notify/pipeline';
 import { startFirestoreEmulator } from '../lib/firestore-emulator';
 import { startLocalStack, stopOnSignals, type LocalStack } from '../lib/local-stack';
 import { startFirestoreProxy } from './firestore-proxy';
 import { Receiver } from '../receiver';
-import { cancel, decide, signUp, submit, type User } from './client';
+import { cancel, decide, signUpGranted, submit, type User } from './client';
 import { collectJobs } from './collect';
 import { Injector } from './faults';
 import { startChaosSweeper, type ChaosSweeper } from './sweeper';
@@ -142,10 +142,11 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     PHASELINE_PROVIDER: 'offline',
     PHASELINE_OFFLINE_SEED: String(new Rng(`${plan.seed}/offline`).int(1, 1_000_000_000)),
     PHASELINE_OFFLINE_SETTINGS: JSON.stringify(offlineSettings(plan, launchMs, { toolExecutionLog })),
-    // The soak's anonymous users keep many jobs in flight on purpose: per-user quotas and spend caps are tested elsewhere (quotas.test.ts, spend-cap.test.ts).
-    PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT: '100',
-    PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: '600',
-    PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY: '1000',
+    // The soak's users (signed in, granted notify) keep many jobs in flight on purpose: per-user quotas, spend caps and
+    // the anonymous ceiling are tested elsewhere (quotas.test.ts, spend-cap.test.ts).
+    PHASELINE_QUOTA_JOBS_IN_FLIGHT: '100',
+    PHASELINE_QUOTA_SUBMITS_PER_MINUTE: '600',
+    PHASELINE_QUOTA_SPEND_USD_PER_DAY: '1000',
     // The functions emulator keeps a worker process (about 190 MB) for every task that ran at once, for good:
     // without this bound a long soak's bursts (redeliveries, stalls) grew to 182 workers and filled this machine's memory.
     PHASELINE_STEP_QUEUE_CONCURRENCY: String(STEP_QUEUE_CONCURRENCY),
@@ -227,7 +228,8 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     });
     injector = activeInjector;
     const users: User[] = [];
-    for (let index = 0; index < plan.users; index += 1) users.push(await signUp(stack.config));
+    // notify is for accounts an operator granted it (core/pipeline.ts access): the soak's users are such accounts.
+    for (let index = 0; index < plan.users; index += 1) users.push(await signUpGranted(stack.config, [NOTIFY_PIPELINE]));
 
     const faultTally = new Map<FaultKind, FaultTally>();
     const count = (kind: FaultKind, injected: boolean): void => {

@@ -2,7 +2,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { MAX_JOBS_IN_FLIGHT, MAX_SPEND_USD_PER_DAY, MAX_SUBMITS_PER_MINUTE } from '../../functions/src/core/quota';
 import { PHASE_NAME_PATTERN } from '../../functions/src/core/pipeline';
-import { ADMIN_ACTIONS, type AdminAction } from './admin-commands';
+import { ADMIN_ACTIONS, PIPELINE_GRANT_ACTIONS, type AdminAction, type AdminCommand, type PipelineGrantAction } from './admin-commands';
 import { UsageError } from './errors';
 
 export const USAGE = `phaseline: submit, watch and operate Phaseline jobs
@@ -38,6 +38,9 @@ As an operator (admin SDK: the emulators locally, Application Default Credential
   admin grant <uid>                     Make a user an operator (custom claim admin: true), for the
                                         operator console (/ops) and its actions
   admin revoke <uid>                    Take it away again (and sign the user out everywhere)
+  admin allow <uid> <pipeline>          Let a signed-in user run a pipeline open to granted accounts
+                                        only (notify): custom claim phaselinePipelines
+  admin disallow <uid> <pipeline>       Take that back (and sign the user out everywhere)
   queue stats                           Depth and oldest task of the runJobStep Cloud Tasks queue
   queue pause | queue resume            Stop or restart dispatching (a provider outage, say)
                                         The queue commands need a deployed project: the Cloud Tasks
@@ -92,7 +95,7 @@ export type Command =
   | { readonly name: 'sweep' }
   | { readonly name: 'limits'; readonly uid: string; readonly change: LimitsChange }
   | { readonly name: 'queue'; readonly action: QueueAction }
-  | { readonly name: 'admin'; readonly action: AdminAction; readonly uid: string };
+  | ({ readonly name: 'admin' } & AdminCommand);
 
 /** Per limit: a number sets it, null clears it (the default applies), absent leaves it. */
 export interface LimitsChange {
@@ -255,11 +258,18 @@ function commandFrom(name: keyof typeof COMMAND_OPTIONS, values: Record<string, 
     case 'limits':
       return limitsCommand(values, positionals);
     case 'admin': {
-      const [action, uid] = positionals;
-      if (action === undefined || !(ADMIN_ACTIONS as readonly string[]).includes(action) || uid === undefined) {
-        throw new UsageError('admin needs grant or revoke and a user ID: phaseline admin grant <uid>');
+      const [action, uid, pipeline] = positionals;
+      const grantsPipeline = action !== undefined && (PIPELINE_GRANT_ACTIONS as readonly string[]).includes(action);
+      if (action === undefined || !(grantsPipeline || (ADMIN_ACTIONS as readonly string[]).includes(action)) || uid === undefined) {
+        throw new UsageError('admin needs grant or revoke and a user ID, or allow or disallow, a user ID and a pipeline: phaseline admin grant <uid>, phaseline admin allow <uid> <pipeline>');
       }
       if (!UID_PATTERN.test(uid)) throw new UsageError(`"${uid}" is not a user ID (1 to 128 characters, no "/" or spaces)`);
+      if (grantsPipeline) {
+        if (pipeline === undefined) throw new UsageError(`admin ${action} needs a pipeline after the user ID: phaseline admin ${action} ${uid} notify`);
+        if (!PIPELINE_NAME_PATTERN.test(pipeline)) throw new UsageError(`"${pipeline}" is not a pipeline name (lower-case letters, digits and "-")`);
+        noMorePositionals(positionals, 3, 'admin');
+        return { name: 'admin', action: action as PipelineGrantAction, uid, pipeline };
+      }
       noMorePositionals(positionals, 2, 'admin');
       return { name: 'admin', action: action as AdminAction, uid };
     }
@@ -331,6 +341,8 @@ function spendValue(value: string): number | null {
 
 /** Firebase uids are at most 128 characters; a document ID may not contain "/". */
 const UID_PATTERN = /^[^/\s]{1,128}$/;
+// Pipeline names follow the phase-name rule (the registry's names: canary, research, notify).
+const PIPELINE_NAME_PATTERN = PHASE_NAME_PATTERN;
 
 function limitsCommand(values: Record<string, string | boolean | undefined>, positionals: readonly string[]): Command {
   const [uid] = positionals;

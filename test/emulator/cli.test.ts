@@ -56,9 +56,9 @@ function idToken(projectId: string, uid: string): string {
 
 /** Serves the real HTTP handlers (submitJob, cancelJob, decideJob) on a loopback port. */
 async function serveFunctions(): Promise<void> {
-  const deps = { store: harness.store, queue: harness.queue, verifyToken: (token: string) => Promise.resolve({ uid: uidOfToken(token) }), logger: silent };
+  const deps = { store: harness.store, queue: harness.queue, verifyToken: (token: string) => Promise.resolve({ uid: uidOfToken(token) }), logger: silent, pipelines: testPipelines };
   const handlers: Record<string, (request: HttpRequest, response: HttpResponse) => Promise<void>> = {
-    submitJob: createSubmitHandler({ ...deps, pipelines: testPipelines }),
+    submitJob: createSubmitHandler(deps),
     cancelJob: createJobActionHandler('cancel', deps),
     decideJob: createJobActionHandler('decide', deps),
   };

@@ -90,6 +90,7 @@ describe('over HTTP, an ID Firestore refuses is a 400 with a readable message', 
       store: harness.store,
       queue: harness.queue,
       verifyToken: () => Promise.resolve({ uid: 'owner-1' }),
+      pipelines: new Map(),
       logger: { warn: () => undefined, error: (message, fields) => errors.push({ message, fields }) },
     });
     const sent: { status: number; body: unknown } = { status: 0, body: undefined };

@@ -173,6 +173,14 @@ describe('an operator', () => {
     expect(await timeline(jobId)).toEqual(['submitted', 'cancelled']);
   });
 
+  test("bug 32: a lone surrogate in an operator's reason is a 400, not a 500; nothing changes", async () => {
+    const jobId = await harness.submit('two-phase', { sections: 1 }, USER);
+    const before = await snapshotOf(jobId);
+    const sent = await call({ action: 'cancel', jobId, reason: 'runaway \ud800 spend' });
+    expect(sent).toMatchObject({ status: 400, body: { error: 'invalid_text', message: expect.stringMatching(/lone surrogate[\s\S]*at reason/) as unknown } });
+    expect(await snapshotOf(jobId)).toEqual(before);
+  });
+
   test("re-drives another user's failed job from a phase: queued with fresh budgets, the operator and the reason on its timeline", async () => {
     // The re-drive names phases of the deployed pipelines; canary is one of them.
     const jobId = await harness.submit('canary', { text: 'One paragraph.\n\nAnother one.' }, USER);

@@ -3,8 +3,9 @@
  * custom claim reads any user's job, lists and counts jobs by status (the console's queries), and
  * reads the timeline, units and effect ledger of any job, but not its transcripts, drafts,
  * sections, results or artifacts; a user without the claim (or with a claim that is not `true`)
- * reads none of it; nobody writes, operators included. The last block loads loosened copies of the
- * rules and shows that these checks catch each loosening.
+ * reads none of it; nobody writes, operators included. The users' content an operator does read
+ * (rules grant whole documents) is exactly what firestore.rules and the README say. The last block
+ * loads loosened copies of the rules and shows that these checks catch each loosening.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -26,13 +27,15 @@ import {
   type Firestore,
 } from 'firebase/firestore';
 
+import { sendIntent } from '../../functions/src/pipelines/notify/plan';
+
 const RULES = readFileSync(join(__dirname, '..', '..', 'firestore.rules'), 'utf8');
 const OWNER = 'alice';
 const OPERATOR = 'olga';
 const STRANGER = 'bob';
 /** What the console reads under a job. */
 const CONSOLE_SUBCOLLECTIONS = ['events', 'units', 'effects'] as const;
-/** The user's content, which the console does not show and operators do not read from a browser. */
+/** Subcollections operators do not read (more of the user's content; what they do read of it is listed in firestore.rules). */
 const PRIVATE_SUBCOLLECTIONS = ['transcripts', 'drafts', 'sections', 'results', 'checkpoints', 'claims', 'artifacts', 'artifactChunks'] as const;
 
 function emulator(): { host: string; port: number } {
@@ -128,6 +131,63 @@ describe('an operator does not read', () => {
     await assertFails(getDoc(doc(operator(env), 'circuits/offline')));
     await assertFails(getDocs(collection(operator(env), 'rejectedTasks')));
     await assertFails(getDoc(doc(operator(env), 'conversations/conv-a')));
+  });
+});
+
+describe('what an operator sees of the user\'s content', () => {
+  /** Text only the owner wrote (or the work done for them): wherever an operator's read finds it, they see the user's content. */
+  const MARK = 'alice-private-7f3c';
+  const README = readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8');
+  /** The backticked field paths (`jobs/{id}.input`, `jobs/{id}/effects.intent`) a text names as what operators see. */
+  const declared = (text: string): string[] => [...new Set([...text.matchAll(/`(jobs\/\{id\}(?:\/[a-zA-Z]+)?\.[a-zA-Z]+)`/g)].map(([, path = '']) => path))].sort();
+
+  /** A notify job of alice's, cancelled after a decision, as the engine stores one (its content marked), with a unit, an event and an effect. */
+  async function seedContent(): Promise<void> {
+    await env.withSecurityRulesDisabled(async (context) => {
+      const db = context.firestore() as unknown as Firestore;
+      const recipient = { id: 'c001', name: `Ann ${MARK}`, address: `${MARK}@example.test` };
+      await setDoc(doc(db, 'jobs/job-c'), {
+        owner: OWNER,
+        pipeline: 'notify',
+        status: 'cancelled',
+        conversationId: 'conv-c',
+        input: { campaign: `Renewals ${MARK}`, recipients: [recipient], subject: `Subject ${MARK}`, template: `Dear {name}, ${MARK}` },
+        decisions: { 'unknown-effects-1': `retry ${MARK}` },
+        cancellation: { at: 1, reason: `changed my mind ${MARK}`, by: null, phase: 'send', sectionsDone: 0, effects: null },
+        lastError: null,
+        updatedAt: 3,
+        createdAt: 1,
+        finishedAt: 3,
+      });
+      await setDoc(doc(db, 'jobs/job-c/events/e1'), { kind: 'decided', message: `Outcomes unknown → retry ${MARK}`, atMs: 2 });
+      await setDoc(doc(db, 'jobs/job-c/units/expert-1'), { status: 'done', epoch: 1, progress: {}, result: { sections: [`finding ${MARK}`] } });
+      await setDoc(doc(db, 'jobs/job-c/effects/k1'), { state: 'applied', intent: sendIntent(`Renewals ${MARK}`, { recipient, subject: `Subject ${MARK}`, body: `Dear Ann, ${MARK}` }), intentHash: 'h' });
+      await setDoc(doc(db, 'jobs/job-c/sections/s1'), { data: { text: `section ${MARK}` } });
+      await setDoc(doc(db, 'jobs/job-c/results/final'), { markdown: `answer ${MARK}` });
+      await setDoc(doc(db, 'conversations/conv-c'), { owner: OWNER });
+      await setDoc(doc(db, 'conversations/conv-c/messages/job-c'), { markdown: `answer ${MARK}` });
+    });
+  }
+
+  test("bug 36: every field through which an operator reads the user's content is named in firestore.rules and in the README, and nothing else of it is readable", async () => {
+    await seedContent();
+    const seen = new Set<string>();
+    const look = (prefix: string, data: Readonly<Record<string, unknown>> | undefined) => {
+      for (const [field, value] of Object.entries(data ?? {})) if (JSON.stringify(value).includes(MARK)) seen.add(`${prefix}.${field}`);
+    };
+    look('jobs/{id}', (await assertSucceeds(getDoc(doc(operator(env), 'jobs/job-c')))).data());
+    for (const subcollection of CONSOLE_SUBCOLLECTIONS) {
+      for (const snapshot of (await assertSucceeds(getDocs(collection(operator(env), `jobs/job-c/${subcollection}`)))).docs) look(`jobs/{id}/${subcollection}`, snapshot.data());
+    }
+    const readable = [...seen].sort();
+    expect(readable).toEqual(['jobs/{id}.cancellation', 'jobs/{id}.decisions', 'jobs/{id}.input', 'jobs/{id}/effects.intent', 'jobs/{id}/events.message', 'jobs/{id}/units.result']);
+    expect(declared(RULES)).toEqual(readable);
+    const securityRules = /^## Security rules\n([\s\S]*?)(?=^## )/m.exec(README)?.[1] ?? '';
+    expect(declared(securityRules)).toEqual(readable);
+    // Where the rest of it lives, operators are refused.
+    for (const path of ['jobs/job-c/sections/s1', 'jobs/job-c/results/final', 'conversations/conv-c', 'conversations/conv-c/messages/job-c']) {
+      await assertFails(getDoc(doc(operator(env), path)));
+    }
   });
 });
 

@@ -2,6 +2,7 @@ import { SpendLimitReachedError } from '../../functions/src/core/errors';
 import { BUDGET_CANCEL, BUDGET_QUESTION_ID } from '../../functions/src/core/lifecycle';
 import { DEFAULT_SETTLE_GRACE_MS } from '../../functions/src/effects/after-stop';
 import { cancellationReport } from '../../functions/src/effects/stop-report';
+import type { PipelineRegistry } from '../../functions/src/core/pipeline';
 import { createJobActionHandler } from '../../functions/src/http/job-actions-handler';
 import { cancelJob, decideJob, OwnerActionError } from '../../functions/src/engine/owner-actions';
 import { OperatorActionRefusedError, redriveJob } from '../../functions/src/engine/operator';
@@ -114,11 +115,12 @@ describe('cancellation', () => {
 });
 
 describe('over HTTP', () => {
-  const call = async (action: 'cancel' | 'decide', body: unknown, token = 'token-of-owner-1') => {
+  const call = async (action: 'cancel' | 'decide', body: unknown, token = 'token-of-owner-1', pipelines: PipelineRegistry = testPipelines) => {
     const handler = createJobActionHandler(action, {
       store: harness.store,
       queue: harness.queue,
       verifyToken: (value) => (value === 'token-of-owner-1' ? Promise.resolve({ uid: 'owner-1' }) : Promise.reject(new Error('bad token'))),
+      pipelines,
       logger: { warn: () => undefined, error: () => undefined },
     });
     const sent: { status: number; body: unknown; headers: Record<string, string> } = { status: 0, body: undefined, headers: {} };
@@ -152,6 +154,30 @@ describe('over HTTP', () => {
     const sent = await call(action, body);
     expect(sent.status).toBe(status);
     expect(JSON.stringify(sent.body)).toMatch(message);
+  });
+
+  test('bug 32: a lone surrogate in a cancel reason or an answer is a 400, not a 500; the job is unchanged', async () => {
+    const jobId = await harness.submit('two-phase', { sections: 1 }, 'owner-1');
+    const before = (await db().doc(jobPath(jobId)).get()).data();
+    const cancel = await call('cancel', { jobId, reason: 'no longer \ud800 needed' });
+    expect(cancel).toMatchObject({ status: 400, body: { error: 'invalid_text', message: expect.stringMatching(/lone surrogate[\s\S]*at reason/) as unknown } });
+    const decide = await call('decide', { jobId, questionId: 'scope', answer: '\udfff' });
+    expect(decide).toMatchObject({ status: 400, body: { error: 'invalid_text', message: expect.stringMatching(/at answer/) as unknown } });
+    expect((await db().doc(jobPath(jobId)).get()).data()).toEqual(before);
+  });
+
+  test("bug 29: an owner without the pipeline's grant cannot answer its job's question (an answer makes it go on): 403, the job still waits; cancelling stays theirs", async () => {
+    askFirst();
+    const jobId = await harness.submit('two-phase', { sections: 1 }, 'owner-1');
+    expect((await harness.drain()).map((outcome) => outcome.kind)).toEqual(['waiting']);
+    // The same pipelines, now each granted by an operator only (owner-1 holds no grant).
+    const grantedOnly: PipelineRegistry = new Map([...testPipelines].map(([name, pipeline]) => [name, { ...pipeline, access: 'granted' as const }]));
+    const refused = await call('decide', { jobId, questionId: 'scope', answer: 'one' }, undefined, grantedOnly);
+    expect(refused).toMatchObject({ status: 403, body: { error: 'forbidden', message: expect.stringMatching(/needs an operator's grant/) as unknown } });
+    expect(await readJob(jobId)).toMatchObject({ status: 'waiting', decisions: {} });
+    expect(harness.queue.tasks).toEqual([]);
+    expect((await call('decide', { jobId, questionId: 'scope', answer: 'one' })).status).toBe(200);
+    expect((await call('cancel', { jobId }, undefined, grantedOnly)).status).toBe(200);
   });
 
   test('a bad token is a 401 and changes nothing', async () => {

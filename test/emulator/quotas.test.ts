@@ -12,12 +12,13 @@ import { z } from 'zod';
 import { ManualClock } from '../../functions/src/core/clock';
 import type { JobStatus } from '../../functions/src/core/job';
 import { resolveEngineOptions } from '../../functions/src/core/options';
-import { definePhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
+import { definePhase, definePipeline, PIPELINE_GRANTS_CLAIM, pipelineRegistry } from '../../functions/src/core/pipeline';
 import { nextSpendResetMs, spendDay, type QuotaDefaults } from '../../functions/src/core/quota';
 import { submitJob as submitJobTrigger } from '../../functions/src/index';
 import { createSubmitHandler, type HttpRequest, type HttpResponse, type SubmitHandlerDeps } from '../../functions/src/http/submit-handler';
+import { createNotifyPipeline, NOTIFY_PIPELINE } from '../../functions/src/pipelines/notify';
 import { JobStore } from '../../functions/src/store/job-store';
-import { quotaUsagePath, spendDayPath, userLimitsPath } from '../../functions/src/store/paths';
+import { ANONYMOUS_TOTAL_PATH, quotaUsagePath, spendDayPath, userLimitsPath } from '../../functions/src/store/paths';
 import { SubmitQuota } from '../../functions/src/store/quota-documents';
 import { provideBackends } from '../../functions/src/triggers/admin';
 import { parseInvocation, type Command } from '../../scripts/cli/args';
@@ -28,6 +29,7 @@ import { limits, type OperatorContext } from '../../scripts/cli/operator-command
 import type { LocalTarget } from '../../scripts/cli/target';
 import { submit as cliSubmit, type UserContext } from '../../scripts/cli/user-commands';
 import { openTestFirestore, type TestFirestore } from '../support/firestore';
+import { afterEveryGetAll } from '../support/interpose';
 import { RecordingTaskQueue } from '../support/task-queue';
 
 const echoInput = z.strictObject({ text: z.string().min(1) });
@@ -50,12 +52,21 @@ const LIMITS: QuotaDefaults = { signedIn: { jobsInFlight: 3, submitsPerMinute: 5
 /** For the per-minute tests: in flight never binds. */
 const RATE_ONLY: QuotaDefaults = { signedIn: { jobsInFlight: 100, submitsPerMinute: 3, spendUsdPerDay: 10 }, anonymous: { jobsInFlight: 100, submitsPerMinute: 2, spendUsdPerDay: 1 } };
 
-/** `token-<name>` is signed-in user `uid-<name>`; `anon-<name>` is anonymous user `uid-<name>`. */
+/**
+ * `token-<name>` is signed-in user `uid-<name>`; `anon-<name>` is anonymous user `uid-<name>`;
+ * `granted-<name>` is signed-in user `uid-<name>` whom an operator granted the notify pipeline.
+ */
 const verifyToken: SubmitHandlerDeps['verifyToken'] = (token) => {
-  const match = /^(token|anon)-([a-z0-9]+)$/.exec(token);
+  const match = /^(token|anon|granted)-([a-z0-9]+)$/.exec(token);
   if (!match) return Promise.reject(new Error('Firebase ID token has expired'));
-  return Promise.resolve({ uid: `uid-${match[2] ?? ''}`, signInProvider: match[1] === 'anon' ? 'anonymous' : 'password' });
+  const claims = match[1] === 'granted' ? { [PIPELINE_GRANTS_CLAIM]: [NOTIFY_PIPELINE] } : {};
+  return Promise.resolve({ uid: `uid-${match[2] ?? ''}`, signInProvider: match[1] === 'anon' ? 'anonymous' : 'password', claims });
 };
+
+/** The deployed notify pipeline; a submit never runs it, so it needs no receiver. */
+const notify = createNotifyPipeline(() => {
+  throw new Error('no notify step runs in these tests');
+});
 
 class FakeResponse implements HttpResponse {
   statusCode: number | undefined;
@@ -85,15 +96,16 @@ interface SubmitShape {
   readonly token?: string;
   readonly key?: string;
   readonly text?: string;
+  /** Another body than echo's with `text`. */
+  readonly body?: unknown;
 }
 
-function request({ token = 'token-alice', key, text = 'hello' }: SubmitShape = {}): HttpRequest {
+function request({ token = 'token-alice', key, text = 'hello', body = { pipeline: 'echo', input: { text } } }: SubmitShape = {}): HttpRequest {
   const headers = new Map<string, string>([
     ['authorization', `Bearer ${token}`],
     ['content-type', 'application/json'],
   ]);
   if (key !== undefined) headers.set('idempotency-key', key);
-  const body = { pipeline: 'echo', input: { text } };
   return { method: 'POST', get: (name) => headers.get(name.toLowerCase()), body, rawBody: Buffer.from(JSON.stringify(body)) };
 }
 
@@ -104,7 +116,7 @@ let store: JobStore;
 let handle: (request: HttpRequest, response: HttpResponse) => Promise<void>;
 
 function useLimits(defaults: QuotaDefaults): void {
-  handle = createSubmitHandler({ store, queue, verifyToken, pipelines: pipelineRegistry(echo), logger: { warn: () => undefined, error: () => undefined }, quota: new SubmitQuota(firestore.db, defaults) });
+  handle = createSubmitHandler({ store, queue, verifyToken, pipelines: pipelineRegistry(echo, notify), logger: { warn: () => undefined, error: () => undefined }, quota: new SubmitQuota(firestore.db, defaults) });
 }
 
 async function submit(shape: SubmitShape = {}): Promise<FakeResponse> {
@@ -380,6 +392,95 @@ describe('parallel submits race for the last slots', () => {
     expect(statuses(answers).filter((status) => status === 429)).toHaveLength(7);
     expect(await jobsOf('uid-alice')).toBe(3);
     expect((await usageOf('uid-alice')).recentSubmitsAtMs).toHaveLength(3);
+  });
+});
+
+describe('who may run a pipeline', () => {
+  const fiveHundred = { pipeline: 'notify', input: { campaign: 'Renewals', recipients: 500, subject: 'Act now', template: 'Click here, {name}' } };
+
+  test('bug 29: notify is refused (403) to an anonymous account and to a signed-in one without the grant, before its input is read; nothing is written', async () => {
+    const anonymous = await submit({ token: 'anon-mallory', body: fiveHundred });
+    expect(anonymous.statusCode).toBe(403);
+    expect(anonymous.body).toMatchObject({ error: 'forbidden', message: expect.stringMatching(/not open to guest \(anonymous\) accounts/) as unknown });
+    const ungranted = await submit({ token: 'token-mallory', body: fiveHundred });
+    expect(ungranted.statusCode).toBe(403);
+    expect(ungranted.body).toMatchObject({ message: expect.stringMatching(/needs an operator's grant[\s\S]*phaseline admin allow uid-mallory notify/) as unknown });
+    // The refusal comes first: even a body notify's schema would refuse says only that.
+    expect((await submit({ token: 'anon-mallory', body: { pipeline: 'notify', input: {} } })).statusCode).toBe(403);
+    expect(await jobsOf('uid-mallory')).toBe(0);
+    expect(queue.tasks).toEqual([]);
+    expect((await firestore.db.doc(quotaUsagePath('uid-mallory')).get()).exists).toBe(false);
+  });
+
+  test('bug 29: an account an operator granted notify submits it; pipelines without a policy stay open to anonymous accounts', async () => {
+    expect((await submit({ token: 'granted-ops', body: fiveHundred })).statusCode).toBe(202);
+    expect((await submit({ token: 'anon-carol' })).statusCode).toBe(202);
+  });
+});
+
+describe('the ceiling on anonymous jobs in flight, all anonymous accounts together', () => {
+  const CEILING: QuotaDefaults = { ...LIMITS, anonymousJobsInFlightTotal: 5 };
+  const freshAccounts = (count: number) => Array.from({ length: count }, (_, index) => `anon-fresh${index}`);
+  const listed = async (): Promise<string[]> => ((await firestore.db.doc(ANONYMOUS_TOTAL_PATH).get()).get('inFlightJobIds') as string[] | undefined) ?? [];
+
+  test('bug 29: twenty fresh anonymous accounts submitting research at once: exactly the ceiling is admitted, the rest get 429 with Retry-After', async () => {
+    useLimits(CEILING);
+    const answers = await Promise.all(freshAccounts(20).map((token) => submit({ token, text: `a full research job from ${token}` })));
+    const accepted = answers.filter((answer) => answer.statusCode === 202);
+    const refused = answers.filter((answer) => answer.statusCode === 429);
+    expect([accepted.length, refused.length]).toEqual([5, 15]);
+    for (const answer of refused) {
+      expect(answer.headers.get('retry-after')).toBe('30');
+      expect(answer.body).toMatchObject({ error: 'quota_exceeded', limit: 'anonymous_jobs_in_flight', allowed: 5, message: expect.stringMatching(/sign in to submit now/) as unknown });
+    }
+    expect((await firestore.db.collection('jobs').get()).size).toBe(5);
+    expect((await listed()).sort()).toEqual(accepted.map((answer) => answer.taskId).sort());
+    // Signed-in accounts are not counted against it.
+    expect((await submit({ token: 'token-dave' })).statusCode).toBe(202);
+  });
+
+  test('bug 29: a slot comes back when its job ends (read at the next anonymous submit that finds the ceiling full)', async () => {
+    useLimits(CEILING);
+    const accepted = [];
+    for (const token of freshAccounts(5)) accepted.push(await submit({ token }));
+    expect(statuses(accepted)).toEqual([202, 202, 202, 202, 202]);
+    expect((await submit({ token: 'anon-late' })).body).toMatchObject({ limit: 'anonymous_jobs_in_flight' });
+    await setStatus(accepted[0]?.taskId ?? '', 'completed');
+    const admitted = await submit({ token: 'anon-late' });
+    expect(admitted.statusCode).toBe(202);
+    expect(await listed()).not.toContain(accepted[0]?.taskId);
+    expect(await listed()).toContain(admitted.taskId);
+    expect((await submit({ token: 'anon-later' })).statusCode).toBe(429);
+  });
+
+  test('a ceiling of 0 keeps anonymous accounts from running jobs, with a sentence that says so', async () => {
+    useLimits({ ...LIMITS, anonymousJobsInFlightTotal: 0 });
+    expect((await submit({ token: 'anon-carol' })).body).toMatchObject({ limit: 'anonymous_jobs_in_flight', allowed: 0, message: expect.stringMatching(/may not run jobs at the moment/) as unknown });
+  });
+});
+
+describe('a submit that keeps losing the race for its usage document', () => {
+  test('bug 37: is answered 503 with Retry-After once its commit attempts run out, never 500; nothing is written', async () => {
+    // Every read of alice's usage is followed by a change to it (as an operator's limits change makes), so every commit finds it changed.
+    let changes = 0;
+    const interposed = afterEveryGetAll(firestore.db, (paths) => paths.includes(quotaUsagePath('uid-alice')), async () => {
+      changes += 1;
+      await firestore.db.doc(quotaUsagePath('uid-alice')).set({ inFlightJobIds: [], recentSubmitsAtMs: [], updatedAtMs: 0, limitsChangedAtMs: changes });
+    });
+    let answer: FakeResponse;
+    try {
+      answer = await submit({ key: 'contended' });
+    } finally {
+      interposed.restore();
+    }
+    expect(interposed.times()).toBeGreaterThan(1);
+    expect(answer.statusCode).toBe(503);
+    expect(Number(answer.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(answer.body).toMatchObject({ error: 'contended', retryAfterSeconds: Number(answer.headers.get('retry-after')) });
+    expect(z.object({ message: z.string() }).parse(answer.body).message).toMatch(/same Idempotency-Key/);
+    expect(await jobsOf('uid-alice')).toBe(0);
+    // Once the race is over, the same request goes through.
+    expect((await submit({ key: 'contended' })).statusCode).toBe(202);
   });
 });
 

@@ -47,6 +47,7 @@ async function seed(env: RulesTestEnvironment): Promise<void> {
     }
     await setDoc(doc(db, 'circuits/offline'), { open: false });
     await setDoc(doc(db, 'rejectedTasks/t1'), { payload: '{}' });
+    await setDoc(doc(db, 'quotaTotals/anonymous'), { inFlightJobIds: ['job-a', 'job-b'], updatedAtMs: 0 });
   });
 }
 
@@ -177,6 +178,10 @@ describe('every other read is denied', () => {
 
   test('the rejected tasks as a list', async () => {
     await assertFails(getDocs(collection(as(env, OWNER), 'rejectedTasks')));
+  });
+
+  test("the anonymous accounts' jobs in flight (quotaTotals/*): other users' job IDs", async () => {
+    await assertFails(getDoc(doc(as(env, OWNER), 'quotaTotals/anonymous')));
   });
 });
 

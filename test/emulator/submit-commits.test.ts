@@ -8,7 +8,7 @@ import { resolveEngineOptions } from '../../functions/src/core/options';
 import type { QuotaDefaults } from '../../functions/src/core/quota';
 import { JobStore } from '../../functions/src/store/job-store';
 import { SubmitQuota } from '../../functions/src/store/quota-documents';
-import { conversationPath, quotaUsagePath } from '../../functions/src/store/paths';
+import { ANONYMOUS_TOTAL_PATH, conversationPath, quotaUsagePath } from '../../functions/src/store/paths';
 import { openTestFirestore, type TestFirestore } from '../support/firestore';
 import { afterFirstGetAll } from '../support/interpose';
 
@@ -58,6 +58,26 @@ test("a submit admitted on a usage read that another submit then changed decides
   expect(late).toMatchObject({ refused: { limit: 'jobs_in_flight' } });
   expect((await db().doc(quotaUsagePath('uid-alice')).get()).get('inFlightJobIds')).toHaveLength(3);
   expect((await db().collection('jobs').where('owner', '==', 'uid-alice').get()).size).toBe(3);
+});
+
+test('bug 29: an anonymous submit admitted on a ceiling another anonymous account then filled decides again: the ceiling holds', async () => {
+  const ceilingOfTwo = new SubmitQuota(db(), { ...LIMITS, anonymousJobsInFlightTotal: 2 });
+  const anonymous = (uid: string) => ceilingOfTwo.admission({ uid, anonymous: true });
+  await store.createJob(request('uid-first', 'one'), anonymous('uid-first'));
+  // One in flight, ceiling two: the late submit reads room for one more; another account's submit takes it before the late one commits.
+  const interposed = afterFirstGetAll(db(), (paths) => paths.includes(ANONYMOUS_TOTAL_PATH), async () => {
+    expect(await store.createJob(request('uid-other', 'two'), anonymous('uid-other'))).toMatchObject({ created: true });
+  });
+  let late;
+  try {
+    late = await store.createJob(request('uid-late', 'three'), anonymous('uid-late'));
+  } finally {
+    interposed.restore();
+  }
+  expect(interposed.ran()).toBe(true);
+  expect(late).toMatchObject({ refused: { limit: 'anonymous_jobs_in_flight', allowed: 2 } });
+  expect((await db().doc(ANONYMOUS_TOTAL_PATH).get()).get('inFlightJobIds')).toHaveLength(2);
+  expect((await db().collection('jobs').get()).size).toBe(2);
 });
 
 test("a conversation another user opened between a submit's read and its commit stays theirs: the submit is refused", async () => {

@@ -181,6 +181,27 @@ describe('refused requests write nothing', () => {
   });
 });
 
+describe('bug 32: ill-formed text', () => {
+  test.each([
+    ['a lone high surrogate in the input', { pipeline: 'echo', input: { text: 'before \ud800 after' } }, /input\.text/],
+    ['a lone low surrogate', { pipeline: 'echo', input: { text: '\udc00' } }, /input\.text/],
+    ['one in an unknown field name', { pipeline: 'echo', input: { text: 'hi', ['k\ud800']: 1 } }, /a field name in input/],
+  ])('bug 32: %s is a 400 naming where it is (not a 500 that says to retry); nothing is written', async (_name, body, where) => {
+    const response = await submit({ body });
+    expect(response.statusCode).toBe(400);
+    expect(response.body).toMatchObject({ error: 'invalid_text' });
+    expect(response.message).toMatch(where);
+    expect(response.message).toMatch(/lone surrogate/);
+    await expectNothingWritten();
+    expect(logger.errors).toEqual([]);
+  });
+
+  test('paired surrogates (an emoji) are well-formed text and accepted', async () => {
+    const response = await submit({ body: { pipeline: 'echo', input: { text: 'ship it \ud83d\ude80' } } });
+    expect(response.statusCode).toBe(202);
+  });
+});
+
 describe('an accepted job', () => {
   test('answers 202 with exactly the documented body, writes a queued job and enqueues one task', async () => {
     const response = await submit();

@@ -27,6 +27,21 @@ export function afterFirstGetAll(db: Firestore, matches: (paths: readonly string
   return { restore: () => spy.mockRestore(), ran: () => ran };
 }
 
+/** After every `db.getAll` whose document paths `matches` accepts: each decision meets a change made since its read. */
+export function afterEveryGetAll(db: Firestore, matches: (paths: readonly string[]) => boolean, during: () => Promise<unknown>): Interposed & { times(): number } {
+  const getAll = db.getAll.bind(db);
+  let times = 0;
+  const spy = jest.spyOn(db, 'getAll').mockImplementation(async (...refs: (DocumentReference | ReadOptions)[]): Promise<DocumentSnapshot[]> => {
+    const snapshots = await getAll(...refs);
+    if (matches(refs.map((ref) => ('path' in ref ? ref.path : '')))) {
+      times += 1;
+      await during();
+    }
+    return snapshots;
+  });
+  return { restore: () => spy.mockRestore(), ran: () => times > 0, times: () => times };
+}
+
 /** After the first `get()` of the document at `path` (any reference to it). */
 export function afterFirstGet(db: Firestore, path: string, during: () => Promise<unknown>): Interposed {
   const prototype = Object.getPrototypeOf(db.doc(path)) as { get: (this: DocumentReference) => Promise<DocumentSnapshot> };

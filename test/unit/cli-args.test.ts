@@ -1,3 +1,5 @@
+import { PIPELINE_GRANTS_CLAIM } from '../../functions/src/core/pipeline';
+import { claimsWithPipeline } from '../../scripts/cli/admin-commands';
 import { DEFAULT_LIST_LIMIT, parseInvocation, USAGE } from '../../scripts/cli/args';
 import { EXIT, UsageError } from '../../scripts/cli/errors';
 import { bufferedIo } from '../../scripts/cli/io';
@@ -135,5 +137,30 @@ describe('global options and mistakes', () => {
     expect(await run(['watch'], io, {})).toBe(EXIT.usage);
     expect(io.stdout).toEqual([]);
     expect(io.stderr).toEqual(['phaseline: watch needs a job ID: phaseline watch <jobId>', 'Run `phaseline --help` for usage.']);
+  });
+});
+
+describe('admin', () => {
+  test('grant and revoke take a user ID; allow and disallow a user ID and a pipeline', () => {
+    expect(command('admin', 'grant', 'u-1')).toEqual({ name: 'admin', action: 'grant', uid: 'u-1' });
+    expect(command('admin', 'allow', 'u-1', 'notify')).toEqual({ name: 'admin', action: 'allow', uid: 'u-1', pipeline: 'notify' });
+    expect(command('admin', 'disallow', 'u-1', 'notify')).toEqual({ name: 'admin', action: 'disallow', uid: 'u-1', pipeline: 'notify' });
+    expect(USAGE).toContain('  admin allow <uid> <pipeline>');
+  });
+
+  test.each([
+    [['admin', 'allow', 'u-1'], /needs a pipeline after the user ID/],
+    [['admin', 'allow', 'u-1', 'Notify!'], /is not a pipeline name/],
+    [['admin', 'grant', 'u-1', 'notify'], /unexpected arguments: "notify"/],
+    [['admin', 'promote', 'u-1'], /admin needs grant or revoke and a user ID, or allow or disallow, a user ID and a pipeline/],
+  ])('%j is a usage error', (argv, message) => {
+    expect(usageError(argv).message).toMatch(message);
+  });
+
+  test('allow adds the pipeline to the grants claim, keeping the other claims; disallow takes it out, dropping an empty claim', () => {
+    expect(claimsWithPipeline({ admin: true }, 'notify', true)).toEqual({ admin: true, [PIPELINE_GRANTS_CLAIM]: ['notify'] });
+    expect(claimsWithPipeline({ [PIPELINE_GRANTS_CLAIM]: ['research'] }, 'notify', true)).toEqual({ [PIPELINE_GRANTS_CLAIM]: ['notify', 'research'] });
+    expect(claimsWithPipeline({ admin: true, [PIPELINE_GRANTS_CLAIM]: ['notify'] }, 'notify', false)).toEqual({ admin: true });
+    expect(claimsWithPipeline({ [PIPELINE_GRANTS_CLAIM]: ['notify'] }, 'notify', false)).toBeNull();
   });
 });

@@ -66,6 +66,7 @@ describe('defaults', () => {
       PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: quotas.anonymous.submitsPerMinute,
       PHASELINE_QUOTA_SPEND_USD_PER_DAY: quotas.signedIn.spendUsdPerDay,
       PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY: quotas.anonymous.spendUsdPerDay,
+      PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL: quotas.anonymousJobsInFlightTotal,
       PHASELINE_STEP_QUEUE_CONCURRENCY: stepQueueLimitsFromEnv({}).maxConcurrentDispatches,
       PHASELINE_STEP_QUEUE_DISPATCHES_PER_SECOND: stepQueueLimitsFromEnv({}).maxDispatchesPerSecond,
       PHASELINE_TRACE_EXPORTER: tracingConfigFromEnv({}).exporter,

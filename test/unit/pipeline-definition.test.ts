@@ -4,11 +4,16 @@ import {
   defineFanOutPhase,
   definePhase,
   definePipeline,
+  grantedPipelinesOf,
+  PIPELINE_GRANTS_CLAIM,
+  pipelineAccessRefusal,
   pipelineRegistry,
   resumePhaseIndex,
   type PhaseDefinition,
+  type PipelineAccess,
   type PipelineDefinition,
 } from '../../functions/src/core/pipeline';
+import { deployedPipelines } from '../../functions/src/pipelines';
 
 type Input = { topic: string };
 type Phase = PhaseDefinition<Input, unknown>;
@@ -167,5 +172,41 @@ describe('pipelineRegistry', () => {
 
   test('an empty registry knows no pipelines', () => {
     expect(pipelineRegistry().size).toBe(0);
+  });
+});
+
+describe('access', () => {
+  const anonymous = { uid: 'u1', anonymous: true, grantedPipelines: new Set(['p']) };
+  const signedIn = { uid: 'u2', anonymous: false, grantedPipelines: new Set<string>() };
+  const granted = { uid: 'u3', anonymous: false, grantedPipelines: new Set(['p']) };
+  const grantedOther = { uid: 'u4', anonymous: false, grantedPipelines: new Set(['other']) };
+
+  test.each<[PipelineAccess | undefined, boolean[]]>([
+    [undefined, [true, true, true, true]],
+    ['anyone', [true, true, true, true]],
+    ['signed-in', [false, true, true, true]],
+    ['granted', [false, false, true, false]],
+  ])('access %s lets in: anonymous, signed-in, granted it, granted another = %j', (access, allowed) => {
+    const pipeline = { name: 'p', ...(access ? { access } : {}) };
+    expect([anonymous, signedIn, granted, grantedOther].map((caller) => pipelineAccessRefusal(pipeline, caller) === null)).toEqual(allowed);
+  });
+
+  test('bug 29: the deployed notify pipeline is for accounts an operator granted it; research and canary stay open', () => {
+    const deployed = deployedPipelines(() => {
+      throw new Error('no Firestore here');
+    });
+    expect(Object.fromEntries([...deployed].map(([name, pipeline]) => [name, pipeline.access ?? 'anyone']))).toEqual({ canary: 'anyone', research: 'anyone', notify: 'granted' });
+  });
+
+  test('the grants are the claim\'s strings; any other value grants nothing', () => {
+    expect([...grantedPipelinesOf({ [PIPELINE_GRANTS_CLAIM]: ['notify', 7, 'research'] })]).toEqual(['notify', 'research']);
+    expect(grantedPipelinesOf({ [PIPELINE_GRANTS_CLAIM]: 'notify' }).size).toBe(0);
+    expect(grantedPipelinesOf(undefined).size).toBe(0);
+  });
+
+  test('an access level that does not exist is refused when the pipeline is defined', () => {
+    expect(() => definePipeline({ name: 'p', description: '', input, phases: [plain('a')], publish, access: 'admins' as PipelineAccess })).toThrow(
+      'Pipeline p: access must be one of anyone, signed-in, granted, not admins',
+    );
   });
 });

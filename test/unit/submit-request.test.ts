@@ -94,6 +94,27 @@ describe('readJsonBody', () => {
     expect(result.rejection.message).toMatch(message);
   });
 
+  test('bug 32: refuses a lone surrogate anywhere in the body, values and field names, naming where it is', () => {
+    const refused = (body: unknown) => {
+      const result = readJsonBody(raw(JSON.stringify(body)));
+      if (result.ok) throw new Error('expected a refusal');
+      expect(result.rejection).toMatchObject({ status: 400, error: 'invalid_text' });
+      return result.rejection.message;
+    };
+    expect(refused({ input: { recipients: [{ name: 'ok' }, { name: 'Ann \ud800' }] } })).toMatch(/at input\.recipients\[1\]\.name/);
+    expect(refused({ input: { ['\udc00']: 1 } })).toMatch(/a field name in input/);
+    expect(refused('\ud800')).toMatch(/the body/);
+    // What the framework parsed is held to the same rule.
+    expect(readJsonBody({ body: { reason: '\ud800' } })).toMatchObject({ ok: false, rejection: { status: 400, error: 'invalid_text' } });
+  });
+
+  test('accepts paired surrogates, and walks a deeply nested body without running out of stack', () => {
+    expect(readJsonBody(raw(JSON.stringify({ text: '\ud83d\ude80' })))).toEqual({ ok: true, value: { text: '\ud83d\ude80' } });
+    const deep = `${'['.repeat(30_000)}"x"${']'.repeat(30_000)}`;
+    expect(readJsonBody(raw(deep)).ok).toBe(true);
+    expect(readJsonBody(raw(`${'['.repeat(30_000)}"\\ud800"${']'.repeat(30_000)}`))).toMatchObject({ ok: false, rejection: { status: 400 } });
+  });
+
   test('measures the raw bytes against the limit, to the byte', () => {
     const exact = `"${'a'.repeat(SUBMIT_BODY_LIMIT_BYTES - 2)}"`;
     expect(readJsonBody(raw(exact)).ok).toBe(true);

@@ -16,7 +16,7 @@
 import { z } from 'zod';
 import { TerminalError } from '../core/errors';
 import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions, type EngineOptions } from '../core/options';
-import { DEFAULT_QUOTA_DEFAULTS, MAX_JOBS_IN_FLIGHT, MAX_SPEND_USD_PER_DAY, MAX_SUBMITS_PER_MINUTE, type QuotaDefaults } from '../core/quota';
+import { DEFAULT_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL, DEFAULT_QUOTA_DEFAULTS, MAX_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL, MAX_JOBS_IN_FLIGHT, MAX_SPEND_USD_PER_DAY, MAX_SUBMITS_PER_MINUTE, type QuotaDefaults } from '../core/quota';
 import type { PageFetchLimits } from '../agent/web/page-fetcher';
 import { DEFAULT_OFFLINE_SETTINGS, offlineSettingsSchema, type OfflineSettings } from '../providers/offline/settings';
 import { openAiCompatibleConfigSchema, type OpenAiCompatibleConfig } from '../providers/openai-compatible';
@@ -247,6 +247,11 @@ const QUOTA_VARIABLES = {
     spendCap(DEFAULT_QUOTA_DEFAULTS.anonymous.spendUsdPerDay),
     String(DEFAULT_QUOTA_DEFAULTS.anonymous.spendUsdPerDay),
     'The same for anonymous accounts.',
+  ),
+  PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL: variable(
+    quotaLimit(MAX_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL, DEFAULT_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL),
+    String(DEFAULT_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL),
+    'Jobs of all anonymous accounts together that may be in flight at once (fresh accounts are free to make); submitJob answers 429 past it.',
   ),
 };
 
@@ -522,7 +527,7 @@ export function tavilyApiKeyNeeded(env: Environment = process.env): boolean {
   }
 }
 
-/** The default limits per user at submit, for signed-in and for anonymous accounts. */
+/** The default limits per user at submit, for signed-in and for anonymous accounts, and the ceiling on all anonymous accounts' jobs. */
 export function quotaDefaultsFromEnv(env: Environment = process.env): QuotaDefaults {
   const text = parseSection(QUOTA_VARIABLES, env);
   return {
@@ -532,6 +537,7 @@ export function quotaDefaultsFromEnv(env: Environment = process.env): QuotaDefau
       submitsPerMinute: text.PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE,
       spendUsdPerDay: text.PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY,
     },
+    anonymousJobsInFlightTotal: text.PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL,
   };
 }
 

@@ -188,9 +188,53 @@ export interface PipelineDefinition<TInput> {
    */
   readonly version?: number;
   readonly input: z.ZodType<TInput>;
+  /** Who may submit this pipeline's jobs (and answer their questions); default `anyone`. See PipelineAccess. */
+  readonly access?: PipelineAccess;
   readonly phases: readonly PhaseDefinition<TInput, unknown>[];
   /** Builds the published answer from the final checkpoints; runs inside the completing step. */
   publish(context: StepContext<TInput>): PublishedResult;
+}
+
+/**
+ * Who may run a pipeline, checked by the functions from the caller's ID token: at submit, and when
+ * its owner answers a job's question (an answer makes the job go on; cancelling is always allowed).
+ *   - `anyone`: every account, anonymous ones included (their jobs count against the ceiling on
+ *     anonymous jobs in flight);
+ *   - `signed-in`: accounts that are not anonymous;
+ *   - `granted`: signed-in accounts an operator granted the pipeline: its name is listed in their
+ *     custom claim PIPELINE_GRANTS_CLAIM (`phaseline admin allow <uid> <pipeline>`, or the admin
+ *     SDK's `setCustomUserClaims(uid, { ...claims, phaselinePipelines: ['notify'] })`).
+ */
+export type PipelineAccess = 'anyone' | 'signed-in' | 'granted';
+export const PIPELINE_ACCESS_LEVELS: readonly PipelineAccess[] = ['anyone', 'signed-in', 'granted'];
+export const DEFAULT_PIPELINE_ACCESS: PipelineAccess = 'anyone';
+
+/** The custom claim that lists the pipelines an operator granted a user (names; only a list of strings counts). */
+export const PIPELINE_GRANTS_CLAIM = 'phaselinePipelines';
+
+/** What the access check knows of a caller, from their ID token. */
+export interface PipelineCaller {
+  readonly uid: string;
+  readonly anonymous: boolean;
+  /** The pipelines named in the caller's PIPELINE_GRANTS_CLAIM. */
+  readonly grantedPipelines: ReadonlySet<string>;
+}
+
+/** The pipelines a token's claims grant: PIPELINE_GRANTS_CLAIM's strings, nothing for any other value. */
+export function grantedPipelinesOf(claims: Readonly<Record<string, unknown>> | undefined): ReadonlySet<string> {
+  const granted = claims?.[PIPELINE_GRANTS_CLAIM];
+  return new Set(Array.isArray(granted) ? granted.filter((name): name is string => typeof name === 'string') : []);
+}
+
+/** Why `caller` may not run `pipeline` (a sentence for them), or null when they may. */
+export function pipelineAccessRefusal(pipeline: Pick<PipelineDefinition<unknown>, 'name' | 'access'>, caller: PipelineCaller): string | null {
+  const access = pipeline.access ?? DEFAULT_PIPELINE_ACCESS;
+  if (access === 'anyone') return null;
+  if (caller.anonymous) return `Pipeline "${pipeline.name}" is not open to guest (anonymous) accounts: sign in with an account${access === 'granted' ? ' an operator has granted it to' : ''}.`;
+  if (access === 'granted' && !caller.grantedPipelines.has(pipeline.name)) {
+    return `Pipeline "${pipeline.name}" needs an operator's grant: ask an operator to grant it to user ${caller.uid} (phaseline admin allow ${caller.uid} ${pipeline.name}), then sign in again for a new ID token.`;
+  }
+  return null;
 }
 
 /** Phase names: kebab-case, short enough to sit in unit keys and task payloads. One rule, used everywhere. */
@@ -211,6 +255,9 @@ export function definePipeline<TInput>(pipeline: PipelineDefinition<TInput>): Pi
   const names = new Set<string>();
   const version = pipeline.version ?? 1;
   if (!Number.isInteger(version) || version < 1) throw new Error(`Pipeline ${pipeline.name}: version must be a whole number from 1, not ${String(version)}`);
+  if (pipeline.access !== undefined && !PIPELINE_ACCESS_LEVELS.includes(pipeline.access)) {
+    throw new Error(`Pipeline ${pipeline.name}: access must be one of ${PIPELINE_ACCESS_LEVELS.join(', ')}, not ${pipeline.access}`);
+  }
   for (const phase of pipeline.phases) {
     const problem = phaseVersionProblem(phase, version);
     if (problem !== null) throw new Error(`Pipeline ${pipeline.name}: phase ${phase.name} ${problem}`);

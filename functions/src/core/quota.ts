@@ -17,7 +17,7 @@
 import { z } from 'zod';
 import type { JobStatus } from './job';
 
-export const QUOTA_LIMITS = ['jobs_in_flight', 'submits_per_minute', 'spend_per_day'] as const;
+export const QUOTA_LIMITS = ['jobs_in_flight', 'submits_per_minute', 'spend_per_day', 'anonymous_jobs_in_flight'] as const;
 /** Which limit refused a submission: the machine-readable `limit` of a 429 answer. */
 export type QuotaLimit = (typeof QUOTA_LIMITS)[number];
 
@@ -33,12 +33,23 @@ export interface QuotaDefaults {
   readonly signedIn: UserLimits;
   /** Firebase anonymous accounts (`sign_in_provider` "anonymous"): anyone can make one, so lower. */
   readonly anonymous: UserLimits;
+  /**
+   * Jobs of all anonymous accounts together that may be in flight at once: a limit per account
+   * means nothing to someone who makes fresh accounts. Absent: no such ceiling.
+   */
+  readonly anonymousJobsInFlightTotal?: number;
 }
+
+export const DEFAULT_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL = 20;
 
 export const DEFAULT_QUOTA_DEFAULTS: QuotaDefaults = {
   signedIn: { jobsInFlight: 3, submitsPerMinute: 10, spendUsdPerDay: 10 },
   anonymous: { jobsInFlight: 1, submitsPerMinute: 3, spendUsdPerDay: 1 },
+  anonymousJobsInFlightTotal: DEFAULT_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL,
 };
+
+/** The ceiling's in-flight jobs are listed in one document and, when it is full, their statuses are read at an anonymous submit: this bounds both. */
+export const MAX_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL = 500;
 
 /**
  * Every listed job's status is read in the submit transaction, so the in-flight limit bounds
@@ -182,4 +193,36 @@ export function decideAdmission(usage: QuotaUsage, endedJobIds: ReadonlySet<stri
     return { admitted: false, refusal: { limit: 'spend_per_day', allowed: limits.spendUsdPerDay, retryAfterSeconds, message: spendLimitMessage(spentTodayUsd, limits.spendUsdPerDay, nowMs) } };
   }
   return { admitted: true, usage: { ...usage, inFlightJobIds: [...inFlight, jobId], recentSubmitsAtMs: [...recent, nowMs], updatedAtMs: nowMs } };
+}
+
+// ---- The ceiling on anonymous jobs in flight, all accounts together ----------------------------
+
+/**
+ * `quotaTotals/anonymous`, written only in the commit that creates an anonymous account's job:
+ * the jobs that may still hold a slot of the ceiling. Like a user's usage, slots are given back
+ * lazily: a listed job that ended (or is quarantined) is dropped at a later anonymous submit that
+ * finds the list full, so the engine writes nothing here when a job ends.
+ */
+export const anonymousTotalSchema = z.object({ inFlightJobIds: z.array(z.string()), updatedAtMs: z.number() });
+export type AnonymousTotal = z.infer<typeof anonymousTotalSchema>;
+export const EMPTY_ANONYMOUS_TOTAL: AnonymousTotal = { inFlightJobIds: [], updatedAtMs: 0 };
+
+/** Whether the listed jobs must be looked at: only a full list can refuse, and only there can ended jobs make room. */
+export function anonymousTotalNeedsPruning(total: AnonymousTotal, ceiling: number): boolean {
+  return total.inFlightJobIds.length >= ceiling;
+}
+
+export type AnonymousAdmission = { readonly admitted: true; readonly total: AnonymousTotal } | { readonly admitted: false; readonly refusal: QuotaRefusal };
+
+/** Whether one more anonymous job (`jobId`) fits under the ceiling, the listed jobs in `endedJobIds` no longer counting. */
+export function decideAnonymousTotal(total: AnonymousTotal, endedJobIds: ReadonlySet<string>, ceiling: number, jobId: string, nowMs: number): AnonymousAdmission {
+  const inFlight = total.inFlightJobIds.filter((id) => !endedJobIds.has(id));
+  if (inFlight.length >= ceiling) {
+    const message =
+      ceiling === 0
+        ? 'Guest (anonymous) accounts may not run jobs at the moment; sign in to submit one.'
+        : `Guest (anonymous) accounts have ${plural(inFlight.length, 'job', 'jobs')} in progress together, the most allowed at once; sign in to submit now, or try again in ${IN_FLIGHT_RETRY_AFTER_SECONDS} seconds.`;
+    return { admitted: false, refusal: { limit: 'anonymous_jobs_in_flight', allowed: ceiling, retryAfterSeconds: IN_FLIGHT_RETRY_AFTER_SECONDS, message } };
+  }
+  return { admitted: true, total: { inFlightJobIds: [...inFlight, jobId], updatedAtMs: nowMs } };
 }

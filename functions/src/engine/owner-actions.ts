@@ -16,7 +16,7 @@ import type { TaskQueuePort } from '../store/task-queue';
 /** Why an owner action was refused; `status` is the HTTP status that says it. */
 export class OwnerActionError extends PhaselineError {
   constructor(
-    readonly status: 404 | 409 | 400,
+    readonly status: 404 | 409 | 403 | 400,
     message: string,
   ) {
     super('invalid_input', false, message);
@@ -95,6 +95,8 @@ export async function decideJob(
   store: JobStore,
   queue: TaskQueuePort,
   request: { jobId: string; owner: string; questionId: string; answer: string },
+  /** Why the owner may no longer make this job go on (its pipeline's access policy), or null; the stop option of the budget wait is always theirs. */
+  mayGoOn: (job: JobRecord) => string | null = () => null,
 ): Promise<JobRecord> {
   if (request.questionId === BUDGET_QUESTION_ID && request.answer === BUDGET_CANCEL) {
     // The spend limit wait's other option: stop the job where it is.
@@ -111,6 +113,8 @@ export async function decideJob(
       () => null,
       ({ job }) => {
         ownedJob(job, request.owner);
+        const refusal = mayGoOn(job);
+        if (refusal !== null) throw new OwnerActionError(403, refusal);
         let decided: Transition<JobRecord>;
         try {
           decided = decideWaitingJob(job, { questionId: request.questionId, answer: request.answer }, nowMs);

@@ -1,17 +1,20 @@
 /**
  * The owner's actions on a job over HTTP: `cancelJob` (`{ jobId, reason? }`) and `decideJob`
  * (`{ jobId, questionId, answer }`). Same checks and error shape as submitJob; answers 200 with
- * `{ jobId, status }`.
+ * `{ jobId, status }`. An answer is refused (403) to an owner who may no longer run the job's
+ * pipeline (its access policy, core/pipeline.ts): it would make the job go on.
  */
 import { z } from 'zod';
 import { describeError } from '../core/errors';
 import { documentId } from '../core/ids';
+import type { JobRecord } from '../core/job';
+import { pipelineAccessRefusal, type PipelineCaller, type PipelineRegistry } from '../core/pipeline';
 import { cancellationReport } from '../effects/stop-report';
 import { cancelJob, decideJob, OwnerActionError } from '../engine/owner-actions';
 import type { JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
 import { answerPreflight, applyCorsHeaders, CORS_ALLOWED_METHODS } from './cors';
-import { bearerToken, checkContentType, readJsonBody, reply, unauthenticated, type HttpRequest, type HttpResponse, type VerifyToken } from './submit-handler';
+import { bearerToken, callerOf, checkContentType, readJsonBody, reply, unauthenticated, type HttpRequest, type HttpResponse, type VerifyToken } from './submit-handler';
 
 // Checked before any read: an ID Firestore refuses would otherwise surface as a 500.
 const jobId = documentId('jobId');
@@ -22,6 +25,8 @@ export interface JobActionDeps {
   readonly store: JobStore;
   readonly queue: TaskQueuePort;
   readonly verifyToken: VerifyToken;
+  /** Their access policies decide who may answer a job's question (an answer makes it go on); cancelling is always the owner's. */
+  readonly pipelines: PipelineRegistry;
   readonly logger?: { warn(message: string, fields?: Record<string, unknown>): void; error(message: string, fields?: Record<string, unknown>): void };
 }
 
@@ -37,13 +42,14 @@ export function createJobActionHandler(action: Action, deps: JobActionDeps): (re
     }
     const token = bearerToken(request.get('authorization'));
     if (!token.ok) return reply(response, token.rejection);
-    let owner: string;
+    let caller: PipelineCaller;
     try {
-      owner = (await deps.verifyToken(token.value)).uid;
+      caller = callerOf(await deps.verifyToken(token.value));
     } catch (error) {
       logger.warn(`${action}Job: ID token rejected`, { reason: describeError(error) });
       return reply(response, unauthenticated('The ID token was rejected: sign in again', true).rejection);
     }
+    const owner = caller.uid;
     const contentType = checkContentType(request.get('content-type'));
     if (contentType) return reply(response, contentType);
     const body = readJsonBody(request, 8 * 1024);
@@ -58,11 +64,12 @@ export function createJobActionHandler(action: Action, deps: JobActionDeps): (re
       }
       const parsed = decideBody.safeParse(body.value);
       if (!parsed.success) return reply(response, { status: 400, error: 'invalid_request', message: z.prettifyError(parsed.error) });
-      const job = await decideJob(deps.store, deps.queue, { ...parsed.data, owner });
+      const mayGoOn = (job: JobRecord) => pipelineAccessRefusal(deps.pipelines.get(job.pipeline) ?? { name: job.pipeline }, caller);
+      const job = await decideJob(deps.store, deps.queue, { ...parsed.data, owner }, mayGoOn);
       response.status(200).json({ jobId: job.id, status: job.status });
     } catch (error) {
       if (error instanceof OwnerActionError) {
-        const code = error.status === 404 ? 'not_found' : error.status === 409 ? 'conflict' : 'invalid_request';
+        const code = error.status === 404 ? 'not_found' : error.status === 409 ? 'conflict' : error.status === 403 ? 'forbidden' : 'invalid_request';
         return reply(response, { status: error.status, error: code, message: error.message });
       }
       throw error;

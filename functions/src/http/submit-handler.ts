@@ -5,13 +5,14 @@
  *
  * A repeat of an earlier submission (same owner, same Idempotency-Key) gets the same 202 body
  * with an `Idempotent-Replayed: true` header. A new job past one of the owner's limits gets a 429
- * with `Retry-After`, a sentence naming the limit and the limit's code in `limit`.
+ * with `Retry-After`, a sentence naming the limit and the limit's code in `limit`. A pipeline the
+ * caller may not run (its access policy, core/pipeline.ts) is a 403, before its input is looked at.
  *
  * The request and response types are the few members used, so the express objects from
  * firebase-functions fit them and tests can pass plain objects.
  */
 import { describeError, PhaselineError } from '../core/errors';
-import type { PipelineRegistry } from '../core/pipeline';
+import { grantedPipelinesOf, pipelineAccessRefusal, type PipelineCaller, type PipelineDefinition, type PipelineRegistry } from '../core/pipeline';
 import type { QuotaRefusal } from '../core/quota';
 import { parseIdempotencyKey, submissionValidator, submitJob, type SubmitDeps, type SubmitLogger, type SubmitQuotaPort } from '../engine/submit';
 import { jobPath } from '../store/paths';
@@ -36,13 +37,31 @@ export interface HttpResponse {
 }
 
 /**
- * Checks a Firebase ID token and names its user; rejects when the token is not valid.
- * `signInProvider` is the token's `firebase.sign_in_provider` ("anonymous" for anonymous accounts).
+ * Checks a Firebase ID token and names its user; rejects when the token is not valid (the triggers
+ * pass http/caller-identity.ts's verifier, which refuses disabled and revoked accounts too).
+ * `signInProvider` is the token's `firebase.sign_in_provider` ("anonymous" for anonymous accounts);
+ * `claims` its claims, custom ones included.
  */
-export type VerifyToken = (token: string) => Promise<{ readonly uid: string; readonly signInProvider?: string }>;
+export type VerifyToken = (token: string) => Promise<{ readonly uid: string; readonly signInProvider?: string; readonly claims?: Readonly<Record<string, unknown>> }>;
 
 /** The sign-in provider Firebase names anonymous accounts with; they get their own, lower limits. */
 export const ANONYMOUS_SIGN_IN_PROVIDER = 'anonymous';
+
+/** What the pipelines' access policies look at, from a verified token. */
+export function callerOf(identity: Awaited<ReturnType<VerifyToken>>): PipelineCaller {
+  return { uid: identity.uid, anonymous: identity.signInProvider === ANONYMOUS_SIGN_IN_PROVIDER, grantedPipelines: grantedPipelinesOf(identity.claims) };
+}
+
+/** 403: the caller is known, and may not do this. */
+export function forbidden(message: string): Rejection {
+  return { status: 403, error: 'forbidden', message };
+}
+
+/** The registered pipeline a body names, if it names one (the validator says what is wrong otherwise). */
+function namedPipeline(pipelines: PipelineRegistry, body: unknown): PipelineDefinition<unknown> | undefined {
+  const name = typeof body === 'object' && body !== null ? (body as { readonly pipeline?: unknown }).pipeline : undefined;
+  return typeof name === 'string' ? pipelines.get(name) : undefined;
+}
 
 export interface SubmitHandlerDeps {
   readonly store: SubmitDeps['store'];
@@ -149,12 +168,25 @@ function parseJsonBytes(bytes: Uint8Array, limitBytes: number): Checked<unknown>
 }
 
 /**
- * The JSON body. The framework may already have parsed it (and answered nothing about a parse
- * failure), so the raw bytes are parsed here whenever they were kept; a parsed `body` is the
- * fallback, measured by its serialized size. (firebase-tools' functions emulator runs body-parser
- * first, which answers malformed JSON itself with a 400 of its own before this handler is called.)
+ * The JSON body, every endpoint's (submit, the owner's actions, the operator's). The framework may
+ * already have parsed it (and answered nothing about a parse failure), so the raw bytes are parsed
+ * here whenever they were kept; a parsed `body` is the fallback, measured by its serialized size.
+ * (firebase-tools' functions emulator runs body-parser first, which answers malformed JSON itself
+ * with a 400 of its own before this handler is called.) Text that is not well-formed (a lone
+ * surrogate, which JSON's `\ud800` escape can carry) is refused here, once for every endpoint:
+ * schemas accept it, Firestore refuses to store it, and the caller would be told of a fault of ours.
  */
 export function readJsonBody(request: Pick<HttpRequest, 'body' | 'rawBody'>, limitBytes = SUBMIT_BODY_LIMIT_BYTES): Checked<unknown> {
+  const parsed = parseBody(request, limitBytes);
+  if (!parsed.ok) return parsed;
+  const where = illFormedTextAt(parsed.value);
+  if (where !== null) {
+    return rejection(400, 'invalid_text', `The body has text that is not well-formed Unicode (a lone surrogate, such as "\\ud800") ${where}: send well-formed text`);
+  }
+  return parsed;
+}
+
+function parseBody(request: Pick<HttpRequest, 'body' | 'rawBody'>, limitBytes: number): Checked<unknown> {
   const { rawBody, body } = request;
   if (rawBody !== undefined) return parseJsonBytes(rawBody, limitBytes);
   if (Buffer.isBuffer(body)) return parseJsonBytes(body, limitBytes);
@@ -163,6 +195,51 @@ export function readJsonBody(request: Pick<HttpRequest, 'body' | 'rawBody'>, lim
   const bytes = Buffer.byteLength(JSON.stringify(body));
   if (bytes > limitBytes) return tooLarge(bytes, limitBytes);
   return { ok: true, value: body };
+}
+
+/** Node 20+ has it; the project's TypeScript library (es2023) does not declare it yet. */
+const isWellFormed = (text: string): boolean => (text as string & { isWellFormed(): boolean }).isWellFormed();
+
+interface Visit {
+  readonly value: unknown;
+  readonly parent: Visit | null;
+  readonly key: string | number | null;
+}
+
+/** `input.recipients[1].name` for a visit; built only for a refusal, so a deep body costs no path per node. */
+function pathOf(visit: Visit | null): string {
+  const parts: string[] = [];
+  for (let at = visit; at !== null && at.key !== null; at = at.parent) {
+    parts.push(typeof at.key === 'number' ? `[${at.key}]` : /^[A-Za-z_$][\w$]*$/.test(at.key) ? `.${at.key}` : `[${JSON.stringify(at.key)}]`);
+  }
+  return parts.reverse().join('').replace(/^\./, '');
+}
+
+/**
+ * Where the first ill-formed string of a parsed JSON value is ("at input.text", "in a field name
+ * in input"), or null when every string and field name is well-formed. Iterative: a deeply nested
+ * body cannot exhaust the stack.
+ */
+export function illFormedTextAt(root: unknown): string | null {
+  const pending: Visit[] = [{ value: root, parent: null, key: null }];
+  for (let visit = pending.pop(); visit !== undefined; visit = pending.pop()) {
+    const { value } = visit;
+    if (typeof value === 'string') {
+      if (!isWellFormed(value)) return visit.parent === null ? 'in the body itself' : `at ${pathOf(visit)}`;
+    } else if (Array.isArray(value)) {
+      for (let index = value.length - 1; index >= 0; index -= 1) pending.push({ value: value[index] as unknown, parent: visit, key: index });
+    } else if (typeof value === 'object' && value !== null) {
+      const entries = Object.entries(value);
+      for (const [key] of entries) {
+        if (!isWellFormed(key)) return `in a field name in ${visit.parent === null ? 'the body' : pathOf(visit)}`;
+      }
+      for (let index = entries.length - 1; index >= 0; index -= 1) {
+        const [key, child] = entries[index] ?? [];
+        if (key !== undefined) pending.push({ value: child, parent: visit, key });
+      }
+    }
+  }
+  return null;
 }
 
 export function reply(response: HttpResponse, refusal: Rejection): void {
@@ -178,6 +255,20 @@ export function overLimit(refusal: QuotaRefusal): Rejection {
     message: refusal.message,
     headers: { 'Retry-After': String(refusal.retryAfterSeconds) },
     fields: { limit: refusal.limit, allowed: refusal.allowed, retryAfterSeconds: refusal.retryAfterSeconds },
+  };
+}
+
+/** How long a submit that lost its commit races is told to wait: long enough for a burst of submits to drain. */
+export const CONTENDED_RETRY_AFTER_SECONDS = 2;
+
+/** 503: nothing was decided for this request; the same request (same Idempotency-Key) may be sent again after `Retry-After`. */
+function contended(): Rejection {
+  return {
+    status: 503,
+    error: 'contended',
+    message: `The job could not be written just now: other submissions kept changing the records it is counted against (or the database did not answer). Try again in ${CONTENDED_RETRY_AFTER_SECONDS} seconds; resending with the same Idempotency-Key is safe.`,
+    headers: { 'Retry-After': String(CONTENDED_RETRY_AFTER_SECONDS) },
+    fields: { retryAfterSeconds: CONTENDED_RETRY_AFTER_SECONDS },
   };
 }
 
@@ -204,16 +295,14 @@ export function createSubmitHandler(deps: SubmitHandlerDeps): (request: HttpRequ
     // Who is asking comes first: an anonymous caller learns nothing about what a valid body is.
     const token = bearerToken(request.get('authorization'));
     if (!token.ok) return reply(response, token.rejection);
-    let owner: string;
-    let anonymous: boolean;
+    let caller: PipelineCaller;
     try {
-      const identity = await deps.verifyToken(token.value);
-      owner = identity.uid;
-      anonymous = identity.signInProvider === ANONYMOUS_SIGN_IN_PROVIDER;
+      caller = callerOf(await deps.verifyToken(token.value));
     } catch (error) {
       logger.warn('submitJob: ID token rejected', { reason: describeError(error) });
       return reply(response, unauthenticated('The ID token was rejected (expired, revoked, malformed or for another project): sign in again', true).rejection);
     }
+    const { uid: owner, anonymous } = caller;
     if (!owner) throw new Error('The token verifier returned no uid');
 
     const contentType = checkContentType(request.get('content-type'));
@@ -222,6 +311,10 @@ export function createSubmitHandler(deps: SubmitHandlerDeps): (request: HttpRequ
     if (!key.ok) return reply(response, { status: 400, error: 'invalid_idempotency_key', message: key.message });
     const body = readJsonBody(request);
     if (!body.ok) return reply(response, body.rejection);
+    // Whether the caller may run the named pipeline at all comes before what its input should be.
+    const named = namedPipeline(deps.pipelines, body.value);
+    const refusal = named ? pipelineAccessRefusal(named, caller) : null;
+    if (refusal !== null) return reply(response, forbidden(refusal));
     const submission = validate(body.value);
     if (!submission.ok) return reply(response, { status: 400, error: 'invalid_request', message: submission.message });
 
@@ -232,6 +325,11 @@ export function createSubmitHandler(deps: SubmitHandlerDeps): (request: HttpRequ
       // The store refuses some requests only it can judge (a conversation owned by someone else).
       if (error instanceof PhaselineError && error.code === 'invalid_input') {
         return reply(response, { status: 400, error: 'invalid_request', message: error.message });
+      }
+      // Not a fault to report as one: the commit lost every race for the documents it is counted against (or Firestore kept failing), and a retry later is the remedy.
+      if (error instanceof PhaselineError && error.code === 'checkpoint_write_failed') {
+        logger.warn('submitJob: the job could not be written now; the caller is told to retry', { error: describeError(error) });
+        return reply(response, contended());
       }
       throw error;
     }

@@ -51,6 +51,10 @@ export const userLimitsPath = (uid: string): string => `${USER_LIMITS}/${uid}`;
 /** What counts against a user's limits: written only in the transaction that creates one of their jobs. */
 export const QUOTA_USAGE = 'quotaUsage';
 export const quotaUsagePath = (uid: string): string => `${QUOTA_USAGE}/${uid}`;
+
+/** Counts across users (core/quota.ts): the ceiling on anonymous jobs in flight. Functions only; no client reads them. */
+export const QUOTA_TOTALS = 'quotaTotals';
+export const ANONYMOUS_TOTAL_PATH = `${QUOTA_TOTALS}/anonymous`;
 /** One user's model spend on one UTC day (`YYYY-MM-DD`): charged by the steps, read before each model call. */
 export const SPEND_DAYS = 'spendDays';
 export const spendDayPath = (uid: string, day: string): string => `${QUOTA_USAGE}/${uid}/${SPEND_DAYS}/${day}`;

@@ -6,16 +6,23 @@
  *
  * Concurrent submits of one user contend on their usage document, so the transactions run one
  * after another and a limit of 3 accepts exactly 3 of 10 parallel submits. Submits of different
- * users never contend.
+ * users never contend, except anonymous ones: they also share `quotaTotals/anonymous`, the ceiling
+ * on all anonymous accounts' jobs in flight, written by the same commit under the same kind of
+ * precondition (so it takes one write per admitted anonymous job).
  */
-import { FieldValue, Timestamp, type DocumentReference, type DocumentSnapshot, type Firestore } from 'firebase-admin/firestore';
+import { FieldValue, Timestamp, type DocumentData, type DocumentReference, type DocumentSnapshot, type Firestore } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import { PhaselineError } from '../core/errors';
 import type { JobStatus } from '../core/job';
 import type { JobStore, JobWriter } from './job-store';
 import {
+  anonymousTotalNeedsPruning,
+  anonymousTotalSchema,
   DEFAULT_QUOTA_DEFAULTS,
   decideAdmission,
+  decideAnonymousTotal,
+  EMPTY_ANONYMOUS_TOTAL,
+  type AnonymousTotal,
   type Admission,
   EMPTY_QUOTA_USAGE,
   SLOT_FREE_STATUSES,
@@ -31,7 +38,7 @@ import {
   type UserLimitsOverride,
 } from '../core/quota';
 import { isAlreadyExists } from './firestore-errors';
-import { jobPath, quotaUsagePath, spendChargePath, spendDayPath, userLimitsPath } from './paths';
+import { ANONYMOUS_TOTAL_PATH, jobPath, quotaUsagePath, spendChargePath, spendDayPath, userLimitsPath } from './paths';
 import { EXPIRE_AT } from './retention';
 
 /** Who is submitting, as the ID token says. */
@@ -114,6 +121,20 @@ function spendDayExpiry(dayMs: number): Timestamp {
   return Timestamp.fromMillis(nextSpendResetMs(dayMs) + SPEND_DAY_RETENTION_MS);
 }
 
+function decodeAnonymousTotal(snapshot: DocumentSnapshot): AnonymousTotal {
+  if (!snapshot.exists) return EMPTY_ANONYMOUS_TOTAL;
+  const parsed = anonymousTotalSchema.safeParse(snapshot.data());
+  if (!parsed.success) throw corrupt(snapshot.ref.path, parsed.error);
+  return parsed.data;
+}
+
+/** A write of the commit that admits a job, conditioned on the document as it was read (created if it was absent). */
+function conditionedWrite(writer: JobWriter, ref: DocumentReference, snapshot: DocumentSnapshot, data: DocumentData): void {
+  const updateTime = snapshot.exists ? snapshot.updateTime : undefined;
+  if (updateTime) writer.update(ref, data, { lastUpdateTime: updateTime });
+  else writer.create(ref, data);
+}
+
 function decodeUsage(snapshot: DocumentSnapshot): QuotaUsage {
   if (!snapshot.exists) return EMPTY_QUOTA_USAGE;
   const parsed = quotaUsageSchema.safeParse(snapshot.data());
@@ -136,17 +157,30 @@ export class SubmitQuota {
   admission(submitter: Submitter): JobAdmission {
     const usageRef = this.db.doc(quotaUsagePath(submitter.uid));
     const limitsRef = this.db.doc(userLimitsPath(submitter.uid));
+    // An anonymous account's job also takes a slot under the ceiling of all anonymous accounts together.
+    const ceiling = submitter.anonymous ? this.defaults.anonymousJobsInFlightTotal : undefined;
+    const totalRef = ceiling === undefined ? null : this.db.doc(ANONYMOUS_TOTAL_PATH);
     return {
-      reads: (nowMs) => [usageRef, limitsRef, this.db.doc(spendDayPath(submitter.uid, spendDay(nowMs)))],
-      decide: async ([usage, override, spent], jobId, nowMs) => {
+      reads: (nowMs) => [usageRef, limitsRef, this.db.doc(spendDayPath(submitter.uid, spendDay(nowMs))), ...(totalRef ? [totalRef] : [])],
+      decide: async ([usage, override, spent, totalSnapshot], jobId, nowMs) => {
         const admission = await this.decide(usage, override, new Set(), submitter, jobId, nowMs, decodeSpent(spent));
         if (!admission.admitted) return { refused: admission.refusal };
+        if (!usage) throw new Error('getAll returned fewer snapshots than references');
+        let total: { readonly snapshot: DocumentSnapshot; readonly next: AnonymousTotal } | null = null;
+        if (totalRef && ceiling !== undefined) {
+          if (!totalSnapshot) throw new Error('getAll returned fewer snapshots than references');
+          const current = decodeAnonymousTotal(totalSnapshot);
+          const ended = anonymousTotalNeedsPruning(current, ceiling) ? await this.endedJobs(current.inFlightJobIds) : new Set<string>();
+          const decided = decideAnonymousTotal(current, ended, ceiling, jobId, nowMs);
+          if (!decided.admitted) return { refused: decided.refusal };
+          total = { snapshot: totalSnapshot, next: decided.total };
+        }
         const next = { ...admission.usage, anonymous: submitter.anonymous };
-        const updateTime = usage?.exists ? usage.updateTime : undefined;
         return {
+          // Both conditioned: racing submits of this user, or of any anonymous account, decide again from fresh reads.
           admit: (writer) => {
-            if (updateTime) writer.update(usageRef, next, { lastUpdateTime: updateTime });
-            else writer.create(usageRef, next);
+            conditionedWrite(writer, usageRef, usage, next);
+            if (totalRef && total) conditionedWrite(writer, totalRef, total.snapshot, total.next);
           },
         };
       },

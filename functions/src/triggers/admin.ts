@@ -1,5 +1,8 @@
 import { getApps, initializeApp, type App } from 'firebase-admin/app';
+import { getAuth } from 'firebase-admin/auth';
 import { getFirestore, type Firestore } from 'firebase-admin/firestore';
+import { systemClock } from '../core/clock';
+import { revocationCheckingVerifier, type IdTokenAuth, type VerifyCaller } from '../http/caller-identity';
 import { cloudTasksQueue } from '../store/cloud-tasks-queue';
 import type { TaskQueuePort } from '../store/task-queue';
 
@@ -18,6 +21,8 @@ export interface Backends {
   readonly firestore: Firestore;
   /** Where step and unit tasks go. */
   readonly queue: TaskQueuePort;
+  /** Checks callers' ID tokens; the default app's Auth when absent. */
+  readonly auth?: IdTokenAuth;
 }
 
 let backends: Backends | undefined;
@@ -45,4 +50,13 @@ export function firestore(): Firestore {
 /** Cloud Tasks (its emulator when CLOUD_TASKS_EMULATOR_HOST is set), unless a host provided another queue. */
 export function stepQueue(): TaskQueuePort {
   return connectedBackends().queue;
+}
+
+let callerVerifier: VerifyCaller | undefined;
+
+/** The one ID-token check of every HTTP trigger: revocation and disabled accounts included (http/caller-identity.ts). */
+export function verifyCaller(): VerifyCaller {
+  // Under the emulators FIREBASE_AUTH_EMULATOR_HOST makes the default app's Auth accept the Auth emulator's tokens.
+  callerVerifier ??= revocationCheckingVerifier(connectedBackends().auth ?? getAuth(adminApp()), systemClock);
+  return callerVerifier;
 }

@@ -1,18 +1,19 @@
-import { getAuth } from 'firebase-admin/auth';
 import { logger } from 'firebase-functions/logger';
 import { onRequest } from 'firebase-functions/v2/https';
 import { systemClock } from '../core/clock';
 import { createJobActionHandler, type JobActionDeps } from '../http/job-actions-handler';
 import { JobStore } from '../store/job-store';
-import { adminApp, firestore, stepQueue } from './admin';
+import { firestore, stepQueue, verifyCaller } from './admin';
 import { engineOptionsFromEnv } from './config';
+import { pipelines } from './pipelines';
 
 let deps: JobActionDeps | undefined;
 function actionDeps(): JobActionDeps {
   deps ??= {
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
     queue: stepQueue(),
-    verifyToken: async (token) => ({ uid: (await getAuth(adminApp()).verifyIdToken(token)).uid }),
+    verifyToken: verifyCaller(),
+    pipelines,
     logger,
   };
   return deps;

@@ -1,15 +1,14 @@
 /**
  * `opsAction`: the operator console's actions over HTTP (see http/ops-handler.ts). The ID token is
- * verified with revocation checked, so `phaseline admin revoke` (which also revokes the user's
- * refresh tokens) takes effect at the next call, not when the token expires.
+ * verified with revocation checked (verifyCaller, as every endpoint), so `phaseline admin revoke`
+ * (which also revokes the user's refresh tokens) takes effect within seconds, not when the token expires.
  */
-import { getAuth } from 'firebase-admin/auth';
 import { logger } from 'firebase-functions/logger';
 import { onRequest } from 'firebase-functions/v2/https';
 import { systemClock } from '../core/clock';
 import { createOpsActionHandler, OPERATOR_CLAIM } from '../http/ops-handler';
 import { JobStore } from '../store/job-store';
-import { adminApp, firestore, stepQueue } from './admin';
+import { firestore, stepQueue, verifyCaller } from './admin';
 import { engineOptionsFromEnv } from './config';
 
 let handler: ReturnType<typeof createOpsActionHandler> | undefined;
@@ -18,8 +17,8 @@ function opsHandler(): ReturnType<typeof createOpsActionHandler> {
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
     queue: stepQueue(),
     verifyToken: async (token) => {
-      const decoded = await getAuth(adminApp()).verifyIdToken(token, true);
-      return { uid: decoded.uid, admin: decoded[OPERATOR_CLAIM] === true };
+      const caller = await verifyCaller()(token);
+      return { uid: caller.uid, admin: caller.claims[OPERATOR_CLAIM] === true };
     },
     logger,
   });

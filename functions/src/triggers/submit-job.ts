@@ -1,4 +1,3 @@
-import { getAuth } from 'firebase-admin/auth';
 import { logger } from 'firebase-functions/logger';
 import { onRequest } from 'firebase-functions/v2/https';
 import { systemClock } from '../core/clock';
@@ -6,7 +5,7 @@ import { createSubmitHandler, type HttpRequest, type HttpResponse } from '../htt
 import { quotaDefaultsFromEnv } from '../config/environment';
 import { JobStore } from '../store/job-store';
 import { SubmitQuota } from '../store/quota-documents';
-import { adminApp, firestore, stepQueue } from './admin';
+import { firestore, stepQueue, verifyCaller } from './admin';
 import { engineOptionsFromEnv } from './config';
 import { pipelines } from './pipelines';
 
@@ -17,11 +16,7 @@ function submitHandler(): (request: HttpRequest, response: HttpResponse) => Prom
   handler ??= createSubmitHandler({
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
     queue: stepQueue(),
-    // Under the emulators FIREBASE_AUTH_EMULATOR_HOST makes this accept the Auth emulator's tokens.
-    verifyToken: async (token) => {
-      const decoded = await getAuth(adminApp()).verifyIdToken(token);
-      return { uid: decoded.uid, signInProvider: decoded.firebase.sign_in_provider };
-    },
+    verifyToken: verifyCaller(),
     pipelines,
     logger,
     quota: new SubmitQuota(firestore(), quotaDefaultsFromEnv()),

@@ -94,6 +94,8 @@ export function createNotifyPipeline(resolveDeps: () => NotifyDeps) {
     name: NOTIFY_PIPELINE,
     description: 'A batch of personalised messages, each sent through the receiver and logged to the customer record, with an effect ledger.',
     input: notifyInput,
+    // It sends messages of the caller's choosing to addresses of their choosing: only to accounts an operator vouched for.
+    access: 'granted',
     phases: [plan, send],
     publish: (context) => {
       const { campaign } = context.checkpoint(plan);
