@@ -597,4 +597,20 @@ export const MUTANTS: readonly Mutant[] = [
       { files: ['test/unit/chaos-collect.test.ts'], names: 'the retention pass stamped counts from its creation' },
     ],
   },
+  {
+    name: 'page-depth-scan',
+    removes: 'the scan that refuses a page nested too deep before it is parsed (a hostile page costs a worker its whole time limit)',
+    file: 'functions/src/agent/web/readable-extractor.ts',
+    search: "      if (shape.over === 'depth') return Promise.resolve(tooComplex(`its elements nest more than ${this.markupLimits.maxDepth} levels deep`));\n",
+    replace: '',
+    tests: [{ files: ['test/unit/web-tools-fetch.test.ts'], names: 'bug 28: a page of 1,500 nested elements' }],
+  },
+  {
+    name: 'page-read-in-worker',
+    removes: "the worker thread of readable-text extraction (a slow page holds the step's event loop)",
+    file: 'functions/src/agent/web/readable-extractor.ts',
+    search: '    return this.inWorker({ id: ++this.nextId, kind, text }, signal);\n',
+    replace: "    const inline = require('./readable');\n    return Promise.resolve({ ok: true, page: kind === 'html' ? inline.readableFromHtml(text) : inline.readableFromText(text) });\n",
+    tests: [{ files: ['test/unit/web-tools-fetch.test.ts'], names: 'bug 28: a page is handed to a worker under the time limit' }],
+  },
 ];

@@ -186,7 +186,7 @@ const PAGE_VARIABLES = {
   PHASELINE_FETCH_MAX_BYTES: variable(
     numberText.pipe(z.int().min(1_000).max(100_000_000)).default(2_000_000),
     '2000000',
-    'fetch_page reads at most this many bytes of a page (decoded) and says when it stopped there; parsing is synchronous, so keep it modest.',
+    'fetch_page reads at most this many bytes of a page (decoded) and says when it stopped there; the page is parsed in a worker thread, within a time limit.',
   ),
   PHASELINE_FETCH_MAX_REDIRECTS: variable(numberText.pipe(z.int().min(0).max(20)).default(5), '5', 'Redirects fetch_page follows, each hop checked against the address rules.'),
   PHASELINE_FETCH_TOKEN_BUDGET: variable(

@@ -22,7 +22,8 @@ import { toolArguments, toolError, toolParameters, type ToolResult, type Toolbox
 import type { Clock } from '../../core/clock';
 import type { ArtifactRef, ArtifactStore } from '../../store/artifact-store';
 import type { FetchedPage, PageFetcher } from './page-fetcher';
-import { cutToTokens, decodeBody, estimateTokens, readableFromHtml, readableFromText, type ReadablePage } from './readable';
+import { cutToTokens, decodeBody, estimateTokens, type ReadablePage } from './readable';
+import { defaultReadableExtractor, type ExtractionOutcome, type ReadableExtractor } from './readable-extractor';
 import { SearchFailedError, type SearchBackend } from './search';
 
 export const WEB_SEARCH_TOOL = 'search';
@@ -56,6 +57,8 @@ export interface WebToolboxOptions {
   readonly clock: Clock;
   /** Estimated tokens of page text handed to the model; the full text is kept as an artifact. */
   readonly pageTokenBudget: number;
+  /** Makes a page's readable text off the step's thread, within limits; the process's shared one by default. */
+  readonly extractor?: ReadableExtractor;
 }
 
 function specsFor(backend: string, pageTokenBudget: number): readonly ToolSpec[] {
@@ -132,13 +135,13 @@ class JobWebToolbox implements WebToolbox {
     const outcome = await this.options.pages.fetch(url, signal);
     if (!outcome.ok) return toolError(outcome.refusal.message, { url, reason: outcome.refusal.kind });
     const { page } = outcome;
-    let readable: ReadablePage;
-    try {
-      const text = decodeBody(page.body, page.kind, page.charset);
-      readable = page.kind === 'html' ? readableFromHtml(text) : readableFromText(text);
-    } catch (error) {
-      return toolError(`${page.url} could not be turned into text: ${error instanceof Error ? error.message : String(error)}`, { url, reason: 'unreadable' });
+    const extractor = this.options.extractor ?? defaultReadableExtractor();
+    const extracted: ExtractionOutcome = await extractor.extract(decodeBody(page.body, page.kind, page.charset), page.kind, signal);
+    if (!extracted.ok) {
+      const message = extracted.reason === 'too_complex' ? `${page.url}: ${extracted.message}` : `${page.url} could not be turned into text: ${extracted.message}`;
+      return toolError(message, { url, reason: extracted.reason });
     }
+    const readable: ReadablePage = extracted.page;
     const fetchedAt = this.now();
     const { jobId } = this.options;
     // A programming error, not the model's: the pipeline binds the toolbox to the job it runs.
