@@ -613,4 +613,12 @@ export const MUTANTS: readonly Mutant[] = [
     replace: "    const inline = require('./readable');\n    return Promise.resolve({ ok: true, page: kind === 'html' ? inline.readableFromHtml(text) : inline.readableFromText(text) });\n",
     tests: [{ files: ['test/unit/web-tools-fetch.test.ts'], names: 'bug 28: a page is handed to a worker under the time limit' }],
   },
+  {
+    name: 'fetch-allow-list-ports',
+    removes: "the port of each fetch allow-list entry (an allowed address is open on every port: a page redirects the agent to any local service)",
+    file: 'functions/src/agent/web/page-fetcher.ts',
+    search: '      const agents = this.byPort.get(portOf(url)) ?? this.publicOnly;\n',
+    replace: '      const agents = filteringAgents(this.limits.allowedAddresses.map((entry) => entry.address));\n',
+    tests: [{ files: ['test/unit/web-tools-fetch.test.ts'], names: 'bug 33: ' }],
+  },
 ];

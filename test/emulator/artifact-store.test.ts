@@ -185,7 +185,7 @@ describe('fetch_page keeps the full text of a 5 MB page', () => {
       {
         PHASELINE_SEARCH: 'searxng',
         PHASELINE_SEARXNG_URL: 'http://127.0.0.1:9/',
-        PHASELINE_FETCH_ALLOWED_ADDRESSES: '127.0.0.1',
+        PHASELINE_FETCH_ALLOWED_ADDRESSES: `127.0.0.1:${site.port}`,
         PHASELINE_FETCH_MAX_BYTES: String(6 * MB),
         PHASELINE_FETCH_TIMEOUT_MS: '120000',
         PHASELINE_FETCH_TOKEN_BUDGET: '4000',

@@ -22,7 +22,9 @@ import { ARTICLE_HTML, HUGE_PAGE_BYTES, PLAIN_TEXT, startInternalService, startP
 
 /** Long enough for a loaded machine to answer on loopback, short enough that a stalled page costs little. */
 const SHORT_TIMEOUT_MS = 400;
-const LIMITS: PageFetchLimits = { timeoutMs: 5_000, maxBytes: 1024 * 1024, maxRedirects: 3, allowedAddresses: ['127.0.0.1'] };
+const LIMITS: Omit<PageFetchLimits, 'allowedAddresses'> = { timeoutMs: 5_000, maxBytes: 1024 * 1024, maxRedirects: 3 };
+/** The page site's address, on its port: what these tests allow unless they say otherwise. */
+const siteOnly = (): PageFetchLimits['allowedAddresses'] => [{ address: '127.0.0.1', port: site.port }];
 const FETCHED_AT = Date.UTC(2026, 2, 4, 12, 0, 0);
 
 let site: PageSite;
@@ -39,7 +41,7 @@ afterAll(async () => {
 });
 
 function fetchWith(url: string, limits: Partial<PageFetchLimits> = {}, signal = new AbortController().signal): Promise<PageFetchOutcome> {
-  return createPageFetcher({ ...LIMITS, ...limits }).fetch(url, signal);
+  return createPageFetcher({ ...LIMITS, allowedAddresses: siteOnly(), ...limits }).fetch(url, signal);
 }
 
 function refusalOf(outcome: PageFetchOutcome): { kind: string; message: string } {
@@ -56,7 +58,7 @@ function pageToolbox(options: { limits?: Partial<PageFetchLimits>; tokenBudget?:
   const artifacts = options.artifacts ?? createMemoryArtifactStore();
   const toolbox = createWebToolbox({
     search: noSearch,
-    pages: createPageFetcher({ ...LIMITS, ...options.limits }),
+    pages: createPageFetcher({ ...LIMITS, allowedAddresses: siteOnly(), ...options.limits }),
     artifacts,
     clock: new ManualClock(FETCHED_AT),
     pageTokenBudget: options.tokenBudget ?? 4_000,
@@ -77,7 +79,7 @@ function contentOf(result: ToolResult): Record<string, unknown> {
 describe('the address guard', () => {
   test('a loopback page is refused unless its address is on the allow-list', async () => {
     expect(refusalOf(await fetchWith(`${site.url}/article`, { allowedAddresses: [] })).kind).toBe('blocked_address');
-    const allowed = await fetchWith(`${site.url}/article`, { allowedAddresses: ['127.0.0.1'] });
+    const allowed = await fetchWith(`${site.url}/article`, { allowedAddresses: siteOnly() });
     expect(allowed.ok).toBe(true);
   });
 
@@ -107,11 +109,34 @@ describe('the address guard', () => {
   });
 
   test('the same redirect is followed when that address is on the allow-list too', async () => {
-    const outcome = await fetchWith(`${site.url}/redirect?to=${encodeURIComponent(`${internal.url}/secret`)}`, { allowedAddresses: ['127.0.0.1', '127.0.0.0/8'] });
+    const outcome = await fetchWith(`${site.url}/redirect?to=${encodeURIComponent(`${internal.url}/secret`)}`, {
+      allowedAddresses: [...siteOnly(), { address: '127.0.0.0/8', port: internal.port }],
+    });
     if (!outcome.ok) throw new Error(outcome.refusal.message);
     expect(outcome.page.url).toBe(`${internal.url}/secret`);
     expect(outcome.page.redirects).toEqual([`${internal.url}/secret`]);
     expect(outcome.page.body.toString()).toContain('INTERNAL-SECRET');
+  });
+
+  test('bug 33: an allowed address is open on its listed port only: a redirect to another local port is refused at that hop, and that server is never reached', async () => {
+    const other = await startServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'text/plain' });
+      response.end('RESET-CODES');
+    });
+    try {
+      const redirected = refusalOf(await fetchWith(`${site.url}/redirect?to=${encodeURIComponent(`${other.url}/codes`)}`));
+      expect(redirected).toEqual({ kind: 'blocked_address', message: expect.stringContaining(`Refused to connect to 127.0.0.1:${other.port}`) as unknown });
+      expect(redirected.message).toContain(`not allowed on port ${other.port}`);
+      expect(refusalOf(await fetchWith(`${other.url}/codes`)).kind).toBe('blocked_address');
+      expect(other.requests).toHaveLength(0);
+      // Listed with its own port, the same server is reached, redirect and all.
+      const listed = await fetchWith(`${site.url}/redirect?to=${encodeURIComponent(`${other.url}/codes`)}`, {
+        allowedAddresses: [...siteOnly(), { address: '127.0.0.1', port: other.port }],
+      });
+      expect(listed.ok && listed.page.body.toString()).toBe('RESET-CODES');
+    } finally {
+      await other.close();
+    }
   });
 
   test('a redirect to the metadata server is refused, even with loopback allowed', async () => {
@@ -375,7 +400,7 @@ describe('pages too complex to read', () => {
     ['2 MB of unclosed elements', '/unclosed-2mb', 'nest more than 256 levels deep'],
     ['250,000 elements side by side', '/many-elements', 'more than 150000 elements'],
   ])('bug 28: a page of %s is refused before parsing, as a tool result the model reads, and the event loop stays free', async (_shape, path, why) => {
-    const { toolbox, artifacts } = pageToolbox({ limits: { maxBytes: 3_000_000 } });
+    const { toolbox, artifacts } = pageToolbox({ limits: { maxBytes: 3_000_000, allowedAddresses: [{ address: '127.0.0.1', port: deepSite.port }] } });
     const watch = watchEventLoop();
     const result = await toolbox.execute(fetchCall(JSON.stringify({ url: `${deepSite.url}${path}` })), new AbortController().signal);
     const longestGapMs = watch.stop();

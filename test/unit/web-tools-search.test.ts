@@ -44,7 +44,7 @@ afterAll(async () => {
 function toolboxOver(search: SearchBackend): Toolbox {
   return createWebToolbox({
     search,
-    pages: createPageFetcher({ timeoutMs: 5_000, maxBytes: 1_000_000, maxRedirects: 3, allowedAddresses: ['127.0.0.1'] }),
+    pages: createPageFetcher({ timeoutMs: 5_000, maxBytes: 1_000_000, maxRedirects: 3, allowedAddresses: [{ address: '127.0.0.1', port: site.port }] }),
     artifacts: createMemoryArtifactStore(),
     clock: new ManualClock(SEARCHED_AT),
     pageTokenBudget: 2_000,
@@ -210,7 +210,7 @@ describe('the toolbox configuration picks', () => {
     const toolbox = configuredToolbox({
       PHASELINE_SEARCH: 'searxng',
       PHASELINE_SEARXNG_URL: searxng.url,
-      PHASELINE_FETCH_ALLOWED_ADDRESSES: '127.0.0.1',
+      PHASELINE_FETCH_ALLOWED_ADDRESSES: `127.0.0.1:${site.port}`,
       PHASELINE_FETCH_TOKEN_BUDGET: '100',
     });
     expect(toolbox.specs.map((spec) => spec.name)).toEqual(['search', 'fetch_page']);

@@ -17,7 +17,7 @@ import { z } from 'zod';
 import { TerminalError } from '../core/errors';
 import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions, type EngineOptions } from '../core/options';
 import { DEFAULT_QUOTA_DEFAULTS, MAX_JOBS_IN_FLIGHT, MAX_SPEND_USD_PER_DAY, MAX_SUBMITS_PER_MINUTE, type QuotaDefaults } from '../core/quota';
-import type { PageFetchLimits } from '../agent/web/page-fetcher';
+import type { AllowedAddress, PageFetchLimits } from '../agent/web/page-fetcher';
 import { DEFAULT_OFFLINE_SETTINGS, offlineSettingsSchema, type OfflineSettings } from '../providers/offline/settings';
 import { openAiCompatibleConfigSchema, type OpenAiCompatibleConfig } from '../providers/openai-compatible';
 
@@ -168,18 +168,37 @@ const TAVILY_VARIABLES = {
   PHASELINE_TAVILY_BASE_URL: variable(httpUrl.default('https://api.tavily.com'), 'https://api.tavily.com', "Tavily's API endpoint (tests point it at a local server)."),
 };
 
-/** A comma-separated list of IP addresses and CIDR ranges; blank entries ignored. */
-const addressListText = z.string().transform((text, context) => {
-  const address = z.union([z.ipv4(), z.ipv6(), z.cidrv4(), z.cidrv6()]);
+/**
+ * A comma-separated list of `address:port` entries (`[address]:port` for IPv6; the address may be a
+ * CIDR range); blank entries ignored. An address without a port is refused, not read as every port.
+ */
+const allowedAddressListText = z.string().transform((text, context): AllowedAddress[] => {
   const entries = text
     .split(',')
     .map((entry) => entry.trim())
     .filter((entry) => entry !== '');
-  const invalid = entries.filter((entry) => !address.safeParse(entry).success);
-  if (invalid.length === 0) return entries;
-  context.addIssue({ code: 'custom', message: `must list IP addresses or CIDR ranges, separated by commas; not ${invalid.map((entry) => JSON.stringify(entry)).join(', ')}` });
+  const parsed = entries.map((entry) => ({ entry, allowed: allowedAddressOf(entry) }));
+  const invalid = parsed.filter(({ allowed }) => allowed === undefined).map(({ entry }) => entry);
+  if (invalid.length === 0) return parsed.flatMap(({ allowed }) => (allowed === undefined ? [] : [allowed]));
+  const portless = invalid.some((entry) => z.union([z.ipv4(), z.ipv6(), z.cidrv4(), z.cidrv6()]).safeParse(entry.replace(/^\[(.*)\]$/, '$1')).success);
+  context.addIssue({
+    code: 'custom',
+    message:
+      'must list address:port entries separated by commas (an IP address or CIDR range and the one port it may be reached on, e.g. 127.0.0.1:8080, [::1]:8080, 10.20.0.0/16:443)' +
+      `${portless ? '; an address without a port would open all its ports' : ''}; not ${invalid.map((entry) => JSON.stringify(entry)).join(', ')}`,
+  });
   return z.NEVER;
 });
+
+function allowedAddressOf(entry: string): AllowedAddress | undefined {
+  const bracketed = /^\[([^\]]+)\]:(\d{1,5})$/.exec(entry);
+  const plain = bracketed === null ? /^([^:[\]]+):(\d{1,5})$/.exec(entry) : null;
+  const [, address = '', portText = ''] = bracketed ?? plain ?? [];
+  const port = Number(portText);
+  if (address === '' || !Number.isInteger(port) || port < 1 || port > 65_535) return undefined;
+  const form = bracketed === null ? z.union([z.ipv4(), z.cidrv4()]) : z.union([z.ipv6(), z.cidrv6()]);
+  return form.safeParse(address).success ? { address, port } : undefined;
+}
 
 const PAGE_VARIABLES = {
   PHASELINE_FETCH_TIMEOUT_MS: variable(numberText.pipe(z.int().min(1).max(300_000)).default(15_000), '15000', 'Longest fetch_page may take, every redirect and the body included.'),
@@ -195,9 +214,9 @@ const PAGE_VARIABLES = {
     "Estimated tokens of a page's readable text given to the model; the full text is kept as an artifact.",
   ),
   PHASELINE_FETCH_ALLOWED_ADDRESSES: variable(
-    addressListText.default([]),
+    allowedAddressListText.default([]),
     'unset',
-    'IP addresses and CIDR ranges fetch_page may reach although they are not public (e.g. 127.0.0.1 for local tests). Everything non-public is refused otherwise.',
+    'address:port entries (IP address or CIDR range, and one port) fetch_page may reach although they are not public (e.g. 127.0.0.1:8080 for local tests); every other port of those addresses, and everything else non-public, is refused.',
   ),
 };
 
