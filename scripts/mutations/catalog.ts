@@ -621,4 +621,20 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '      const agents = filteringAgents(this.limits.allowedAddresses.map((entry) => entry.address));\n',
     tests: [{ files: ['test/unit/web-tools-fetch.test.ts'], names: 'bug 33: ' }],
   },
+  {
+    name: 'tool-calls-per-answer',
+    removes: 'the bound on tool calls one model answer may have run (one answer asks for 50 page fetches and all run)',
+    file: 'functions/src/agent/section-runner.ts',
+    search: 'asked.slice(0, this.policy.maxToolCallsPerAnswer).map((call) => call.id)',
+    replace: 'asked.map((call) => call.id)',
+    tests: [{ files: ['test/unit/agent-section-runner.test.ts'], names: 'bug 37: ' }],
+  },
+  {
+    name: 'artifact-job-budget',
+    removes: "the job's artifact byte budget in the Firestore store (fetched pages are kept past every cap)",
+    file: 'functions/src/store/artifact-store.ts',
+    search: '    if (options.maxJobBytes !== undefined) checkArtifactBudget(jobId, await this.storedBytes(jobId), ref.size, options.maxJobBytes);\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/artifact-store.test.ts'], names: 'bug 37: ' }],
+  },
 ];

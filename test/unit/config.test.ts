@@ -10,6 +10,7 @@ import {
   providerConfigFromEnv,
   quotaDefaultsFromEnv,
   receiverConfigFromEnv,
+  sectionPolicyFromEnv,
   stepQueueLimitsFromEnv,
   tavilyApiKeyNeeded,
   toolsConfigFromEnv,
@@ -44,6 +45,7 @@ describe('defaults', () => {
       PHASELINE_MODEL_CONTEXT_TOKENS: keyed.model.contextWindowTokens,
       PHASELINE_MODEL_INPUT_USD_PER_1K: keyed.model.inputUsdPer1kTokens,
       PHASELINE_MODEL_OUTPUT_USD_PER_1K: keyed.model.outputUsdPer1kTokens,
+      PHASELINE_MAX_TOOL_CALLS_PER_ANSWER: sectionPolicyFromEnv({}).maxToolCallsPerAnswer,
       PHASELINE_RECEIVER_URL: undefined,
       PHASELINE_RECEIVER_TIMEOUT_MS: receiver.timeoutMs,
       PHASELINE_RECEIVER_WAIT_SECONDS: receiver.unavailableWaitMs / 1000,
@@ -56,6 +58,7 @@ describe('defaults', () => {
       PHASELINE_FETCH_MAX_BYTES: web.pages.maxBytes,
       PHASELINE_FETCH_MAX_REDIRECTS: web.pages.maxRedirects,
       PHASELINE_FETCH_TOKEN_BUDGET: web.pages.tokenBudget,
+      PHASELINE_FETCH_MAX_BYTES_PER_JOB: web.pages.artifactBytesPerJob,
       PHASELINE_FETCH_ALLOWED_ADDRESSES: web.pages.allowedAddresses.length === 0 ? undefined : web.pages.allowedAddresses.map(({ address, port }) => `${address}:${port}`).join(','),
       PHASELINE_QUOTA_JOBS_IN_FLIGHT: quotas.signedIn.jobsInFlight,
       PHASELINE_QUOTA_SUBMITS_PER_MINUTE: quotas.signedIn.submitsPerMinute,
@@ -183,8 +186,17 @@ describe('receiver', () => {
   });
 });
 
+describe('agent sections', () => {
+  test('bug 37: the tool calls one answer may have run, from the environment, and refused by name when not a positive whole number', () => {
+    expect(sectionPolicyFromEnv({})).toEqual({ maxToolCallsPerAnswer: 8 });
+    expect(sectionPolicyFromEnv({ PHASELINE_MAX_TOOL_CALLS_PER_ANSWER: ' 3 ' })).toEqual({ maxToolCallsPerAnswer: 3 });
+    expect(() => sectionPolicyFromEnv({ PHASELINE_MAX_TOOL_CALLS_PER_ANSWER: '0' })).toThrow('PHASELINE_MAX_TOOL_CALLS_PER_ANSWER must be at least 1, got "0"');
+    expect(() => sectionPolicyFromEnv({ PHASELINE_MAX_TOOL_CALLS_PER_ANSWER: 'many' })).toThrow(TerminalError);
+  });
+});
+
 describe('research tools', () => {
-  const PAGES = { timeoutMs: 15_000, maxBytes: 2_000_000, maxRedirects: 5, tokenBudget: 4_000, allowedAddresses: [] };
+  const PAGES = { timeoutMs: 15_000, maxBytes: 2_000_000, maxRedirects: 5, tokenBudget: 4_000, artifactBytesPerJob: 20_000_000, allowedAddresses: [] };
 
   test('the corpus by default, and no web setting is read for it', () => {
     expect(toolsConfigFromEnv({ PHASELINE_SEARXNG_URL: 'not a url', PHASELINE_FETCH_MAX_BYTES: 'lots' })).toEqual({ search: { kind: 'corpus' } });

@@ -54,7 +54,7 @@ const noSearch: SearchBackend = {
   search: () => Promise.reject(new Error('search is not used in these tests')),
 };
 
-function pageToolbox(options: { limits?: Partial<PageFetchLimits>; tokenBudget?: number; artifacts?: MemoryArtifactStore } = {}) {
+function pageToolbox(options: { limits?: Partial<PageFetchLimits>; tokenBudget?: number; artifacts?: MemoryArtifactStore; artifactBytesPerJob?: number } = {}) {
   const artifacts = options.artifacts ?? createMemoryArtifactStore();
   const toolbox = createWebToolbox({
     search: noSearch,
@@ -62,6 +62,7 @@ function pageToolbox(options: { limits?: Partial<PageFetchLimits>; tokenBudget?:
     artifacts,
     clock: new ManualClock(FETCHED_AT),
     pageTokenBudget: options.tokenBudget ?? 4_000,
+    ...(options.artifactBytesPerJob === undefined ? {} : { artifactBytesPerJob: options.artifactBytesPerJob }),
   }).forJob('job-1');
   return { toolbox, artifacts };
 }
@@ -495,5 +496,38 @@ describe('pages too complex to read', () => {
     ['300 nested elements', nestedPage(300)],
   ])('the scan counts the depth and elements linkedom builds: %s', (_shape, html) => {
     expect(measureMarkup(html, { maxDepth: 100_000, maxElements: 1_000_000 })).toEqual(parsedShape(html));
+  });
+});
+
+describe("the job's budget of kept page text", () => {
+  let textSite: LocalServer;
+  const PAGE_CHARS = 600_000;
+
+  beforeAll(async () => {
+    // Every path a different page of 600 KB of text: 50 of them would keep 30 MB.
+    textSite = await startServer((request, response) => {
+      const name = request.url ?? '/';
+      response.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' });
+      response.end(`Page ${name}\n\n${`Words of ${name} `.repeat(PAGE_CHARS / (10 + name.length)).slice(0, PAGE_CHARS)}`);
+    });
+  });
+  afterAll(() => textSite.close());
+
+  test('bug 37: page texts are kept only up to the budget; the pages past it are a tool error the model reads, and nothing of them is stored', async () => {
+    const { toolbox, artifacts } = pageToolbox({ limits: { allowedAddresses: [{ address: '127.0.0.1', port: textSite.port }] }, artifactBytesPerJob: 2_000_000 });
+    const results: ToolResult[] = [];
+    for (let page = 1; page <= 10; page += 1) {
+      results.push(await toolbox.execute(fetchCall(JSON.stringify({ url: `${textSite.url}/page-${page}` })), new AbortController().signal));
+    }
+    expect(results.map((entry) => entry.ok)).toEqual([true, true, true, false, false, false, false, false, false, false]);
+    const refused = contentOf(results[3]!);
+    expect(refused).toMatchObject({ url: `${textSite.url}/page-4`, reason: 'artifact_budget' });
+    expect(String(refused.error)).toContain('2000000 bytes');
+    const kept = artifacts.list().reduce((sum, artifact) => sum + artifact.size, 0);
+    expect(artifacts.list()).toHaveLength(3);
+    expect(kept).toBeLessThanOrEqual(2_000_000);
+    // A page already kept costs nothing more: it is read again at the budget.
+    const again = await toolbox.execute(fetchCall(JSON.stringify({ url: `${textSite.url}/page-2` })), new AbortController().signal);
+    expect(again.ok).toBe(true);
   });
 });

@@ -228,6 +228,21 @@ describe('the toolbox configuration picks', () => {
     expect(contentOf(page).reason).toBe('blocked_address');
   });
 
+  test("fetch_page keeps page text within the job's configured artifact budget", async () => {
+    const kept = createMemoryArtifactStore();
+    const { toolbox: configured } = configuredProvider(
+      clock,
+      { PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: searxng.url, PHASELINE_FETCH_ALLOWED_ADDRESSES: `127.0.0.1:${site.port}`, PHASELINE_FETCH_MAX_BYTES_PER_JOB: '1000' },
+      { artifacts: kept },
+    );
+    // The job holds 500 bytes already; the article's 824 bytes of text would pass the 1000.
+    await kept.put('job-budget', 'x'.repeat(500), { contentType: 'text/plain' });
+    const bound = configured.forJob?.('job-budget') ?? configured;
+    const page = await bound.execute({ id: 'call_page_3', name: 'fetch_page', arguments: JSON.stringify({ url: `${site.url}/article` }) }, signal());
+    expect(contentOf(page)).toMatchObject({ reason: 'artifact_budget' });
+    expect(kept.list()).toHaveLength(1);
+  });
+
   test('Tavily with its key and base URL', async () => {
     const toolbox = configuredToolbox({ PHASELINE_SEARCH: 'tavily', PHASELINE_TAVILY_API_KEY: TAVILY_KEY, PHASELINE_TAVILY_BASE_URL: `${tavilyServer.url}/` });
     const hits = await toolbox.execute(searchCall({ query: 'outbox' }), signal());

@@ -17,6 +17,7 @@ import { z } from 'zod';
 import { TerminalError } from '../core/errors';
 import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions, type EngineOptions } from '../core/options';
 import { DEFAULT_QUOTA_DEFAULTS, MAX_JOBS_IN_FLIGHT, MAX_SPEND_USD_PER_DAY, MAX_SUBMITS_PER_MINUTE, type QuotaDefaults } from '../core/quota';
+import { DEFAULT_SECTION_POLICY, type SectionPolicy } from '../agent/section-runner';
 import type { AllowedAddress, PageFetchLimits } from '../agent/web/page-fetcher';
 import { DEFAULT_OFFLINE_SETTINGS, offlineSettingsSchema, type OfflineSettings } from '../providers/offline/settings';
 import { openAiCompatibleConfigSchema, type OpenAiCompatibleConfig } from '../providers/openai-compatible';
@@ -131,6 +132,15 @@ const MODEL_VARIABLES = {
   PHASELINE_MODEL_OUTPUT_USD_PER_1K: variable(numberText.pipe(model.outputUsdPer1kTokens).default(0), '0', 'Price of 1,000 output tokens.'),
 };
 
+/** How agent sections run (agent/section-runner.ts), read when a research step runs. */
+const AGENT_VARIABLES = {
+  PHASELINE_MAX_TOOL_CALLS_PER_ANSWER: variable(
+    numberText.pipe(z.int().min(1).max(100)).default(DEFAULT_SECTION_POLICY.maxToolCallsPerAnswer),
+    String(DEFAULT_SECTION_POLICY.maxToolCallsPerAnswer),
+    'Tool calls one model answer may have run; each call past it gets a tool error result (not run) that the model reads.',
+  ),
+};
+
 const RECEIVER_VARIABLES = {
   PHASELINE_RECEIVER_URL: variable(receiverUrlText, 'unset', 'The system of record the notify pipeline sends through; configuration only, never the job input. Required by notify.'),
   PHASELINE_RECEIVER_TIMEOUT_MS: variable(positiveNumberText.default(10_000), '10000', 'Longest wait for one receiver request; past it the effect is unknown and reconciled.'),
@@ -212,6 +222,11 @@ const PAGE_VARIABLES = {
     numberText.pipe(z.int().min(100).max(100_000)).default(4_000),
     '4000',
     "Estimated tokens of a page's readable text given to the model; the full text is kept as an artifact.",
+  ),
+  PHASELINE_FETCH_MAX_BYTES_PER_JOB: variable(
+    numberText.pipe(z.int().min(1_000).max(10_000_000_000)).default(20_000_000),
+    '20000000',
+    "Bytes of artifacts (page texts, large tool results) a job may hold when fetch_page keeps another page; a page past it is a tool error the model reads, not kept.",
   ),
   PHASELINE_FETCH_ALLOWED_ADDRESSES: variable(
     allowedAddressListText.default([]),
@@ -296,6 +311,7 @@ const SECTIONS = {
   provider: PROVIDER_VARIABLES,
   offline: OFFLINE_VARIABLES,
   model: MODEL_VARIABLES,
+  agent: AGENT_VARIABLES,
   receiver: RECEIVER_VARIABLES,
   search: SEARCH_VARIABLES,
   searxng: SEARXNG_VARIABLES,
@@ -449,6 +465,11 @@ export function modelApiKeyNeeded(env: Environment = process.env): boolean {
   }
 }
 
+/** The agent sections' settings that configuration may change (the rest keep DEFAULT_SECTION_POLICY). */
+export function sectionPolicyFromEnv(env: Environment = process.env): Pick<SectionPolicy, 'maxToolCallsPerAnswer'> {
+  return { maxToolCallsPerAnswer: parseSection(AGENT_VARIABLES, env).PHASELINE_MAX_TOOL_CALLS_PER_ANSWER };
+}
+
 export interface ReceiverConfig {
   /** As configured (trimmed). */
   readonly url: string;
@@ -475,6 +496,7 @@ export type SearchConfig =
 
 export interface PageToolConfig extends PageFetchLimits {
   readonly tokenBudget: number;
+  readonly artifactBytesPerJob: number;
 }
 
 export type ToolsConfig = { readonly search: { readonly kind: 'corpus' } } | { readonly search: Exclude<SearchConfig, { kind: 'corpus' }>; readonly pages: PageToolConfig };
@@ -501,6 +523,7 @@ export function toolsConfigFromEnv(env: Environment = process.env): ToolsConfig 
       maxBytes: pages.PHASELINE_FETCH_MAX_BYTES,
       maxRedirects: pages.PHASELINE_FETCH_MAX_REDIRECTS,
       tokenBudget: pages.PHASELINE_FETCH_TOKEN_BUDGET,
+      artifactBytesPerJob: pages.PHASELINE_FETCH_MAX_BYTES_PER_JOB,
       allowedAddresses: pages.PHASELINE_FETCH_ALLOWED_ADDRESSES,
     },
   };
