@@ -132,8 +132,8 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'tool-result-saved',
     removes: 'saving each tool result before the next call',
     file: 'functions/src/agent/section-runner.ts',
-    search: "content, sources },\n      );\n      // Settled before the next tool call, or (the group's last result) beside the spend check before the next model call.\n      this.saveInBackground();\n",
-    replace: "content, sources },\n      );\n",
+    search: "      this.recordResult(call, result);\n      // Settled before the next tool call, or (the group's last result) beside the spend check before the next model call.\n      this.saveInBackground();\n",
+    replace: "      this.recordResult(call, result);\n",
     tests: [
       { files: ['test/unit/agent-section-runner.test.ts'], names: 'every step saved|bug 3: a worker killed after each tool result' },
       { files: ['test/emulator/research.test.ts'], names: 'fault 1:' },
