@@ -91,7 +91,7 @@ function progressLine(job: JobView, units: readonly UnitView[]): string {
 
 /** The functions' research tools set to the local server: its SearXNG API, and fetch_page allowed to reach it. */
 function webToolsEnv(web: ResearchWeb): Record<string, string> {
-  return { PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: web.url, PHASELINE_FETCH_ALLOWED_ADDRESSES: new URL(web.url).hostname };
+  return { PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: web.url, PHASELINE_FETCH_ALLOWED_ADDRESSES: new URL(web.url).host };
 }
 
 /** The report's reference definitions (`[n]: <url> "Title"`), the lines under its References heading. */

@@ -10,7 +10,7 @@ import type { ToolCall } from '../../functions/src/agent/provider';
 import { ManualClock } from '../../functions/src/core/clock';
 import { pipelineRegistry, type PhaseOutcome, type StepContext } from '../../functions/src/core/pipeline';
 import { configuredProvider } from '../../functions/src/pipelines/providers';
-import { ArtifactUnreadableError, CHUNK_BYTES, firestoreArtifactStore, sha256Hex, type ArtifactRef, type ArtifactStore } from '../../functions/src/store/artifact-store';
+import { ArtifactBudgetError, ArtifactUnreadableError, CHUNK_BYTES, firestoreArtifactStore, sha256Hex, type ArtifactRef, type ArtifactStore } from '../../functions/src/store/artifact-store';
 import { ARTIFACT_CHUNKS, ARTIFACTS, artifactChunkPath, artifactPath, JOBS } from '../../functions/src/store/paths';
 import { engineHarness, type EngineHarness } from '../support/engine';
 import { behaviour, resetBehaviour, testPipeline, type TestInput } from '../support/test-pipeline';
@@ -165,6 +165,26 @@ test('a reader during a put sees no artifact or all of it, never part of one', a
   expect(seen.at(-1)).toBe('whole');
 });
 
+describe("the job's byte budget", () => {
+  test('bug 37: a put that would take the job past its budget is refused before anything is written; content already kept, and other jobs, are not held to it', async () => {
+    const budget = { ...TEXT, maxJobBytes: 3 * MB };
+    await store.put(JOB, contentOf(MB, 'a'), budget);
+    await store.put(JOB, contentOf(MB, 'b'), budget);
+    const refused = store.put(JOB, contentOf(2 * MB, 'c'), budget);
+    await expect(refused).rejects.toThrow(ArtifactBudgetError);
+    await expect(refused).rejects.toThrow(`would take job ${JOB}'s artifacts to ${4 * MB} bytes, past its budget of ${3 * MB}`);
+    // Nothing of the refused content was written: only the chunks of the two kept ones are there.
+    expect((await db().collection(`${JOBS}/${JOB}/${ARTIFACT_CHUNKS}`).get()).size).toBe(4);
+    expect((await db().collection(`${JOBS}/${JOB}/${ARTIFACTS}`).get()).size).toBe(2);
+    // Content already kept costs nothing; exactly the budget is allowed; another job has its own.
+    expect((await store.put(JOB, contentOf(MB, 'a'), budget)).written).toBe(false);
+    expect((await store.put(JOB, contentOf(MB, 'd'), budget)).written).toBe(true);
+    expect((await store.put('job-other', contentOf(2 * MB, 'c'), budget)).written).toBe(true);
+    // Without a budget (the transcript's offloads) a put is not refused.
+    expect((await store.put(JOB, contentOf(MB, 'e'), TEXT)).written).toBe(true);
+  });
+});
+
 describe('fetch_page keeps the full text of a 5 MB page', () => {
   let site: LocalServer;
   const PARAGRAPH = 'Fencing tokens stop a stale writer: the storage refuses a write whose token is older than one it has seen. ';
@@ -185,7 +205,7 @@ describe('fetch_page keeps the full text of a 5 MB page', () => {
       {
         PHASELINE_SEARCH: 'searxng',
         PHASELINE_SEARXNG_URL: 'http://127.0.0.1:9/',
-        PHASELINE_FETCH_ALLOWED_ADDRESSES: '127.0.0.1',
+        PHASELINE_FETCH_ALLOWED_ADDRESSES: `127.0.0.1:${site.port}`,
         PHASELINE_FETCH_MAX_BYTES: String(6 * MB),
         PHASELINE_FETCH_TIMEOUT_MS: '120000',
         PHASELINE_FETCH_TOKEN_BUDGET: '4000',

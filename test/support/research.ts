@@ -116,14 +116,14 @@ export interface WebResearchSetup {
 /**
  * The research pipeline with the offline provider on the web tools, as `PHASELINE_SEARCH=searxng`
  * configures them: search through the SearXNG backend at `searxngUrl`, and fetch_page allowed to
- * reach 127.0.0.1 (where the local servers run) and nothing else that is not public.
+ * reach that server's port on 127.0.0.1 (where the local servers run) and nothing else that is not public.
  */
 export function webResearchSetup(db: Firestore, clock: Clock, searxngUrl: string, settings: OfflineSettingsInput = {}): WebResearchSetup {
   const provider = new ObservedProvider(createOfflineProvider({ seed: 11, settings, clock, sleep: () => Promise.resolve() }));
   const toolbox = new CountingToolbox(
     createWebToolbox({
       search: createSearxngBackend({ baseUrl: searxngUrl, timeoutMs: 15_000 }),
-      pages: createPageFetcher({ timeoutMs: 15_000, maxBytes: 2_000_000, maxRedirects: 5, allowedAddresses: ['127.0.0.1'] }),
+      pages: createPageFetcher({ timeoutMs: 15_000, maxBytes: 2_000_000, maxRedirects: 5, allowedAddresses: [{ address: '127.0.0.1', port: Number(new URL(searxngUrl).port) }] }),
       artifacts: createMemoryArtifactStore(),
       clock,
       pageTokenBudget: 4_000,

@@ -514,6 +514,37 @@ describe('runSection: warm retries', () => {
     expect(outcome.tally.wastedOutputTokens).toBe(10);
   });
 
+  test('bug 37: one answer asking for 50 tool calls runs only the first ones the policy allows; the rest get a tool error result and the thread stays valid', async () => {
+    const ids = Array.from({ length: 50 }, (_, index) => `c${index + 1}`);
+    const h = harness([toolTurn(...ids), answer('Done.')], { policy: { maxToolCallsPerAnswer: 8 } });
+    const outcome = await runSection(spec, h.deps);
+
+    expect([...h.toolbox.executions.keys()]).toEqual(ids.slice(0, 8));
+    expect(outcome).toMatchObject({ kind: 'written', text: 'Done.', tally: { toolCalls: 8 } });
+    // Every call has its result, in order: the extra calls say why they did not run.
+    const sent = h.provider.received[1] ?? [];
+    expect(sent.slice(0, 3)).toEqual([SYSTEM, PROMPT, ask(...ids)]);
+    const results = sent.slice(3);
+    expect(results.map((message) => (message.role === 'tool' ? message.toolCallId : message.role))).toEqual(ids);
+    expect(results.slice(0, 8)).toEqual(ids.slice(0, 8).map((id) => result(id)));
+    for (const refused of results.slice(8)) {
+      expect(refused).toMatchObject({ role: 'tool', name: 'search' });
+      const content = JSON.parse(refused.content ?? '') as { error: string };
+      expect(content.error).toBe('Not run: one answer may ask for at most 8 tool calls and this one asked for 50. Ask again, in a later turn, for what you still need.');
+    }
+  });
+
+  test('bug 37: the calls past the bound are answered without running after a crash too, and a resumed group runs only its allowed calls', async () => {
+    const ids = Array.from({ length: 5 }, (_, index) => `c${index + 1}`);
+    // A worker died after c1's result was saved: c2 (allowed) still runs, c3..c5 (past a bound of 2) do not.
+    const h = harness([answer('Done.')], { policy: { maxToolCallsPerAnswer: 2 }, stored: stored([SYSTEM, PROMPT, ask(...ids), result('c1')]) });
+    const outcome = await runSection(spec, h.deps);
+    expect([...h.toolbox.executions.keys()]).toEqual(['c2']);
+    expect(outcome).toMatchObject({ kind: 'written', text: 'Done.' });
+    const sent = h.provider.received[0] ?? [];
+    expect(sent.slice(3).map((message) => (message.role === 'tool' ? message.toolCallId : message.role))).toEqual(ids);
+  });
+
   test('an empty answer is a failed attempt, not a written section', async () => {
     const h = harness([answer('   '), answer('Done.')]);
     const outcome = await runSection(spec, h.deps);

@@ -11,6 +11,7 @@ import {
   quotaDefaultsFromEnv,
   receiverConfigFromEnv,
   refuseUnpricedProvider,
+  sectionPolicyFromEnv,
   stepQueueLimitsFromEnv,
   tavilyApiKeyNeeded,
   toolsConfigFromEnv,
@@ -47,6 +48,7 @@ describe('defaults', () => {
       // No default: openai-compatible is refused without them (bug 30 below).
       PHASELINE_MODEL_INPUT_USD_PER_1K: undefined,
       PHASELINE_MODEL_OUTPUT_USD_PER_1K: undefined,
+      PHASELINE_MAX_TOOL_CALLS_PER_ANSWER: sectionPolicyFromEnv({}).maxToolCallsPerAnswer,
       PHASELINE_RECEIVER_URL: undefined,
       PHASELINE_RECEIVER_TIMEOUT_MS: receiver.timeoutMs,
       PHASELINE_RECEIVER_WAIT_SECONDS: receiver.unavailableWaitMs / 1000,
@@ -59,7 +61,8 @@ describe('defaults', () => {
       PHASELINE_FETCH_MAX_BYTES: web.pages.maxBytes,
       PHASELINE_FETCH_MAX_REDIRECTS: web.pages.maxRedirects,
       PHASELINE_FETCH_TOKEN_BUDGET: web.pages.tokenBudget,
-      PHASELINE_FETCH_ALLOWED_ADDRESSES: web.pages.allowedAddresses.length === 0 ? undefined : web.pages.allowedAddresses.join(','),
+      PHASELINE_FETCH_MAX_BYTES_PER_JOB: web.pages.artifactBytesPerJob,
+      PHASELINE_FETCH_ALLOWED_ADDRESSES: web.pages.allowedAddresses.length === 0 ? undefined : web.pages.allowedAddresses.map(({ address, port }) => `${address}:${port}`).join(','),
       PHASELINE_QUOTA_JOBS_IN_FLIGHT: quotas.signedIn.jobsInFlight,
       PHASELINE_QUOTA_SUBMITS_PER_MINUTE: quotas.signedIn.submitsPerMinute,
       PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT: quotas.anonymous.jobsInFlight,
@@ -229,8 +232,17 @@ describe('receiver', () => {
   });
 });
 
+describe('agent sections', () => {
+  test('bug 37: the tool calls one answer may have run, from the environment, and refused by name when not a positive whole number', () => {
+    expect(sectionPolicyFromEnv({})).toEqual({ maxToolCallsPerAnswer: 8 });
+    expect(sectionPolicyFromEnv({ PHASELINE_MAX_TOOL_CALLS_PER_ANSWER: ' 3 ' })).toEqual({ maxToolCallsPerAnswer: 3 });
+    expect(() => sectionPolicyFromEnv({ PHASELINE_MAX_TOOL_CALLS_PER_ANSWER: '0' })).toThrow('PHASELINE_MAX_TOOL_CALLS_PER_ANSWER must be at least 1, got "0"');
+    expect(() => sectionPolicyFromEnv({ PHASELINE_MAX_TOOL_CALLS_PER_ANSWER: 'many' })).toThrow(TerminalError);
+  });
+});
+
 describe('research tools', () => {
-  const PAGES = { timeoutMs: 15_000, maxBytes: 2_000_000, maxRedirects: 5, tokenBudget: 4_000, allowedAddresses: [] };
+  const PAGES = { timeoutMs: 15_000, maxBytes: 2_000_000, maxRedirects: 5, tokenBudget: 4_000, artifactBytesPerJob: 20_000_000, allowedAddresses: [] };
 
   test('the corpus by default, and no web setting is read for it', () => {
     expect(toolsConfigFromEnv({ PHASELINE_SEARXNG_URL: 'not a url', PHASELINE_FETCH_MAX_BYTES: 'lots' })).toEqual({ search: { kind: 'corpus' } });
@@ -244,11 +256,21 @@ describe('research tools', () => {
         PHASELINE_SEARCH_TIMEOUT_MS: '2500',
         PHASELINE_FETCH_MAX_BYTES: '20000',
         PHASELINE_FETCH_MAX_REDIRECTS: '0',
-        PHASELINE_FETCH_ALLOWED_ADDRESSES: ' 127.0.0.1, ::1 ,10.20.0.0/16,, fd00::/8 ',
+        PHASELINE_FETCH_ALLOWED_ADDRESSES: ' 127.0.0.1:8080, [::1]:8080 ,10.20.0.0/16:443,, [fd00::/8]:80 ',
       }),
     ).toEqual({
       search: { kind: 'searxng', baseUrl: 'http://searxng.internal:8080/', timeoutMs: 2_500 },
-      pages: { ...PAGES, maxBytes: 20_000, maxRedirects: 0, allowedAddresses: ['127.0.0.1', '::1', '10.20.0.0/16', 'fd00::/8'] },
+      pages: {
+        ...PAGES,
+        maxBytes: 20_000,
+        maxRedirects: 0,
+        allowedAddresses: [
+          { address: '127.0.0.1', port: 8080 },
+          { address: '::1', port: 8080 },
+          { address: '10.20.0.0/16', port: 443 },
+          { address: 'fd00::/8', port: 80 },
+        ],
+      },
     });
   });
 
@@ -270,12 +292,23 @@ describe('research tools', () => {
     [{ PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: 'http://s', PHASELINE_FETCH_MAX_REDIRECTS: '1.5' }, 'PHASELINE_FETCH_MAX_REDIRECTS must be an integer, got "1.5"'],
     [{ PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: 'http://s', PHASELINE_FETCH_TOKEN_BUDGET: '10' }, 'PHASELINE_FETCH_TOKEN_BUDGET must be at least 100, got "10"'],
     [
-      { PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: 'http://s', PHASELINE_FETCH_ALLOWED_ADDRESSES: '127.0.0.1, localhost, 10.0.0.0/33' },
-      'PHASELINE_FETCH_ALLOWED_ADDRESSES must list IP addresses or CIDR ranges, separated by commas; not "localhost", "10.0.0.0/33", got "127.0.0.1, localhost, 10.0.0.0/33"',
+      { PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: 'http://s', PHASELINE_FETCH_ALLOWED_ADDRESSES: '127.0.0.1:80, localhost:80, 10.0.0.0/33:80, 127.0.0.1:0, ::1:80' },
+      'PHASELINE_FETCH_ALLOWED_ADDRESSES must list address:port entries separated by commas (an IP address or CIDR range and the one port it may be reached on, e.g. 127.0.0.1:8080, [::1]:8080, 10.20.0.0/16:443); an address without a port would open all its ports; not "localhost:80", "10.0.0.0/33:80", "127.0.0.1:0", "::1:80", got "127.0.0.1:80, localhost:80, 10.0.0.0/33:80, 127.0.0.1:0, ::1:80"',
     ],
   ])('%j is refused for good, by name', (env, message) => {
     expect(() => toolsConfigFromEnv(env)).toThrow(message);
     expect(() => toolsConfigFromEnv(env)).toThrow(TerminalError);
+  });
+
+  test('bug 33: an allow-list entry without a port is refused by name, never read as every port of the address', () => {
+    for (const entry of ['127.0.0.1', '127.0.0.0/8', '[::1]']) {
+      const env = { PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: 'http://s', PHASELINE_FETCH_ALLOWED_ADDRESSES: `${entry}, [::1]:9099` };
+      expect(() => toolsConfigFromEnv(env)).toThrow(
+        'PHASELINE_FETCH_ALLOWED_ADDRESSES must list address:port entries separated by commas (an IP address or CIDR range and the one port it may be reached on, e.g. 127.0.0.1:8080, [::1]:8080, 10.20.0.0/16:443); ' +
+          `an address without a port would open all its ports; not ${JSON.stringify(entry)}, got ${JSON.stringify(`${entry}, [::1]:9099`)}`,
+      );
+      expect(() => toolsConfigFromEnv(env)).toThrow(TerminalError);
+    }
   });
 
   test('the Tavily key is never echoed', () => {

@@ -34,7 +34,7 @@ afterAll(() => web.close());
 function webToolbox(clock: ManualClock): Toolbox {
   return createWebToolbox({
     search: createSearxngBackend({ baseUrl: web.url, timeoutMs: 10_000 }),
-    pages: createPageFetcher({ timeoutMs: 10_000, maxBytes: 2_000_000, maxRedirects: 5, allowedAddresses: ['127.0.0.1'] }),
+    pages: createPageFetcher({ timeoutMs: 10_000, maxBytes: 2_000_000, maxRedirects: 5, allowedAddresses: [{ address: '127.0.0.1', port: Number(new URL(web.url).port) }] }),
     artifacts: createMemoryArtifactStore(),
     clock,
     pageTokenBudget: 4_000,

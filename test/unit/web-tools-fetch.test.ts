@@ -1,22 +1,30 @@
 /**
  * fetch_page against local servers, no internet: the address guard on the first hop and on every
- * redirect hop (with the allow-list), the hop, time and size limits, content types, and readable
- * text cut to a token budget with the full text kept as an artifact.
+ * redirect hop (with the allow-list), the hop, time and size limits, content types, readable text
+ * cut to a token budget with the full text kept as an artifact, and pages too complex to read
+ * (refused by a scan, or stopped in their worker thread) without holding the event loop.
  */
+import { performance } from 'node:perf_hooks';
+import { parseHTML } from 'linkedom';
 import type { ToolCall } from '../../functions/src/agent/provider';
 import type { ToolResult } from '../../functions/src/agent/tools';
 import { createMemoryArtifactStore, type MemoryArtifactStore } from '../../functions/src/agent/web/artifacts';
 import { sha256Hex } from '../../functions/src/store/artifact-store';
 import { createPageFetcher, type PageFetchLimits, type PageFetchOutcome } from '../../functions/src/agent/web/page-fetcher';
 import type { SearchBackend } from '../../functions/src/agent/web/search';
+import { measureMarkup } from '../../functions/src/agent/web/markup-shape';
 import { readableFromHtml } from '../../functions/src/agent/web/readable';
+import { createReadableExtractor } from '../../functions/src/agent/web/readable-extractor';
 import { createWebToolbox, FETCH_PAGE_TOOL } from '../../functions/src/agent/web/toolbox';
 import { ManualClock } from '../../functions/src/core/clock';
-import { HUGE_PAGE_BYTES, PLAIN_TEXT, startInternalService, startPageSite, type LocalServer, type PageSite } from '../support/web-servers';
+import { ManualTimers } from '../support/timers';
+import { ARTICLE_HTML, HUGE_PAGE_BYTES, PLAIN_TEXT, startInternalService, startPageSite, startServer, type LocalServer, type PageSite } from '../support/web-servers';
 
 /** Long enough for a loaded machine to answer on loopback, short enough that a stalled page costs little. */
 const SHORT_TIMEOUT_MS = 400;
-const LIMITS: PageFetchLimits = { timeoutMs: 5_000, maxBytes: 1024 * 1024, maxRedirects: 3, allowedAddresses: ['127.0.0.1'] };
+const LIMITS: Omit<PageFetchLimits, 'allowedAddresses'> = { timeoutMs: 5_000, maxBytes: 1024 * 1024, maxRedirects: 3 };
+/** The page site's address, on its port: what these tests allow unless they say otherwise. */
+const siteOnly = (): PageFetchLimits['allowedAddresses'] => [{ address: '127.0.0.1', port: site.port }];
 const FETCHED_AT = Date.UTC(2026, 2, 4, 12, 0, 0);
 
 let site: PageSite;
@@ -33,7 +41,7 @@ afterAll(async () => {
 });
 
 function fetchWith(url: string, limits: Partial<PageFetchLimits> = {}, signal = new AbortController().signal): Promise<PageFetchOutcome> {
-  return createPageFetcher({ ...LIMITS, ...limits }).fetch(url, signal);
+  return createPageFetcher({ ...LIMITS, allowedAddresses: siteOnly(), ...limits }).fetch(url, signal);
 }
 
 function refusalOf(outcome: PageFetchOutcome): { kind: string; message: string } {
@@ -46,14 +54,15 @@ const noSearch: SearchBackend = {
   search: () => Promise.reject(new Error('search is not used in these tests')),
 };
 
-function pageToolbox(options: { limits?: Partial<PageFetchLimits>; tokenBudget?: number; artifacts?: MemoryArtifactStore } = {}) {
+function pageToolbox(options: { limits?: Partial<PageFetchLimits>; tokenBudget?: number; artifacts?: MemoryArtifactStore; artifactBytesPerJob?: number } = {}) {
   const artifacts = options.artifacts ?? createMemoryArtifactStore();
   const toolbox = createWebToolbox({
     search: noSearch,
-    pages: createPageFetcher({ ...LIMITS, ...options.limits }),
+    pages: createPageFetcher({ ...LIMITS, allowedAddresses: siteOnly(), ...options.limits }),
     artifacts,
     clock: new ManualClock(FETCHED_AT),
     pageTokenBudget: options.tokenBudget ?? 4_000,
+    ...(options.artifactBytesPerJob === undefined ? {} : { artifactBytesPerJob: options.artifactBytesPerJob }),
   }).forJob('job-1');
   return { toolbox, artifacts };
 }
@@ -71,7 +80,7 @@ function contentOf(result: ToolResult): Record<string, unknown> {
 describe('the address guard', () => {
   test('a loopback page is refused unless its address is on the allow-list', async () => {
     expect(refusalOf(await fetchWith(`${site.url}/article`, { allowedAddresses: [] })).kind).toBe('blocked_address');
-    const allowed = await fetchWith(`${site.url}/article`, { allowedAddresses: ['127.0.0.1'] });
+    const allowed = await fetchWith(`${site.url}/article`, { allowedAddresses: siteOnly() });
     expect(allowed.ok).toBe(true);
   });
 
@@ -101,11 +110,34 @@ describe('the address guard', () => {
   });
 
   test('the same redirect is followed when that address is on the allow-list too', async () => {
-    const outcome = await fetchWith(`${site.url}/redirect?to=${encodeURIComponent(`${internal.url}/secret`)}`, { allowedAddresses: ['127.0.0.1', '127.0.0.0/8'] });
+    const outcome = await fetchWith(`${site.url}/redirect?to=${encodeURIComponent(`${internal.url}/secret`)}`, {
+      allowedAddresses: [...siteOnly(), { address: '127.0.0.0/8', port: internal.port }],
+    });
     if (!outcome.ok) throw new Error(outcome.refusal.message);
     expect(outcome.page.url).toBe(`${internal.url}/secret`);
     expect(outcome.page.redirects).toEqual([`${internal.url}/secret`]);
     expect(outcome.page.body.toString()).toContain('INTERNAL-SECRET');
+  });
+
+  test('bug 33: an allowed address is open on its listed port only: a redirect to another local port is refused at that hop, and that server is never reached', async () => {
+    const other = await startServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'text/plain' });
+      response.end('RESET-CODES');
+    });
+    try {
+      const redirected = refusalOf(await fetchWith(`${site.url}/redirect?to=${encodeURIComponent(`${other.url}/codes`)}`));
+      expect(redirected).toEqual({ kind: 'blocked_address', message: expect.stringContaining(`Refused to connect to 127.0.0.1:${other.port}`) as unknown });
+      expect(redirected.message).toContain(`not allowed on port ${other.port}`);
+      expect(refusalOf(await fetchWith(`${other.url}/codes`)).kind).toBe('blocked_address');
+      expect(other.requests).toHaveLength(0);
+      // Listed with its own port, the same server is reached, redirect and all.
+      const listed = await fetchWith(`${site.url}/redirect?to=${encodeURIComponent(`${other.url}/codes`)}`, {
+        allowedAddresses: [...siteOnly(), { address: '127.0.0.1', port: other.port }],
+      });
+      expect(listed.ok && listed.page.body.toString()).toBe('RESET-CODES');
+    } finally {
+      await other.close();
+    }
   });
 
   test('a redirect to the metadata server is refused, even with loopback allowed', async () => {
@@ -310,5 +342,192 @@ describe('malformed calls get a readable ok:false result', () => {
     const fetchSpec = toolbox.specs[1]!;
     expect(fetchSpec.description).toContain('about 1234 tokens');
     expect(fetchSpec.parameters).toMatchObject({ type: 'object', required: ['url'], additionalProperties: false });
+  });
+});
+
+/** Elements nested `depth` deep: the shape that froze a worker (55 KB of it held the event loop 43 s, 2 MB about 10 minutes). */
+function nestedPage(depth: number, open = '<div class="c">', close = '</div>'): string {
+  return `<!doctype html><html><head><title>Deep</title></head><body>${open.repeat(depth)}Deep text.${close.repeat(depth)}</body></html>`;
+}
+
+/** The longest stretch the event loop went without running a 10 ms interval timer, until `stop`. */
+function watchEventLoop(): { ticks(count: number): Promise<void>; stop(): number } {
+  let last = performance.now();
+  let longest = 0;
+  let ticked = 0;
+  const waiting: { count: number; resolve: () => void }[] = [];
+  const note = (): void => {
+    const now = performance.now();
+    longest = Math.max(longest, now - last);
+    last = now;
+  };
+  const interval = setInterval(() => {
+    note();
+    ticked += 1;
+    for (const waiter of waiting.filter((entry) => ticked >= entry.count)) {
+      waiting.splice(waiting.indexOf(waiter), 1);
+      waiter.resolve();
+    }
+  }, 10);
+  return {
+    ticks: (count) => new Promise<void>((resolve) => waiting.push({ count: ticked + count, resolve })),
+    stop: () => {
+      clearInterval(interval);
+      note();
+      return longest;
+    },
+  };
+}
+
+describe('pages too complex to read', () => {
+  let deepSite: LocalServer;
+  const pages: Record<string, string> = {
+    '/nested': nestedPage(1_500),
+    '/unclosed-2mb': `<html><body>${'<div>'.repeat(400_000)}</body></html>`,
+    '/many-elements': `<html><body>${'<p>x</p>'.repeat(250_000)}</body></html>`,
+  };
+
+  beforeAll(async () => {
+    deepSite = await startServer((request, response) => {
+      const html = pages[request.url ?? ''];
+      response.writeHead(html === undefined ? 404 : 200, { 'content-type': 'text/html; charset=utf-8' });
+      response.end(html ?? 'not here');
+    });
+  });
+  afterAll(() => deepSite.close());
+
+  test.each([
+    ['1,500 nested elements (31 KB)', '/nested', 'nest more than 256 levels deep'],
+    ['2 MB of unclosed elements', '/unclosed-2mb', 'nest more than 256 levels deep'],
+    ['250,000 elements side by side', '/many-elements', 'more than 150000 elements'],
+  ])('bug 28: a page of %s is refused before parsing, as a tool result the model reads, and the event loop stays free', async (_shape, path, why) => {
+    const { toolbox, artifacts } = pageToolbox({ limits: { maxBytes: 3_000_000, allowedAddresses: [{ address: '127.0.0.1', port: deepSite.port }] } });
+    const watch = watchEventLoop();
+    const result = await toolbox.execute(fetchCall(JSON.stringify({ url: `${deepSite.url}${path}` })), new AbortController().signal);
+    const longestGapMs = watch.stop();
+    expect(result.ok).toBe(false);
+    expect(contentOf(result)).toEqual({ error: expect.stringContaining('too complex to read') as unknown, url: `${deepSite.url}${path}`, reason: 'too_complex' });
+    expect(String(contentOf(result).error)).toContain(why);
+    expect(artifacts.list()).toEqual([]);
+    expect(longestGapMs).toBeLessThan(1_000);
+  });
+
+  test('bug 28: the parse runs in a worker thread: a slow page that passes the scan leaves the event loop free and is stopped at the time limit', async () => {
+    const timers = new ManualTimers();
+    const extractor = createReadableExtractor({ timers, timeLimitMs: 5_000, markupLimits: { maxDepth: 100_000, maxElements: 1_000_000 } });
+    const watch = watchEventLoop();
+    const reading = extractor.extract(nestedPage(1_000), 'html', new AbortController().signal);
+    // Readability takes seconds on this page (minutes on a loaded machine): let its worker run a while before the limit.
+    await watch.ticks(50);
+    expect(timers.pendingDelays).toEqual([5_000]);
+    timers.fireAll();
+    const outcome = await reading;
+    const longestGapMs = watch.stop();
+    expect(outcome).toEqual({ ok: false, reason: 'too_complex', message: expect.stringContaining('took longer than 5000 ms and was stopped') as unknown });
+    expect(longestGapMs).toBeLessThan(1_000);
+    // The stopped worker is gone; the next page gets a new one.
+    const next = await extractor.extract(ARTICLE_HTML, 'html', new AbortController().signal);
+    expect(next.ok && next.page.text).toContain('fencing token');
+  });
+
+  test('bug 28: a page is handed to a worker under the time limit: a worker that has not answered by then is stopped', async () => {
+    const timers = new ManualTimers();
+    const extractor = createReadableExtractor({ timers, timeLimitMs: 5_000 });
+    const reading = extractor.extract(ARTICLE_HTML, 'html', new AbortController().signal);
+    // The worker's answer needs a turn of this event loop, so the limit passes first, however quick the page.
+    expect(timers.pendingDelays).toEqual([5_000]);
+    timers.fireAll();
+    expect(await reading).toEqual({ ok: false, reason: 'too_complex', message: expect.stringContaining('took longer than 5000 ms and was stopped') as unknown });
+  });
+
+  test("the caller's abort stops the worker and is thrown", async () => {
+    const extractor = createReadableExtractor({ timers: new ManualTimers(), markupLimits: { maxDepth: 100_000, maxElements: 1_000_000 } });
+    const controller = new AbortController();
+    const reading = extractor.extract(nestedPage(1_500), 'html', controller.signal);
+    controller.abort(new Error('step deadline'));
+    await expect(reading).rejects.toThrow('step deadline');
+  });
+
+  test('a page whose extraction fails in the worker is unreadable, and the next page still reads (text pages too)', async () => {
+    const extractor = createReadableExtractor({ markupLimits: { maxDepth: 100_000, maxElements: 1_000_000 } });
+    const signal = new AbortController().signal;
+    // Past the scan's limits the text walk runs out of stack: a failure inside the worker, reported, not thrown.
+    const failed = await extractor.extract(`<html><body>${'<div>'.repeat(20_000)}</body></html>`, 'html', signal);
+    expect(failed).toEqual({ ok: false, reason: 'unreadable', message: expect.stringContaining('call stack') as unknown });
+    expect(await extractor.extract('Plain\n\ntext page', 'text', signal)).toEqual({ ok: true, page: { title: 'Plain', text: 'Plain\n\ntext page', excerpt: 'Plain text page' } });
+  });
+
+  /** Element depth and count as linkedom builds the tree. */
+  function parsedShape(html: string): { depth: number; elements: number } {
+    interface Node {
+      readonly nodeType: number;
+      readonly childNodes: ArrayLike<Node>;
+    }
+    const { document } = parseHTML(html) as unknown as { document: Node };
+    let depth = 0;
+    let elements = 0;
+    const pending: [Node, number][] = [[document, 0]];
+    for (let entry = pending.pop(); entry !== undefined; entry = pending.pop()) {
+      const [node, level] = entry;
+      const own = node.nodeType === 1 ? level + 1 : level;
+      if (node.nodeType === 1) {
+        elements += 1;
+        depth = Math.max(depth, own);
+      }
+      for (const child of Array.from(node.childNodes)) pending.push([child, own]);
+    }
+    return { depth, elements };
+  }
+
+  test.each([
+    ['a realistic article', ARTICLE_HTML],
+    ['lists whose items are never closed', '<ul><li>a<li>b<ul><li>c<li>d</ul><li>e</ul>'],
+    ['paragraphs closed by the blocks after them', '<div><p>one<p>two<div>three</div><p>four</div>'],
+    ['a table without end tags', '<table><tr><td>a<td>b<tr><td>c</table>'],
+    ['SVG, where /> closes', '<body><svg><path d="x"/><path/><g><circle/></g><title>t</title></svg><p>x</p></body>'],
+    ['HTML, where /> does not', '<div/><div/><div/>x'],
+    ['void elements', '<div><p>a<br>b<img src=x></p></div>'],
+    ['markup inside a script', '<script>if (a<b) document.write("<div><div>")</script><div>x</div>'],
+    ['> and < in quoted attributes', '<div title="a > b"><span data-x=\'<div>\'>x</span></div>'],
+    ['markup inside a comment', '<!-- <div><div> --><div>x</div>'],
+    ['end tags with nothing open', '</div></span><p>x</p>'],
+    ['select options', '<select><option>a<option>b<optgroup><option>c</select>'],
+    ['definition lists', '<dl><dt>a<dd>b<dt>c<dd>d</dl>'],
+    ['300 nested elements', nestedPage(300)],
+  ])('the scan counts the depth and elements linkedom builds: %s', (_shape, html) => {
+    expect(measureMarkup(html, { maxDepth: 100_000, maxElements: 1_000_000 })).toEqual(parsedShape(html));
+  });
+});
+
+describe("the job's budget of kept page text", () => {
+  let textSite: LocalServer;
+  const PAGE_CHARS = 600_000;
+
+  beforeAll(async () => {
+    // Every path a different page of 600 KB of text: 50 of them would keep 30 MB.
+    textSite = await startServer((request, response) => {
+      const name = request.url ?? '/';
+      response.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' });
+      response.end(`Page ${name}\n\n${`Words of ${name} `.repeat(PAGE_CHARS / (10 + name.length)).slice(0, PAGE_CHARS)}`);
+    });
+  });
+  afterAll(() => textSite.close());
+
+  test('bug 37: page texts are kept only up to the budget; the pages past it are a tool error the model reads, and nothing of them is stored', async () => {
+    const { toolbox, artifacts } = pageToolbox({ limits: { allowedAddresses: [{ address: '127.0.0.1', port: textSite.port }] }, artifactBytesPerJob: 2_000_000 });
+    const results: ToolResult[] = [];
+    for (let page = 1; page <= 10; page += 1) {
+      results.push(await toolbox.execute(fetchCall(JSON.stringify({ url: `${textSite.url}/page-${page}` })), new AbortController().signal));
+    }
+    expect(results.map((entry) => entry.ok)).toEqual([true, true, true, false, false, false, false, false, false, false]);
+    const refused = contentOf(results[3]!);
+    expect(refused).toMatchObject({ url: `${textSite.url}/page-4`, reason: 'artifact_budget' });
+    expect(String(refused.error)).toContain('2000000 bytes');
+    const kept = artifacts.list().reduce((sum, artifact) => sum + artifact.size, 0);
+    expect(artifacts.list()).toHaveLength(3);
+    expect(kept).toBeLessThanOrEqual(2_000_000);
+    // A page already kept costs nothing more: it is read again at the budget.
+    const again = await toolbox.execute(fetchCall(JSON.stringify({ url: `${textSite.url}/page-2` })), new AbortController().signal);
+    expect(again.ok).toBe(true);
   });
 });

@@ -44,7 +44,7 @@ afterAll(async () => {
 function toolboxOver(search: SearchBackend): Toolbox {
   return createWebToolbox({
     search,
-    pages: createPageFetcher({ timeoutMs: 5_000, maxBytes: 1_000_000, maxRedirects: 3, allowedAddresses: ['127.0.0.1'] }),
+    pages: createPageFetcher({ timeoutMs: 5_000, maxBytes: 1_000_000, maxRedirects: 3, allowedAddresses: [{ address: '127.0.0.1', port: site.port }] }),
     artifacts: createMemoryArtifactStore(),
     clock: new ManualClock(SEARCHED_AT),
     pageTokenBudget: 2_000,
@@ -210,7 +210,7 @@ describe('the toolbox configuration picks', () => {
     const toolbox = configuredToolbox({
       PHASELINE_SEARCH: 'searxng',
       PHASELINE_SEARXNG_URL: searxng.url,
-      PHASELINE_FETCH_ALLOWED_ADDRESSES: '127.0.0.1',
+      PHASELINE_FETCH_ALLOWED_ADDRESSES: `127.0.0.1:${site.port}`,
       PHASELINE_FETCH_TOKEN_BUDGET: '100',
     });
     expect(toolbox.specs.map((spec) => spec.name)).toEqual(['search', 'fetch_page']);
@@ -226,6 +226,21 @@ describe('the toolbox configuration picks', () => {
     const page = await toolbox.execute({ id: 'call_page_2', name: 'fetch_page', arguments: JSON.stringify({ url: `${site.url}/article` }) }, signal());
     expect(page.ok).toBe(false);
     expect(contentOf(page).reason).toBe('blocked_address');
+  });
+
+  test("fetch_page keeps page text within the job's configured artifact budget", async () => {
+    const kept = createMemoryArtifactStore();
+    const { toolbox: configured } = configuredProvider(
+      clock,
+      { PHASELINE_SEARCH: 'searxng', PHASELINE_SEARXNG_URL: searxng.url, PHASELINE_FETCH_ALLOWED_ADDRESSES: `127.0.0.1:${site.port}`, PHASELINE_FETCH_MAX_BYTES_PER_JOB: '1000' },
+      { artifacts: kept },
+    );
+    // The job holds 500 bytes already; the article's 824 bytes of text would pass the 1000.
+    await kept.put('job-budget', 'x'.repeat(500), { contentType: 'text/plain' });
+    const bound = configured.forJob?.('job-budget') ?? configured;
+    const page = await bound.execute({ id: 'call_page_3', name: 'fetch_page', arguments: JSON.stringify({ url: `${site.url}/article` }) }, signal());
+    expect(contentOf(page)).toMatchObject({ reason: 'artifact_budget' });
+    expect(kept.list()).toHaveLength(1);
   });
 
   test('Tavily with its key and base URL', async () => {

@@ -39,8 +39,9 @@ import {
   type ModelProvider,
   type NumberedSource,
   type Source,
+  type ToolCall,
 } from './provider';
-import type { ToolResult, Toolbox } from './tools';
+import { toolError, type ToolResult, type Toolbox } from './tools';
 import {
   citationKey,
   compactTranscript,
@@ -147,6 +148,11 @@ export interface SectionPolicy {
   readonly callTimeoutMs: number;
   /** No model call starts with less than this left in the step: the section yields instead. */
   readonly minCallTimeMs: number;
+  /**
+   * Tool calls one model answer may have run; the ones after them get a tool error result without
+   * running. Rounds alone do not bound the work: one answer can ask for any number of calls.
+   */
+  readonly maxToolCallsPerAnswer: number;
 }
 
 export const DEFAULT_SECTION_POLICY: SectionPolicy = {
@@ -158,12 +164,16 @@ export const DEFAULT_SECTION_POLICY: SectionPolicy = {
   compactToWindowShare: 0.5,
   callTimeoutMs: 120_000,
   minCallTimeMs: 10_000,
+  maxToolCallsPerAnswer: 8,
 };
 
 export function resolveSectionPolicy(overrides: Partial<SectionPolicy> = {}): SectionPolicy {
   const policy = { ...DEFAULT_SECTION_POLICY, ...overrides };
   for (const name of ['warmRetries', 'coldRetries', 'transientRetries'] as const) {
     if (!Number.isInteger(policy[name]) || policy[name] < 0) throw new Error(`Section policy ${name} must be a non-negative integer, got ${policy[name]}`);
+  }
+  if (!Number.isInteger(policy.maxToolCallsPerAnswer) || policy.maxToolCallsPerAnswer < 1) {
+    throw new Error(`Section policy maxToolCallsPerAnswer must be a positive integer, got ${policy.maxToolCallsPerAnswer}`);
   }
   if (!(policy.transientMinDelayMs >= 0) || !(policy.transientMaxDelayMs >= policy.transientMinDelayMs)) {
     throw new Error(
@@ -401,10 +411,16 @@ class SectionRun {
 
   /**
    * Runs the calls of the thread's last group that have no recorded result, saving each result
-   * before the next call starts: a result on record is never produced again.
+   * before the next call starts: a result on record is never produced again. Calls past the
+   * policy's bound for one answer are answered with a tool error instead, after the allowed ones
+   * and without running (also when a resumed group still has them open), so every call has its
+   * result and the model reads why.
    */
   private async runOpenCalls(): Promise<void> {
-    for (const call of openToolCalls(this.messages)) {
+    const asked = trailingAnswerCalls(this.messages);
+    const allowed = new Set(asked.slice(0, this.policy.maxToolCallsPerAnswer).map((call) => call.id));
+    const open = openToolCalls(this.messages);
+    for (const call of open.filter((entry) => allowed.has(entry.id))) {
       // The result before this one is on record before this call runs.
       await this.settleSave();
       this.signal.throwIfAborted();
@@ -417,14 +433,26 @@ class SectionRun {
         throw new SectionAttemptError(`tool ${call.name} (${call.id}) threw: ${describeError(error)}`, { cause: error });
       }
       this.count('tool_call', { toolCalls: 1 }, call.name);
-      const sources = numberSources(this.messages, result.sources ?? []);
-      const content = result.content + citationKey(sources);
-      this.messages.push(
-        sources.length === 0 ? { role: 'tool', toolCallId: call.id, name: call.name, content } : { role: 'tool', toolCallId: call.id, name: call.name, content, sources },
-      );
+      this.recordResult(call, result);
       // Settled before the next tool call, or (the group's last result) beside the spend check before the next model call.
       this.saveInBackground();
     }
+    const refused = open.filter((entry) => !allowed.has(entry.id));
+    if (refused.length === 0) return;
+    await this.settleSave();
+    const why = toolError(
+      `Not run: one answer may ask for at most ${this.policy.maxToolCallsPerAnswer} tool calls and this one asked for ${asked.length}. Ask again, in a later turn, for what you still need.`,
+    );
+    for (const call of refused) this.recordResult(call, why);
+    this.saveInBackground();
+  }
+
+  private recordResult(call: ToolCall, result: ToolResult): void {
+    const sources = numberSources(this.messages, result.sources ?? []);
+    const content = result.content + citationKey(sources);
+    this.messages.push(
+      sources.length === 0 ? { role: 'tool', toolCallId: call.id, name: call.name, content } : { role: 'tool', toolCallId: call.id, name: call.name, content, sources },
+    );
   }
 
   /** A call ID that is empty, repeated in the answer, or already used in the thread; null when all are fine. */
@@ -674,6 +702,14 @@ class SectionRun {
   private outcomeAttempts(): SectionAttempts {
     return { warm: this.attempts.warm, cold: this.attempts.cold, generation: this.generation };
   }
+}
+
+/** Every call of the answer that opens the thread's trailing group of tool results (none when it ends otherwise). */
+function trailingAnswerCalls(messages: readonly ChatMessage[]): readonly ToolCall[] {
+  let at = messages.length - 1;
+  while (messages[at]?.role === 'tool') at -= 1;
+  const head = messages[at];
+  return head?.role === 'assistant' ? (head.toolCalls ?? []) : [];
 }
 
 /** The line that marks a clean thread; it names the generation so that every clean thread differs. */

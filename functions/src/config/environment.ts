@@ -17,7 +17,8 @@ import { z } from 'zod';
 import { TerminalError } from '../core/errors';
 import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions, type EngineOptions } from '../core/options';
 import { DEFAULT_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL, DEFAULT_QUOTA_DEFAULTS, MAX_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL, MAX_JOBS_IN_FLIGHT, MAX_SPEND_USD_PER_DAY, MAX_SUBMITS_PER_MINUTE, type QuotaDefaults } from '../core/quota';
-import type { PageFetchLimits } from '../agent/web/page-fetcher';
+import { DEFAULT_SECTION_POLICY, type SectionPolicy } from '../agent/section-runner';
+import type { AllowedAddress, PageFetchLimits } from '../agent/web/page-fetcher';
 import { DEFAULT_OFFLINE_SETTINGS, offlineSettingsSchema, type OfflineSettings } from '../providers/offline/settings';
 import { openAiCompatibleConfigSchema, type OpenAiCompatibleConfig } from '../providers/openai-compatible';
 
@@ -143,6 +144,15 @@ function unpricedProviderError(unset: readonly string[]): ConfigurationError {
   );
 }
 
+/** How agent sections run (agent/section-runner.ts), read when a research step runs. */
+const AGENT_VARIABLES = {
+  PHASELINE_MAX_TOOL_CALLS_PER_ANSWER: variable(
+    numberText.pipe(z.int().min(1).max(100)).default(DEFAULT_SECTION_POLICY.maxToolCallsPerAnswer),
+    String(DEFAULT_SECTION_POLICY.maxToolCallsPerAnswer),
+    'Tool calls one model answer may have run; each call past it gets a tool error result (not run) that the model reads.',
+  ),
+};
+
 const RECEIVER_VARIABLES = {
   PHASELINE_RECEIVER_URL: variable(receiverUrlText, 'unset', 'The system of record the notify pipeline sends through; configuration only, never the job input. Required by notify.'),
   PHASELINE_RECEIVER_TIMEOUT_MS: variable(positiveNumberText.default(10_000), '10000', 'Longest wait for one receiver request; past it the effect is unknown and reconciled.'),
@@ -180,25 +190,44 @@ const TAVILY_VARIABLES = {
   PHASELINE_TAVILY_BASE_URL: variable(httpUrl.default('https://api.tavily.com'), 'https://api.tavily.com', "Tavily's API endpoint (tests point it at a local server)."),
 };
 
-/** A comma-separated list of IP addresses and CIDR ranges; blank entries ignored. */
-const addressListText = z.string().transform((text, context) => {
-  const address = z.union([z.ipv4(), z.ipv6(), z.cidrv4(), z.cidrv6()]);
+/**
+ * A comma-separated list of `address:port` entries (`[address]:port` for IPv6; the address may be a
+ * CIDR range); blank entries ignored. An address without a port is refused, not read as every port.
+ */
+const allowedAddressListText = z.string().transform((text, context): AllowedAddress[] => {
   const entries = text
     .split(',')
     .map((entry) => entry.trim())
     .filter((entry) => entry !== '');
-  const invalid = entries.filter((entry) => !address.safeParse(entry).success);
-  if (invalid.length === 0) return entries;
-  context.addIssue({ code: 'custom', message: `must list IP addresses or CIDR ranges, separated by commas; not ${invalid.map((entry) => JSON.stringify(entry)).join(', ')}` });
+  const parsed = entries.map((entry) => ({ entry, allowed: allowedAddressOf(entry) }));
+  const invalid = parsed.filter(({ allowed }) => allowed === undefined).map(({ entry }) => entry);
+  if (invalid.length === 0) return parsed.flatMap(({ allowed }) => (allowed === undefined ? [] : [allowed]));
+  const portless = invalid.some((entry) => z.union([z.ipv4(), z.ipv6(), z.cidrv4(), z.cidrv6()]).safeParse(entry.replace(/^\[(.*)\]$/, '$1')).success);
+  context.addIssue({
+    code: 'custom',
+    message:
+      'must list address:port entries separated by commas (an IP address or CIDR range and the one port it may be reached on, e.g. 127.0.0.1:8080, [::1]:8080, 10.20.0.0/16:443)' +
+      `${portless ? '; an address without a port would open all its ports' : ''}; not ${invalid.map((entry) => JSON.stringify(entry)).join(', ')}`,
+  });
   return z.NEVER;
 });
+
+function allowedAddressOf(entry: string): AllowedAddress | undefined {
+  const bracketed = /^\[([^\]]+)\]:(\d{1,5})$/.exec(entry);
+  const plain = bracketed === null ? /^([^:[\]]+):(\d{1,5})$/.exec(entry) : null;
+  const [, address = '', portText = ''] = bracketed ?? plain ?? [];
+  const port = Number(portText);
+  if (address === '' || !Number.isInteger(port) || port < 1 || port > 65_535) return undefined;
+  const form = bracketed === null ? z.union([z.ipv4(), z.cidrv4()]) : z.union([z.ipv6(), z.cidrv6()]);
+  return form.safeParse(address).success ? { address, port } : undefined;
+}
 
 const PAGE_VARIABLES = {
   PHASELINE_FETCH_TIMEOUT_MS: variable(numberText.pipe(z.int().min(1).max(300_000)).default(15_000), '15000', 'Longest fetch_page may take, every redirect and the body included.'),
   PHASELINE_FETCH_MAX_BYTES: variable(
     numberText.pipe(z.int().min(1_000).max(100_000_000)).default(2_000_000),
     '2000000',
-    'fetch_page reads at most this many bytes of a page (decoded) and says when it stopped there; parsing is synchronous, so keep it modest.',
+    'fetch_page reads at most this many bytes of a page (decoded) and says when it stopped there; the page is parsed in a worker thread, within a time limit.',
   ),
   PHASELINE_FETCH_MAX_REDIRECTS: variable(numberText.pipe(z.int().min(0).max(20)).default(5), '5', 'Redirects fetch_page follows, each hop checked against the address rules.'),
   PHASELINE_FETCH_TOKEN_BUDGET: variable(
@@ -206,10 +235,15 @@ const PAGE_VARIABLES = {
     '4000',
     "Estimated tokens of a page's readable text given to the model; the full text is kept as an artifact.",
   ),
+  PHASELINE_FETCH_MAX_BYTES_PER_JOB: variable(
+    numberText.pipe(z.int().min(1_000).max(10_000_000_000)).default(20_000_000),
+    '20000000',
+    "Bytes of artifacts (page texts, large tool results) a job may hold when fetch_page keeps another page; a page past it is a tool error the model reads, not kept.",
+  ),
   PHASELINE_FETCH_ALLOWED_ADDRESSES: variable(
-    addressListText.default([]),
+    allowedAddressListText.default([]),
     'unset',
-    'IP addresses and CIDR ranges fetch_page may reach although they are not public (e.g. 127.0.0.1 for local tests). Everything non-public is refused otherwise.',
+    'address:port entries (IP address or CIDR range, and one port) fetch_page may reach although they are not public (e.g. 127.0.0.1:8080 for local tests); every other port of those addresses, and everything else non-public, is refused.',
   ),
 };
 
@@ -294,6 +328,7 @@ const SECTIONS = {
   provider: PROVIDER_VARIABLES,
   offline: OFFLINE_VARIABLES,
   model: MODEL_VARIABLES,
+  agent: AGENT_VARIABLES,
   receiver: RECEIVER_VARIABLES,
   search: SEARCH_VARIABLES,
   searxng: SEARXNG_VARIABLES,
@@ -461,6 +496,11 @@ export function modelApiKeyNeeded(env: Environment = process.env): boolean {
   }
 }
 
+/** The agent sections' settings that configuration may change (the rest keep DEFAULT_SECTION_POLICY). */
+export function sectionPolicyFromEnv(env: Environment = process.env): Pick<SectionPolicy, 'maxToolCallsPerAnswer'> {
+  return { maxToolCallsPerAnswer: parseSection(AGENT_VARIABLES, env).PHASELINE_MAX_TOOL_CALLS_PER_ANSWER };
+}
+
 export interface ReceiverConfig {
   /** As configured (trimmed). */
   readonly url: string;
@@ -487,6 +527,7 @@ export type SearchConfig =
 
 export interface PageToolConfig extends PageFetchLimits {
   readonly tokenBudget: number;
+  readonly artifactBytesPerJob: number;
 }
 
 export type ToolsConfig = { readonly search: { readonly kind: 'corpus' } } | { readonly search: Exclude<SearchConfig, { kind: 'corpus' }>; readonly pages: PageToolConfig };
@@ -513,6 +554,7 @@ export function toolsConfigFromEnv(env: Environment = process.env): ToolsConfig 
       maxBytes: pages.PHASELINE_FETCH_MAX_BYTES,
       maxRedirects: pages.PHASELINE_FETCH_MAX_REDIRECTS,
       tokenBudget: pages.PHASELINE_FETCH_TOKEN_BUDGET,
+      artifactBytesPerJob: pages.PHASELINE_FETCH_MAX_BYTES_PER_JOB,
       allowedAddresses: pages.PHASELINE_FETCH_ALLOWED_ADDRESSES,
     },
   };

@@ -5,6 +5,7 @@ import { firestoreArtifactStore } from '../store/artifact-store';
 import { firestoreCircuit } from '../store/provider-circuit';
 import { canaryPipeline } from './canary';
 import { configuredNotifyDeps, createNotifyPipeline } from './notify';
+import { sectionPolicyFromEnv } from '../config/environment';
 import { configuredProvider } from './providers';
 import { createResearchPipeline, type ResearchDeps } from './research';
 
@@ -18,7 +19,7 @@ export function deployedPipelines(firestore: () => Firestore): PipelineRegistry 
   const resolveResearchDeps = (): ResearchDeps => {
     if (!researchDeps) {
       const { provider, toolbox } = configuredProvider(systemClock, process.env, { artifacts: firestoreArtifactStore(firestore(), systemClock) });
-      researchDeps = { provider, toolbox, circuit: firestoreCircuit(firestore(), provider.name) };
+      researchDeps = { provider, toolbox, circuit: firestoreCircuit(firestore(), provider.name), policy: sectionPolicyFromEnv(process.env) };
     }
     return researchDeps;
   };

@@ -56,6 +56,7 @@ function untracedProvider(clock: Clock, env: Environment, options: ConfiguredPro
           artifacts: options.artifacts,
           clock,
           pageTokenBudget: tools.pages.tokenBudget,
+          artifactBytesPerJob: tools.pages.artifactBytesPerJob,
         })
       : createCorpusToolbox({ settings, seed });
   if (config.kind === 'openai-compatible') return { provider: createOpenAiCompatibleProvider(config.model), toolbox };

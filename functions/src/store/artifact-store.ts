@@ -12,12 +12,12 @@
  * no manifest ("missing"), never part of an artifact. Content already stored is not written again.
  */
 import { createHash } from 'node:crypto';
-import type { DocumentSnapshot, Firestore } from 'firebase-admin/firestore';
+import { AggregateField, type DocumentSnapshot, type Firestore } from 'firebase-admin/firestore';
 import type { Clock } from '../core/clock';
-import { CorruptCheckpointError } from '../core/errors';
+import { CorruptCheckpointError, TerminalError } from '../core/errors';
 import { isAlreadyExists } from './firestore-errors';
 import type { JobStore } from './job-store';
-import { artifactChunkPath, artifactPath } from './paths';
+import { ARTIFACTS, artifactChunkPath, artifactPath, JOBS } from './paths';
 
 export interface ArtifactRef {
   /** Hex SHA-256 of the bytes. */
@@ -29,9 +29,20 @@ export interface ArtifactRef {
 /** What a reader needs to check what it loads: the hash names the artifact, the size must agree. */
 export type ArtifactCheck = Pick<ArtifactRef, 'sha256' | 'size'>;
 
+export interface ArtifactPutOptions {
+  readonly contentType: string;
+  /**
+   * The bytes the job's artifacts may take in all: a put of new content that would pass it throws
+   * ArtifactBudgetError before anything is written (content already stored costs nothing). Puts
+   * running at once each see the total before the others land, so together they may pass it by
+   * their own sizes.
+   */
+  readonly maxJobBytes?: number;
+}
+
 export interface ArtifactStore {
   /** Stores the content under the job; `written` is false when the same content was there already. */
-  put(jobId: string, content: Uint8Array | string, options: { readonly contentType: string }): Promise<{ ref: ArtifactRef; written: boolean }>;
+  put(jobId: string, content: Uint8Array | string, options: ArtifactPutOptions): Promise<{ ref: ArtifactRef; written: boolean }>;
   /** The bytes, checked against the reference; throws ArtifactUnreadableError when they do not match or are gone. */
   get(jobId: string, ref: ArtifactCheck): Promise<Buffer>;
 }
@@ -47,6 +58,23 @@ export class ArtifactUnreadableError extends CorruptCheckpointError {
   ) {
     super(`Artifact ${sha256} is unreadable (${fault}): ${detail}`);
   }
+}
+
+/** New content that would take the job's artifacts past their budget: refused, nothing written. */
+export class ArtifactBudgetError extends TerminalError {
+  constructor(
+    readonly jobId: string,
+    readonly storedBytes: number,
+    readonly size: number,
+    readonly maxJobBytes: number,
+  ) {
+    super(`An artifact of ${size} bytes would take job ${jobId}'s artifacts to ${storedBytes + size} bytes, past its budget of ${maxJobBytes}`);
+  }
+}
+
+/** Throws ArtifactBudgetError when `size` more bytes do not fit the budget (if any). */
+export function checkArtifactBudget(jobId: string, storedBytes: number, size: number, maxJobBytes: number | undefined): void {
+  if (maxJobBytes !== undefined && storedBytes + size > maxJobBytes) throw new ArtifactBudgetError(jobId, storedBytes, size, maxJobBytes);
 }
 
 /** Well under Firestore's 1 MiB document limit, with room for the chunk's other fields. */
@@ -114,11 +142,12 @@ class FirestoreArtifactStore implements ArtifactStore {
     private readonly clock: Clock,
   ) {}
 
-  async put(jobId: string, content: Uint8Array | string, options: { readonly contentType: string }): Promise<{ ref: ArtifactRef; written: boolean }> {
+  async put(jobId: string, content: Uint8Array | string, options: ArtifactPutOptions): Promise<{ ref: ArtifactRef; written: boolean }> {
     const bytes = bytesOf(content);
     const ref: ArtifactRef = { sha256: sha256Hex(bytes), size: bytes.byteLength, contentType: options.contentType };
     const manifestRef = this.db.doc(artifactPath(jobId, ref.sha256));
     if ((await manifestRef.get()).exists) return { ref, written: false };
+    if (options.maxJobBytes !== undefined) checkArtifactBudget(jobId, await this.storedBytes(jobId), ref.size, options.maxJobBytes);
     const chunkCount = chunkCountFor(bytes.byteLength);
     for (const group of commitGroups(chunkCount)) {
       const batch = this.db.batch();
@@ -141,6 +170,12 @@ class FirestoreArtifactStore implements ArtifactStore {
       throw error;
     }
     return { ref, written: true };
+  }
+
+  /** The sizes of the job's manifests summed (one aggregation query): what its finished artifacts take. */
+  private async storedBytes(jobId: string): Promise<number> {
+    const snapshot = await this.db.collection(`${JOBS}/${jobId}/${ARTIFACTS}`).aggregate({ bytes: AggregateField.sum('size') }).get();
+    return snapshot.data().bytes;
   }
 
   async get(jobId: string, ref: ArtifactCheck): Promise<Buffer> {

@@ -3,7 +3,7 @@
  * and checks content as the Firestore store does (content-addressed, hash and size verified on
  * read), but only as long as the process. Deployed functions keep artifacts in Firestore.
  */
-import { ArtifactUnreadableError, bytesOf, sha256Hex, verifiedContent, type ArtifactRef, type ArtifactStore } from '../../store/artifact-store';
+import { ArtifactUnreadableError, bytesOf, checkArtifactBudget, sha256Hex, verifiedContent, type ArtifactRef, type ArtifactStore } from '../../store/artifact-store';
 
 export interface MemoryArtifact extends ArtifactRef {
   readonly jobId: string;
@@ -24,6 +24,12 @@ export function createMemoryArtifactStore(): MemoryArtifactStore {
       const ref: ArtifactRef = { sha256: sha256Hex(bytes), size: bytes.byteLength, contentType: options.contentType };
       const key = keyOf(jobId, ref.sha256);
       if (stored.has(key)) return Promise.resolve({ ref, written: false });
+      const jobBytes = [...stored.values()].filter((artifact) => artifact.jobId === jobId).reduce((sum, artifact) => sum + artifact.size, 0);
+      try {
+        checkArtifactBudget(jobId, jobBytes, ref.size, options.maxJobBytes);
+      } catch (error) {
+        return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+      }
       stored.set(key, { ...ref, jobId, bytes });
       return Promise.resolve({ ref, written: true });
     },

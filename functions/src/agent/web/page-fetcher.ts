@@ -3,8 +3,12 @@
  * through request-filtering-agent, which checks the address each host name resolves to (or the
  * literal address) and refuses loopback, private, link-local (169.254.169.254, the metadata
  * server), multicast and other non-public ranges, unless an address is on the configured
- * allow-list. Redirects are followed here, one request per hop, so each hop's address is checked
- * again; an automatic redirect inside an HTTP client would skip that.
+ * allow-list. That library matches addresses only, so an allowed address would be open on every
+ * port (with 127.0.0.1 allowed, a page could redirect the agent to any local service): each
+ * allow-list entry names its port, and a connection gets an agent whose list holds only the
+ * entries for the port it connects to. Redirects are followed here, one request per hop, so each
+ * hop's address and port are checked again; an automatic redirect inside an HTTP client would
+ * skip that.
  *
  * Limits: one deadline for the whole fetch (every hop and the body), a hop count, and a byte cap
  * on the decoded body, read as a stream and abandoned at the cap, so a huge page never sits in
@@ -25,8 +29,14 @@ export interface PageFetchLimits {
   /** The decoded body is read up to this many bytes; the rest is never read. */
   readonly maxBytes: number;
   readonly maxRedirects: number;
-  /** Addresses or CIDR ranges reachable although they are not public (local tests: 127.0.0.1). */
-  readonly allowedAddresses: readonly string[];
+  /** Non-public addresses reachable anyway, each on its one port (local tests: 127.0.0.1 on a test server's port). */
+  readonly allowedAddresses: readonly AllowedAddress[];
+}
+
+/** An IP address or CIDR range that is not public, reachable on `port` only. */
+export interface AllowedAddress {
+  readonly address: string;
+  readonly port: number;
 }
 
 export type PageKind = 'html' | 'text';
@@ -158,14 +168,33 @@ function describeNetworkError(error: unknown): string {
   return String(error);
 }
 
+interface FilteringAgents {
+  readonly http: RequestFilteringHttpAgent;
+  readonly https: RequestFilteringHttpsAgent;
+}
+
+function filteringAgents(allowed: readonly string[]): FilteringAgents {
+  const filter = { allowIPAddressList: [...allowed], allowPrivateIPAddress: false, allowMetaIPAddress: false };
+  return { http: new RequestFilteringHttpAgent(filter), https: new RequestFilteringHttpsAgent(filter) };
+}
+
+/** The port a request to `url` connects to. */
+function portOf(url: URL): number {
+  if (url.port !== '') return Number(url.port);
+  return url.protocol === 'https:' ? 443 : 80;
+}
+
 class GuardedPageFetcher implements PageFetcher {
-  private readonly httpAgent: RequestFilteringHttpAgent;
-  private readonly httpsAgent: RequestFilteringHttpsAgent;
+  /** For a port no allow-list entry names: public addresses only. */
+  private readonly publicOnly = filteringAgents([]);
+  /** For each port the allow-list names: public addresses and the entries for that port. */
+  private readonly byPort = new Map<number, FilteringAgents>();
 
   constructor(private readonly limits: PageFetchLimits) {
-    const filter = { allowIPAddressList: [...limits.allowedAddresses], allowPrivateIPAddress: false, allowMetaIPAddress: false };
-    this.httpAgent = new RequestFilteringHttpAgent(filter);
-    this.httpsAgent = new RequestFilteringHttpsAgent(filter);
+    const ports = new Set(limits.allowedAddresses.map((entry) => entry.port));
+    for (const port of ports) {
+      this.byPort.set(port, filteringAgents(limits.allowedAddresses.filter((entry) => entry.port === port).map((entry) => entry.address)));
+    }
   }
 
   async fetch(requestedUrl: string, signal: AbortSignal): Promise<PageFetchOutcome> {
@@ -199,7 +228,7 @@ class GuardedPageFetcher implements PageFetcher {
       if (isAddressRefusal(error)) {
         return refused(
           'blocked_address',
-          `Refused to connect to ${url.host}: it is a loopback, private, link-local, metadata or otherwise non-public address. Only public web pages can be fetched.`,
+          `Refused to connect to ${url.host}: it is a loopback, private, link-local, metadata or otherwise non-public address, not allowed on port ${portOf(url)}. Only public web pages can be fetched.`,
         );
       }
       return refused('network', `Could not fetch ${url.href}: ${describeNetworkError(error)}.`);
@@ -233,7 +262,8 @@ class GuardedPageFetcher implements PageFetcher {
   private get(url: URL, signal: AbortSignal): Promise<IncomingMessage> {
     return new Promise((resolve, reject) => {
       const https = url.protocol === 'https:';
-      const options = { method: 'GET', headers: REQUEST_HEADERS, signal, agent: https ? this.httpsAgent : this.httpAgent };
+      const agents = this.byPort.get(portOf(url)) ?? this.publicOnly;
+      const options = { method: 'GET', headers: REQUEST_HEADERS, signal, agent: https ? agents.https : agents.http };
       const request = https ? httpsRequest(url, options, resolve) : httpRequest(url, options, resolve);
       request.on('error', reject);
       request.end();

@@ -20,9 +20,10 @@ import { z } from 'zod';
 import type { ToolCall, ToolSpec } from '../provider';
 import { toolArguments, toolError, toolParameters, type ToolResult, type Toolbox } from '../tools';
 import type { Clock } from '../../core/clock';
-import type { ArtifactRef, ArtifactStore } from '../../store/artifact-store';
+import { ArtifactBudgetError, type ArtifactRef, type ArtifactStore } from '../../store/artifact-store';
 import type { FetchedPage, PageFetcher } from './page-fetcher';
-import { cutToTokens, decodeBody, estimateTokens, readableFromHtml, readableFromText, type ReadablePage } from './readable';
+import { cutToTokens, decodeBody, estimateTokens, type ReadablePage } from './readable';
+import { defaultReadableExtractor, type ExtractionOutcome, type ReadableExtractor } from './readable-extractor';
 import { SearchFailedError, type SearchBackend } from './search';
 
 export const WEB_SEARCH_TOOL = 'search';
@@ -56,6 +57,13 @@ export interface WebToolboxOptions {
   readonly clock: Clock;
   /** Estimated tokens of page text handed to the model; the full text is kept as an artifact. */
   readonly pageTokenBudget: number;
+  /** Makes a page's readable text off the step's thread, within limits; the process's shared one by default. */
+  readonly extractor?: ReadableExtractor;
+  /**
+   * Bytes of artifacts the job may hold when fetch_page keeps another page's text; a page past it
+   * is a tool error, not kept. Unbounded when unset.
+   */
+  readonly artifactBytesPerJob?: number;
 }
 
 function specsFor(backend: string, pageTokenBudget: number): readonly ToolSpec[] {
@@ -132,18 +140,28 @@ class JobWebToolbox implements WebToolbox {
     const outcome = await this.options.pages.fetch(url, signal);
     if (!outcome.ok) return toolError(outcome.refusal.message, { url, reason: outcome.refusal.kind });
     const { page } = outcome;
-    let readable: ReadablePage;
-    try {
-      const text = decodeBody(page.body, page.kind, page.charset);
-      readable = page.kind === 'html' ? readableFromHtml(text) : readableFromText(text);
-    } catch (error) {
-      return toolError(`${page.url} could not be turned into text: ${error instanceof Error ? error.message : String(error)}`, { url, reason: 'unreadable' });
+    const extractor = this.options.extractor ?? defaultReadableExtractor();
+    const extracted: ExtractionOutcome = await extractor.extract(decodeBody(page.body, page.kind, page.charset), page.kind, signal);
+    if (!extracted.ok) {
+      const message = extracted.reason === 'too_complex' ? `${page.url}: ${extracted.message}` : `${page.url} could not be turned into text: ${extracted.message}`;
+      return toolError(message, { url, reason: extracted.reason });
     }
+    const readable: ReadablePage = extracted.page;
     const fetchedAt = this.now();
     const { jobId } = this.options;
     // A programming error, not the model's: the pipeline binds the toolbox to the job it runs.
     if (jobId === undefined) throw new Error('fetch_page keeps full texts under a job: call it on a toolbox bound with forJob(jobId)');
-    const { ref } = await this.options.artifacts.put(jobId, readable.text, { contentType: PAGE_TEXT_TYPE });
+    let ref: ArtifactRef;
+    try {
+      const maxJobBytes = this.options.artifactBytesPerJob;
+      ({ ref } = await this.options.artifacts.put(jobId, readable.text, { contentType: PAGE_TEXT_TYPE, ...(maxJobBytes === undefined ? {} : { maxJobBytes }) }));
+    } catch (error) {
+      if (!(error instanceof ArtifactBudgetError)) throw error;
+      return toolError(
+        `${page.url} was read but not kept: this job may keep ${error.maxJobBytes} bytes of page text and other artifacts and holds ${error.storedBytes}; this page's ${error.size} bytes would pass that. Answer from the pages already read.`,
+        { url, reason: 'artifact_budget' },
+      );
+    }
     const artifact = { ref: artifactLabel(ref), sha256: ref.sha256, size: ref.size };
     const shown = cutToTokens(readable.text, this.options.pageTokenBudget);
     const title = sourceTitle(readable.title || page.url);
