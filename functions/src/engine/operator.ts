@@ -5,7 +5,7 @@
 import { describeError, OwnershipLostError, PhaselineError } from '../core/errors';
 import type { Cancellation, JobRecord, JobStatus } from '../core/job';
 import type { PipelineRegistry } from '../core/pipeline';
-import { JOB_TRANSITIONS, jobDispatch, redriveJobRecord, releaseJob, type Transition } from '../core/transitions';
+import { chargeUnits, JOB_TRANSITIONS, jobDispatch, redriveJobRecord, releaseJob, type Transition } from '../core/transitions';
 import { deployedPipelines } from '../pipelines';
 import { decodeUnit } from '../store/codec';
 import type { JobStore } from '../store/job-store';
@@ -38,6 +38,8 @@ export interface ReleaseResult {
 /**
  * Sends a quarantined job back to the queue with a fresh budget: attempts and stale reclaims (its
  * own and its fan-out units') start again from zero, at a new step so no old task can claim it.
+ * A fan-out still on record ends here (the released job starts its own), its units' uncounted cost
+ * charged to the job.
  * Any other status is refused with an OperatorActionRefusedError.
  */
 export async function releaseQuarantined(
@@ -64,12 +66,15 @@ export async function releaseQuarantined(
           throw new OperatorActionRefusedError(`An interrupted re-drive of job ${jobId} from ${interrupted} already set some of its documents aside; run it again from ${interrupted} to finish it, rather than releasing the job.`);
         }
         // Units keep their stale-reclaim count across fan-outs; a release is a fresh start for them too.
-        const units = await tx.get(store.jobRef(jobId).collection(UNITS));
-        for (const snapshot of units.docs) {
-          const unit = decodeUnit(snapshot.ref.path, snapshot.data());
-          if (unit.status !== 'done' && unit.staleReclaims > 0) store.commitUnit(tx, snapshot, { ...unit, staleReclaims: 0 });
+        const units = (await tx.get(store.jobRef(jobId).collection(UNITS))).docs.map((snapshot) => ({ snapshot, unit: decodeUnit(snapshot.ref.path, snapshot.data()) }));
+        // Whatever a unit recorded that the job has not counted (a fan-out a quarantine left on record) is counted now, once.
+        const { job: charged, charged: chargedUnits } = chargeUnits(job, units.map(({ unit }) => unit));
+        for (const { snapshot, unit } of units) {
+          const next = chargedUnits.find((candidate) => candidate.unit === unit.unit && candidate.phase === unit.phase) ?? unit;
+          const fresh = next.status !== 'done' && next.staleReclaims > 0 ? { ...next, staleReclaims: 0 } : next;
+          if (fresh !== unit) store.commitUnit(tx, snapshot, fresh, unit);
         }
-        const released = releaseJob(job, nowMs, by);
+        const released = releaseJob(charged, nowMs, by);
         return { next: released.next, events: released.events, value: released };
       },
     );

@@ -3,14 +3,14 @@ import { describeError, OwnershipLostError, TerminalError } from '../../core/err
 import { documentIdProblem } from '../../core/ids';
 import { applyClaimTally, EMPTY_FLUSH, type FlushPayload } from '../../core/flusher';
 import { type JobRecord } from '../../core/job';
-import { joinJob, startFanOutJob, unitDispatch, type Dispatch } from '../../core/transitions';
+import { chargeUnit, joinJob, startFanOutJob, unitDispatch, type Dispatch } from '../../core/transitions';
 import { type PhaseDefinition, type StepContext } from '../../core/pipeline';
 import { phaseVersion } from '../../core/versions';
 import { decodeUnit, type UnitRecord } from '../../store/codec';
 import type { EventDraft, JobClaim, UnitClaim } from '../../store/job-store';
 import { readFanOutUnits } from '../../store/checkpoint-reads';
 import { checkpointDocumentFor, loadCheckpoints } from '../checkpoints';
-import { Running, StepOutcome, bareContext, chargeUnit, dispatchQuietly, freshLease, lost } from './running';
+import { Running, StepOutcome, bareContext, dispatchQuietly, freshLease, lost } from './running';
 import { settleError } from './settle';
 
 // ---------------------------------------------------------------------------------------------
