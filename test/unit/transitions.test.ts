@@ -32,6 +32,7 @@ import {
   redispatchUnit,
   releaseJob,
   requeueUnit,
+  rerunUnit,
   resumeWaitJob,
   settleJobError,
   startFanOutJob,
@@ -370,6 +371,15 @@ describe('a fan-out ends with the claim that started it', () => {
     expect({ cost: again.job.cost, charged: again.charged }).toEqual({ cost: { usd: 3.5 }, charged: [] });
     const failed = failJobForUnit(inFanOut, { reason: 'unit u1: terminal', error: { code: 'terminal', message: 'u1: boom', retryable: false, atMs: NOW } }, NOW).next;
     expect(failed).toMatchObject({ status: 'failed', fanout: null, lease: null, finishedAtMs: NOW, retention: { dueAtMs: NOW } });
+  });
+
+  test('bug 21: a finished unit whose result the join cannot read runs again at its next step, its result and version gone', () => {
+    const finished = unit({ status: 'done', step: 4, attempts: 2, result: { value: 1 }, resultVersion: 1 });
+    const rerun = rerunUnit(finished, { why: 'produced by version 1' }, NOW);
+    expect(rerun.next).toMatchObject({ status: 'queued', step: 5, dispatch: 0, attempts: 0, result: null, lease: null });
+    expect(rerun.next).not.toHaveProperty('resultVersion');
+    expect(rerun.dispatch?.id).toBe('job-1-e3-uu1-s5-d0');
+    expect(() => rerunUnit(unit(), { why: 'x' }, NOW)).toThrow(TransitionRefused);
   });
 });
 

@@ -98,6 +98,8 @@ export const UNIT_TRANSITIONS = {
   giveBack: { from: ['running'], to: ['queued'] },
   redispatch: { from: ['queued'], to: ['queued'] },
   park: { from: ['running', 'queued'], to: ['running'] },
+  /** A finished unit whose result the join cannot read (an earlier version's, with no migration for it) runs again. */
+  rerun: { from: ['done'], to: ['queued'] },
 } as const satisfies Record<string, Move<UnitStatus>>;
 
 /** Every (from, to) pair the job table allows, as `from -> to`. */
@@ -485,6 +487,17 @@ export function failJobForUnit(job: JobRecord, input: { readonly reason: string;
   refuseUnless(job, JOB_TRANSITIONS.failFromUnit.from, 'fail a job');
   const next: JobRecord = { ...job, status: 'failed', fanout: null, lease: null, finishedAtMs: nowMs, lastError: input.error };
   return { next: withRetentionDue(job, next, nowMs), events: [{ kind: 'failed', message: `Failed: ${input.reason}. Last error: ${input.error.message}` }] };
+}
+
+/**
+ * done → queued at the unit's next step: the join cannot read its result (an earlier version of the
+ * phase produced it and declares no migration for it, or it fails its schema), so it runs again.
+ */
+export function rerunUnit(unit: UnitRecord, input: { readonly why: string }, nowMs: number): Transition<UnitRecord> {
+  refuseUnless(unit, UNIT_TRANSITIONS.rerun.from, 'run a unit again');
+  const { resultVersion: _unread, ...withoutVersion } = unit;
+  const next: UnitRecord = { ...nextStep(withoutVersion, nowMs), status: 'queued', attempts: 0, result: null };
+  return { next, events: [{ kind: 'rerun', message: `${unit.unit}: runs again: ${input.why}`, unit: unit.unit }], dispatch: unitDispatch(next) };
 }
 
 /** queued → running under the unit's own new epoch; the job must be in this unit's fan-out. */

@@ -147,11 +147,13 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
     if (!parsed.success) {
       return await failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit} produced a result that fails its schema: ${z.prettifyError(parsed.error)}`));
     }
-    const joined = await finishUnit(running, claim, phase, pending, parsed.data);
-    return { kind: 'unit-done', unit: unit.unit, joined };
+    const finished = await finishUnit(running, claim, phase, pending, parsed.data);
+    return { kind: 'unit-done', unit: unit.unit, joined: finished.joined };
   } catch (error) {
     if (error instanceof OwnershipLostError) return lost(running, error);
     if (error instanceof JoinFailedError) return failJobFromUnit(deps, claim, error);
+    // A sibling's result a later version produced: this unit (whose finish joins) is left for a worker of that version.
+    if (error instanceof NewerVersionError) return settleUnitError(deps, claim, error, pending);
     throw error;
   }
 }
