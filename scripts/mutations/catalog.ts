@@ -467,9 +467,9 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'redrive-reopens-stopped-effects',
     removes: 'the re-drive reopening effects closed as not applied because the job had stopped (the re-run never sends them)',
     file: 'functions/src/engine/operator.ts',
-    search: 'const reopened = ledger.docs.filter((doc) => failedBecauseStopped(parseEffectEntry(doc.ref.path, doc.data())));',
-    replace: 'const reopened = ledger.docs.filter(() => false);',
-    tests: [{ files: ['test/emulator/redrive-stopped-effects.test.ts'], names: 'sent once by the re-driven job' }],
+    search: '  return ledger.docs.filter((doc) => failedBecauseStopped(parseEffectEntry(doc.ref.path, doc.data())));',
+    replace: '  return ledger.docs.filter(() => false);',
+    tests: [{ files: ['test/emulator/redrive-stopped-effects.test.ts'], names: 'sent once by the (re-driven|released) job' }],
   },
   {
     name: 'newer-pipeline-version-left',
@@ -663,5 +663,13 @@ export const MUTANTS: readonly Mutant[] = [
     search: 'chargeUnits(job, units.map(({ unit }) => unit));',
     replace: 'chargeUnits(job, []);',
     tests: [{ files: ['test/emulator/fanout-cost.test.ts'], names: 'bug 23: a release counts' }],
+  },
+  {
+    name: 'release-reopens-stopped-effects',
+    removes: 'a release reopening effects closed as not applied because the job had stopped (the released job never sends them)',
+    file: 'functions/src/engine/operator.ts',
+    search: '        reopenEffects(tx, closedByTheStop, nowMs);\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/redrive-stopped-effects.test.ts'], names: 'bug 25: ' }],
   },
 ];
