@@ -103,7 +103,7 @@ describe('a fan-out that ends while a unit runs', () => {
     expect(report.quarantined).toBe(1);
     expect(await readJob(jobId)).toMatchObject({ status: 'quarantined' });
     const slot = await db().doc(`${JOBS}/${jobId}/claims/experts~u0`).get();
-    // Revoked by the quarantining commit itself (the job keeps its fan-out record, but it is no longer running).
+    // Revoked by the quarantining commit itself, which also ends the job's fan-out.
     expect({ slotState: slot.get('state') as unknown }).toEqual({ slotState: 'revoked' });
 
     holdA.release();
