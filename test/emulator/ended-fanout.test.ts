@@ -5,8 +5,9 @@
  * owner-write path; each test failed before its fix.
  */
 import { FieldValue } from 'firebase-admin/firestore';
-import { OwnershipLostError } from '../../functions/src/core/errors';
+import { OwnershipLostError, RetryableError, TerminalError } from '../../functions/src/core/errors';
 import { pipelineRegistry, type StepContext, type UnitOutcome } from '../../functions/src/core/pipeline';
+import { releaseQuarantined } from '../../functions/src/engine/operator';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
 import { sweep } from '../../functions/src/engine/sweeper';
@@ -14,8 +15,10 @@ import { decodeJob } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
 import { engineHarness, type EngineHarness } from '../support/engine';
-import { heldUnitsPipeline, hold, type UnitInput, type UnitResult } from '../support/held-units';
+import { heldUnitsPipeline, hold, type Hold, type UnitInput, type UnitResult } from '../support/held-units';
+import { afterFirstGetAll } from '../support/interpose';
 import type { RecordedTask } from '../support/task-queue';
+import { ManualTimers } from '../support/timers';
 
 const { pipeline: reviewUnits, turns: unitTurns } = heldUnitsPipeline('review-units');
 
@@ -100,7 +103,7 @@ describe('a fan-out that ends while a unit runs', () => {
     expect(report.quarantined).toBe(1);
     expect(await readJob(jobId)).toMatchObject({ status: 'quarantined' });
     const slot = await db().doc(`${JOBS}/${jobId}/claims/experts~u0`).get();
-    // Revoked by the quarantining commit itself (the job keeps its fan-out record, but it is no longer running).
+    // Revoked by the quarantining commit itself, which also ends the job's fan-out.
     expect({ slotState: slot.get('state') as unknown }).toEqual({ slotState: 'revoked' });
 
     holdA.release();
@@ -201,4 +204,122 @@ describe('a fan-out that ends while a unit runs', () => {
     expect(outcomes.map((outcome) => (outcome instanceof OwnershipLostError ? 'OwnershipLostError' : outcome))).toEqual(['OwnershipLostError', 'OwnershipLostError']);
     expect(await writesOfUnit(jobId, 'u0')).toEqual({ sections: [], transcripts: [] });
   });
+});
+
+/**
+ * The three ways a unit quarantines its job: a redelivered task taking over its silent holder, a
+ * stalled step giving the unit back, the sweeper reclaiming its expired lease. Each hands back the
+ * held worker's step (wrapped: an async function would wait for it), to be awaited once it is let go.
+ */
+const unitQuarantines = {
+  'the unit claim taking over a silent holder': async (task: RecordedTask, held: Hold) => {
+    const silent = runStep(harness.deps('worker-silent'), task.task);
+    await held.entered;
+    harness.clock.advance((harness.options.staleHeartbeatSeconds + 1) * 1000);
+    expect(await runStep(harness.deps('worker-redelivered'), task.task)).toMatchObject({ kind: 'not-claimable', reason: expect.stringMatching(/^job quarantined/) as unknown });
+    return { silent };
+  },
+  "the give-back of a stalled unit step": async (task: RecordedTask, held: Hold) => {
+    const timers = new ManualTimers();
+    const stalled = runStep(harness.deps('worker-stalled', { timers }), task.task);
+    await held.entered;
+    harness.clock.advance((harness.options.progressTimeoutSeconds + 1) * 1000);
+    timers.fireAll();
+    expect(await stalled).toMatchObject({ kind: 'stalled' });
+    return { silent: stalled };
+  },
+  "the sweeper's reclaim of an expired unit lease": async (task: RecordedTask, held: Hold) => {
+    const silent = runStep(harness.deps('worker-silent'), task.task);
+    await held.entered;
+    harness.clock.advance((harness.options.leaseSeconds + 1) * 1000);
+    expect((await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now())).quarantined).toBe(1);
+    return { silent };
+  },
+};
+
+describe('bug 20: no fan-out outlives the claim that started it', () => {
+  test.each(Object.keys(unitQuarantines))(
+    'bug 20: a unit quarantines the job through %s; after a release, the old fan-out\'s retry task neither claims its unit nor fails the job, which finishes under the release\'s claim',
+    async (path) => {
+      const quarantineThrough = unitQuarantines[path as keyof typeof unitQuarantines];
+      const u1Held = hold();
+      let u1Released = false;
+      let oldRetryRuns = 0;
+      let u0Runs = 0;
+      let deliveringOldRetry = false;
+      unitTurns.run = async (_context, unit) => {
+        if (unit === 'u1' && !u1Released) {
+          u1Held.arrive();
+          await u1Held.released;
+        }
+        if (unit === 'u0') {
+          u0Runs += 1;
+          if (deliveringOldRetry) {
+            oldRetryRuns += 1;
+            throw new TerminalError('the old fan-out\'s unit failed for good');
+          }
+          if (u0Runs === 1) throw new RetryableError('u0 fails once; its retry waits out a backoff');
+        }
+        return { kind: 'done', state: { value: 1 } };
+      };
+      const jobId = await harness.submit('review-units', { units: 2 });
+      expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
+      const tasks = harness.queue.drain();
+      expect((await runStep(harness.deps('worker-u0'), unitTask(tasks, 'u0').task)).kind).toBe('requeued');
+      const [oldRetry] = harness.queue.drain();
+      if (oldRetry?.task.unit !== 'u0') throw new Error('no retry task for u0');
+
+      // u1 has lost its budget of workers already: the next loss quarantines the job.
+      await db().doc(`${JOBS}/${jobId}/units/experts~u1`).update({ staleReclaims: harness.options.maxStaleReclaims });
+      const { silent } = await quarantineThrough(unitTask(tasks, 'u1'), u1Held);
+      const quarantined = await readJob(jobId);
+      expect(quarantined.status).toBe('quarantined');
+      u1Released = true;
+      u1Held.release();
+      await silent;
+
+      await releaseQuarantined(harness.store, harness.queue, jobId, harness.clock.now(), () => undefined, 'ops-ana');
+      const released = await readJob(jobId);
+      expect(released.status).toBe('queued');
+      // The old retry task comes back (its backoff over) while the release's claim holds the job, before that claim starts its own fan-out.
+      harness.clock.advance(oldRetry.delaySeconds * 1000);
+      const [releaseTask] = harness.queue.drain();
+      if (!releaseTask) throw new Error('no task for the released job');
+      let oldRetryOutcome: StepOutcome | null = null;
+      const interposed = afterFirstGetAll(db(), (paths) => paths.length > 0 && paths.every((path) => path.includes('/units/')), async () => {
+        expect(await readJob(jobId)).toMatchObject({ status: 'running', epoch: released.epoch + 1 });
+        deliveringOldRetry = true;
+        oldRetryOutcome = await runStep(harness.deps('worker-old-retry'), oldRetry.task);
+        deliveringOldRetry = false;
+      });
+      let fannedOut: StepOutcome;
+      try {
+        fannedOut = await runStep(harness.deps('worker-released'), releaseTask.task);
+      } finally {
+        interposed.restore();
+      }
+      expect(interposed.ran()).toBe(true);
+      await harness.drain();
+
+      const job = await readJob(jobId);
+      const timeline = (await db().collection(`${JOBS}/${jobId}/events`).get()).docs.map((doc) => doc.get('kind') as string);
+      expect({
+        fanOutLeftByTheQuarantine: quarantined.fanout,
+        fanOutLeftByTheRelease: released.fanout,
+        fannedOut: fannedOut.kind,
+        oldRetry: (oldRetryOutcome as StepOutcome | null)?.kind,
+        oldRetryRuns,
+        status: job.status,
+        failedEvents: timeline.filter((kind) => kind === 'failed').length,
+      }).toEqual({
+        fanOutLeftByTheQuarantine: null,
+        fanOutLeftByTheRelease: null,
+        fannedOut: 'fanned-out',
+        oldRetry: 'not-claimable',
+        oldRetryRuns: 0,
+        status: 'completed',
+        failedEvents: 0,
+      });
+    },
+  );
 });

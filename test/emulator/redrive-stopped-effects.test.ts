@@ -1,17 +1,17 @@
 /**
- * Re-drive and effects, with the sweeper wired as deployed (stoppedEffects on); found by a hostile review.
- * README: "an effect left `applying` or `unknown` is looked up at the system of record before
- * anything is retried (found: applied; not found: sent once more under the same key)". In
- * production the sweeper's stopped-effects pass reaches a quarantined job first (a minute after it
- * stopped), records the unsent message as `failed` ("a stopped job does not retry"), and the
- * re-driven job then never sends it.
+ * Re-drive, release and effects, with the sweeper wired as deployed (stoppedEffects on); found by
+ * hostile reviews. README: "an effect left `applying` or `unknown` is looked up at the system of
+ * record before anything is retried (found: applied; not found: sent once more under the same
+ * key)". In production the sweeper's stopped-effects pass reaches a quarantined job first (a minute
+ * after it stopped), records the unsent message as `failed` ("a stopped job does not retry"), and
+ * the re-driven or released job then never sent it.
  */
 import type { JobRecord } from '../../functions/src/core/job';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { DEFAULT_SETTLE_GRACE_MS } from '../../functions/src/effects/after-stop';
 import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';
 import { effectEntrySchema, type EffectEntry } from '../../functions/src/effects/ledger';
-import { redriveJob } from '../../functions/src/engine/operator';
+import { redriveJob, releaseQuarantined } from '../../functions/src/engine/operator';
 import { runStep } from '../../functions/src/engine/runner';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { buildPlan, notifyInput, notifyStoppedEffects } from '../../functions/src/pipelines/notify';
@@ -43,8 +43,14 @@ const entry = async (jobId: string, key: string): Promise<EffectEntry> => effect
 /** The sweep as the deployed trigger runs it: with the notify pipeline's effect adapter. */
 const deployedSweep = () => sweep({ store: harness.store, queue: harness.queue, log: () => undefined, stoppedEffects: { settlerFor: notifyStoppedEffects(() => notify.deps.current) } }, harness.clock.now());
 
-test('a message that never reached the receiver when the job was quarantined is sent once by the re-driven job', async () => {
-  const input = { campaign: 'Renewal', recipients: 4 };
+/**
+ * A notify job whose worker dies inside the send of its third message (held at the receiver, then
+ * refused before it applies): the sweeper quarantines the job (no stale reclaim allowed), and a
+ * minute later its stopped-effects pass closes the unsent message as not applied. Resolves to the
+ * job and the key of that message, with the ledger entry as the pass left it.
+ */
+async function quarantinedInsideASend(recipients: number): Promise<{ jobId: string; third: string; settled: EffectEntry }> {
+  const input = { campaign: 'Renewal', recipients };
   const jobId = await harness.submit('notify', input, 'owner-1');
   const plan = buildPlan(jobId, notifyInput.parse(input));
   expect(kinds(await harness.drain(1))).toEqual(['handed-off']); // the plan
@@ -70,7 +76,11 @@ test('a message that never reached the receiver when the job was quarantined is 
   // The sweeper runs every minute: its stopped-effects pass gets to the quarantined job first.
   harness.clock.advance(DEFAULT_SETTLE_GRACE_MS + 1_000);
   await deployedSweep();
-  const settled = await entry(jobId, third);
+  return { jobId, third, settled: await entry(jobId, third) };
+}
+
+test('a message that never reached the receiver when the job was quarantined is sent once by the re-driven job', async () => {
+  const { jobId, third, settled } = await quarantinedInsideASend(4);
 
   // Then the operator re-drives it from `send`, as the README says to.
   harness.clock.advance(10 * 60_000);
@@ -84,4 +94,31 @@ test('a message that never reached the receiver when the job was quarantined is 
     thirdApplied: receiver.applied('message').filter((application) => application.key === third).length,
     job: (await readJob(jobId)).status,
   }).toEqual({ ledgerAfterSweep: 'failed', ledgerAfterRedrive: 'applied', recipientsWithTheMessage: 4, thirdApplied: 1, job: 'completed' });
+});
+
+test('bug 25: a message that never reached the receiver when the job was quarantined is sent once by the released job, and every other message exactly once', async () => {
+  const { jobId, third, settled } = await quarantinedInsideASend(4);
+
+  // The operator releases it instead (the console's first action for a quarantined job).
+  harness.clock.advance(10 * 60_000);
+  await releaseQuarantined(harness.store, harness.queue, jobId, harness.clock.now(), () => undefined, 'ops-ana');
+  const reopened = await entry(jobId, third);
+  await harness.drain();
+
+  const job = await readJob(jobId);
+  expect({
+    ledgerAfterSweep: settled.state,
+    ledgerAfterRelease: reopened.state,
+    ledgerAtTheEnd: (await entry(jobId, third)).state,
+    messagesPerRecipient: [...messagesPerRecipient(receiver).values()],
+    thirdApplied: receiver.applied('message').filter((application) => application.key === third).length,
+    job: { status: job.status, outcome: job.outcome },
+  }).toEqual({
+    ledgerAfterSweep: 'failed',
+    ledgerAfterRelease: 'unknown',
+    ledgerAtTheEnd: 'applied',
+    messagesPerRecipient: [1, 1, 1, 1],
+    thirdApplied: 1,
+    job: { status: 'completed', outcome: 'complete' },
+  });
 });

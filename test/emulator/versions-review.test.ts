@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { stepTaskId } from '../../functions/src/core/job';
 import { defineFanOutPhase, definePhase, definePipeline, pipelineRegistry, type PipelineRegistry, type StepContext } from '../../functions/src/core/pipeline';
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { jobPath, JOBS } from '../../functions/src/store/paths';
 import { engineHarness, type EngineHarness } from '../support/engine';
@@ -104,6 +105,129 @@ test('a fan-out phase at version 2 that REFUSES version 1 never joins a unit res
   // or the version-1 unit is redone under version 2 (3000 bytes).
   if (job.status === 'failed') expect(job.lastError?.message).toContain('version 1 measured sizes in kB');
   else expect(await published(jobId)).toBe('3000');
+});
+
+// ---- Bug 21: a deploy that raises a fan-out phase's version never fails the jobs in flight ----
+
+/** Version 1 measures each unit in kB (`size`), version 2 in bytes (`bytes`), and says how to read version 1's results, or says nothing. */
+const measured = { runs: [] as string[], waitOnce: new Set<string>() };
+function measureBytes(version: 1 | 2, older: 'migrates' | 'declares nothing') {
+  return defineFanOutPhase<Input, { total: number }, { size: number } | { bytes: number }>({
+    name: 'measure',
+    // Both versions total in bytes: a checkpoint reads as it is; a unit result is converted.
+    ...(version === 2 ? { version: 2, ...(older === 'migrates' ? { older: { 1: { state: (old: unknown) => old, unitState: (old: unknown) => ({ bytes: (old as { size: number }).size * 1000 }) } } } : {}) } : {}),
+    state: z.strictObject({ total: z.number().int() }),
+    needs: [count],
+    fanOut: {
+      units: (context) => unitIds(context.checkpoint(count).n),
+      unitState: version === 1 ? z.strictObject({ size: z.number().int() }) : z.strictObject({ bytes: z.number().int() }),
+      runUnit: (context, unit) => {
+        measured.runs.push(`v${version}:${unit}`);
+        if (measured.waitOnce.delete(unit)) return Promise.resolve({ kind: 'wait', reason: 'provider', question: 'The meter is down', untilMs: context.clock.now() + 60_000 });
+        return Promise.resolve({ kind: 'done', state: version === 1 ? { size: 1 } : { bytes: 1000 } });
+      },
+      join: (results) => ({ total: [...results.values()].reduce((sum, result) => sum + ('bytes' in result ? result.bytes : result.size * 1000), 0) }),
+    },
+  });
+}
+function measurePipeline(version: 1 | 2, older: 'migrates' | 'declares nothing' = 'migrates') {
+  const phase = measureBytes(version, older);
+  return pipelineRegistry(
+    definePipeline<Input>({
+      name: 'versioned',
+      description: `fan-out in ${version === 1 ? 'kB' : 'bytes'}`,
+      version,
+      input,
+      phases: [count, phase],
+      publish: (context) => ({ outcome: 'complete', title: 'Bytes', markdown: `${context.checkpoint(phase).total}`, missing: [] }),
+    }),
+  );
+}
+/** Runs the task of `unit` (taken out of the queue) on a worker of `pipelines`. */
+async function unitStepOn(pipelines: PipelineRegistry, unit: string): Promise<StepOutcome> {
+  const index = harness.queue.tasks.findIndex((task) => task.task.unit === unit);
+  const [task] = harness.queue.tasks.splice(index, 1);
+  if (index === -1 || !task) throw new Error(`no task for unit ${unit}`);
+  harness.clock.advance(task.delaySeconds * 1000);
+  return runStep({ ...harness.deps(), pipelines }, task.task);
+}
+async function fannedOutOn(pipelines: PipelineRegistry, units: number): Promise<string> {
+  measured.runs.length = 0;
+  measured.waitOnce.clear();
+  const jobId = await submit(1, units);
+  expect(kinds([await stepOn(pipelines), await stepOn(pipelines)])).toEqual(['handed-off', 'fanned-out']);
+  return jobId;
+}
+
+describe('bug 21: unit results across a deploy that raises the phase version', () => {
+  test('bug 21: older first: a unit result version 1 produced is migrated at the join when version 2 declares how', async () => {
+    const jobId = await fannedOutOn(measurePipeline(1), 3);
+    expect((await unitStepOn(measurePipeline(1), 'p0')).kind).toBe('unit-done');
+    // The deploy lands: the other units, and the join, run on version 2.
+    const outcomes = await drainOn(measurePipeline(2));
+    expect({ outcomes: kinds(outcomes), status: (await readJob(jobId)).status, answer: await published(jobId), runs: measured.runs }).toEqual({
+      outcomes: ['unit-done', 'unit-done', 'completed'],
+      status: 'completed',
+      answer: '3000',
+      runs: ['v1:p0', 'v2:p1', 'v2:p2'],
+    });
+  });
+
+  test('bug 21: older first: with no migration declared for it, the unit runs again under version 2 (never a failed job)', async () => {
+    const jobId = await fannedOutOn(measurePipeline(1), 3);
+    expect((await unitStepOn(measurePipeline(1), 'p0')).kind).toBe('unit-done');
+    const V2 = measurePipeline(2, 'declares nothing');
+    const outcomes = await drainOn(V2);
+    const job = await readJob(jobId);
+    expect({ outcomes: kinds(outcomes), status: job.status, error: job.lastError?.message ?? null, answer: await published(jobId), runs: measured.runs }).toEqual({
+      outcomes: ['unit-done', 'unit-done', 'unit-done', 'completed'],
+      status: 'completed',
+      error: null,
+      answer: '3000',
+      runs: ['v1:p0', 'v2:p1', 'v2:p2', 'v2:p0'],
+    });
+    const events = (await db().collection(`${JOBS}/${jobId}/events`).get()).docs.map((doc) => ({ kind: doc.get('kind') as string, message: doc.get('message') as string }));
+    expect(events.find((event) => event.kind === 'rerun')?.message).toMatch(/^p0: runs again: Phase measure \(version 2\) cannot read its unit result written by version 1/);
+  });
+
+  test('bug 21: newer first: a worker of version 1 finishing the last unit beside version 2 results is requeued for a newer worker, never fails the job', async () => {
+    const jobId = await fannedOutOn(measurePipeline(1), 3);
+    const V2 = measurePipeline(2, 'declares nothing');
+    expect((await unitStepOn(V2, 'p0')).kind).toBe('unit-done');
+    expect((await unitStepOn(V2, 'p1')).kind).toBe('unit-done');
+    // A worker of the old version still runs while the deploy rolls out, and gets the last unit.
+    const lastOnOld = await unitStepOn(measurePipeline(1), 'p2');
+    const meanwhile = await readJob(jobId);
+    const outcomes = await drainOn(V2);
+    expect({ lastOnOld: lastOnOld.kind, meanwhile: meanwhile.status, outcomes: kinds(outcomes), status: (await readJob(jobId)).status, answer: await published(jobId), runs: measured.runs }).toEqual({
+      lastOnOld: 'requeued',
+      meanwhile: 'running',
+      outcomes: ['unit-done', 'completed'],
+      status: 'completed',
+      answer: '3000',
+      runs: ['v2:p0', 'v2:p1', 'v1:p2', 'v2:p2'],
+    });
+  });
+
+  test('bug 21: a unit result reused when the fan-out starts again (after a wait) is read through its migration and kept as version 2\'s: it is not redone', async () => {
+    const jobId = await fannedOutOn(measurePipeline(1), 2);
+    measured.waitOnce.add('p1');
+    expect((await unitStepOn(measurePipeline(1), 'p0')).kind).toBe('unit-done');
+    expect((await unitStepOn(measurePipeline(1), 'p1')).kind).toBe('waiting');
+    // The job resumes after the deploy: version 2 starts the fan-out again, reusing p0 through its migration.
+    const waiting = await readJob(jobId);
+    harness.clock.set(waiting.waiting?.untilMs ?? 0);
+    expect((await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now())).resumed).toBe(1);
+    const outcomes = await drainOn(measurePipeline(2));
+    const p0 = (await db().doc(`${JOBS}/${jobId}/units/measure~p0`).get()).data();
+    expect({ outcomes: kinds(outcomes), status: (await readJob(jobId)).status, answer: await published(jobId), runs: measured.runs, p0: { result: p0?.result as unknown, version: p0?.resultVersion as unknown } }).toEqual({
+      outcomes: ['fanned-out', 'unit-done', 'completed'],
+      status: 'completed',
+      answer: '2000',
+      runs: ['v1:p0', 'v1:p1', 'v2:p1'],
+      p0: { result: { bytes: 1000 }, version: 2 },
+    });
+  });
 });
 
 // ---- 2. The job's pipelineVersion is never consulted: a version 1 worker finishes a job a version 2 worker was running ----

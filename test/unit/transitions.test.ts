@@ -10,10 +10,13 @@ import { resolveEngineOptions } from '../../functions/src/core/options';
 import {
   allowedJobMove,
   cancelJobRecord,
+  chargeUnits,
   claimJob,
   claimUnit,
   completeJob,
+  currentFanOut,
   decideWaitingJob,
+  failJobForUnit,
   firstDisallowedMove,
   giveBackJob,
   giveBackUnit,
@@ -22,12 +25,14 @@ import {
   jobMoves,
   joinJob,
   parkUnit,
+  quarantineJobForUnit,
   reclaimExpiredJob,
   reclaimExpiredUnit,
   redispatchJob,
   redispatchUnit,
   releaseJob,
   requeueUnit,
+  rerunUnit,
   resumeWaitJob,
   settleJobError,
   startFanOutJob,
@@ -323,6 +328,58 @@ describe('unit transitions', () => {
     expect(() => redispatchUnit(runningUnit, { lostBeforeMs: NOW }, NOW)).toThrow(TransitionRefused);
     expect(parkUnit(unit(), { why: 'its job is failed' }, NOW).next).toMatchObject({ status: 'running', lease: null, lastError: { code: 'parked' } });
     expect(() => yieldUnit(unit(), NOW)).toThrow(TransitionRefused);
+  });
+});
+
+describe('a fan-out ends with the claim that started it', () => {
+  const leftOver = { phase: 'experts', epoch: 3, units: 2, done: 0, unitIds: ['u1', 'u2'] };
+
+  test('bug 20: every quarantine ends the fan-out with the job (a unit\'s, a takeover, an expired lease, a give-back), and a release clears one left on record', () => {
+    const overBudget = { staleReclaims: options.maxStaleReclaims, fanout: leftOver };
+    const quarantined = [
+      quarantineJobForUnit(inFanOut, { reason: 'unit u1: its lease expired 4 times' }, NOW).next,
+      takeOverJob(running({ ...overBudget, lease: { epoch: 3, worker: 'w', expiresAtMs: NOW - 1, renewedAtMs: NOW - 999_999 } }), input, NOW).next,
+      reclaimExpiredJob(running({ ...overBudget, lease: { epoch: 3, worker: 'w', expiresAtMs: NOW } }), options, NOW).next,
+      giveBackJob(running(overBudget), { why: 'stuck', options }, NOW).next,
+    ];
+    expect(quarantined.map((record) => ({ status: record.status, fanout: record.fanout, lease: record.lease }))).toEqual(Array.from({ length: 4 }, () => ({ status: 'quarantined', fanout: null, lease: null })));
+    expect(quarantined[0]?.quarantine).toEqual({ reason: 'unit u1: its lease expired 4 times', atMs: NOW });
+    expect(releaseJob(job({ status: 'quarantined', fanout: leftOver }), NOW).next).toMatchObject({ status: 'queued', fanout: null });
+    expect(() => quarantineJobForUnit(job(), { reason: 'x' }, NOW)).toThrow(TransitionRefused);
+  });
+
+  test('bug 20: a fan-out still on record under a later claim of its job is over: its units can neither claim nor take over', () => {
+    expect(currentFanOut(inFanOut)).toEqual(inFanOut.fanout);
+    // The job claimed again (a release's claim) with the old fan-out still on record.
+    const claimedAgain = running({ epoch: 4, lease: { epoch: 4, worker: 'w-release', expiresAtMs: NOW + 60_000, renewedAtMs: NOW }, fanout: leftOver });
+    expect(currentFanOut(claimedAgain)).toBeNull();
+    expect(() => claimUnit(claimedAgain, unit(), input, NOW)).toThrow(/not in this unit's fan-out/);
+    const stale = unit({ status: 'running', lease: { epoch: 5, worker: 'w', expiresAtMs: NOW + 1, renewedAtMs: NOW - 31_000 } });
+    expect(() => takeOverUnit(claimedAgain, stale, input, NOW)).toThrow(/not in this unit's fan-out/);
+  });
+
+  test('bug 23: the commit that ends a fan-out charges every unit\'s uncounted cost once, and marks it counted', () => {
+    const units = [unit({ unit: 'u1', cost: { usd: 1 }, costInJob: {} }), unit({ unit: 'u2', cost: { usd: 1.5 }, costInJob: { usd: 1 } }), unit({ unit: 'u3', cost: { usd: 1 }, costInJob: { usd: 1 } })];
+    const first = chargeUnits(running({ cost: { usd: 2 } }), units);
+    expect(first.job.cost).toEqual({ usd: 3.5 });
+    expect(first.charged.map((charged) => [charged.unit, charged.costInJob])).toEqual([
+      ['u1', { usd: 1 }],
+      ['u2', { usd: 1.5 }],
+    ]);
+    // Charged again (the commit decided again, a later release): nothing more.
+    const again = chargeUnits(first.job, [...first.charged, units[2] as UnitRecord]);
+    expect({ cost: again.job.cost, charged: again.charged }).toEqual({ cost: { usd: 3.5 }, charged: [] });
+    const failed = failJobForUnit(inFanOut, { reason: 'unit u1: terminal', error: { code: 'terminal', message: 'u1: boom', retryable: false, atMs: NOW } }, NOW).next;
+    expect(failed).toMatchObject({ status: 'failed', fanout: null, lease: null, finishedAtMs: NOW, retention: { dueAtMs: NOW } });
+  });
+
+  test('bug 21: a finished unit whose result the join cannot read runs again at its next step, its result and version gone', () => {
+    const finished = unit({ status: 'done', step: 4, attempts: 2, result: { value: 1 }, resultVersion: 1 });
+    const rerun = rerunUnit(finished, { why: 'produced by version 1' }, NOW);
+    expect(rerun.next).toMatchObject({ status: 'queued', step: 5, dispatch: 0, attempts: 0, result: null, lease: null });
+    expect(rerun.next).not.toHaveProperty('resultVersion');
+    expect(rerun.dispatch?.id).toBe('job-1-e3-uu1-s5-d0');
+    expect(() => rerunUnit(unit(), { why: 'x' }, NOW)).toThrow(TransitionRefused);
   });
 });
 

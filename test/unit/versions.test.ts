@@ -78,6 +78,25 @@ describe('readStored: by the version that wrote it', () => {
   });
 });
 
+describe('readStored: a fan-out unit result', () => {
+  /** Version 2 of a fan-out phase whose unit results went from `value` (units) to `cents`. */
+  const priced = (older: Readonly<Record<number, OlderVersionReading>>) => ({ ...items(older), fanOut: { unitState: z.strictObject({ cents: z.number().int() }) } });
+
+  test('bug 21: read by its fan-out unit schema: the same version as it is, an earlier one through the `unitState` migration, a later one never', () => {
+    const phase = priced({ 1: { unitState: (old) => ({ cents: (old as { value: number }).value * 100 }) } });
+    expect(readStored(phase, 'unit result', { cents: 5 }, 2)).toEqual({ kind: 'read', value: { cents: 5 }, migratedFrom: null });
+    expect(readStored(phase, 'unit result', { value: 5 }, 2)).toMatchObject({ kind: 'corrupt' });
+    expect(readStored(phase, 'unit result', { value: 5 }, 1)).toEqual({ kind: 'read', value: { cents: 500 }, migratedFrom: 1 });
+    expect(readStored(phase, 'unit result', { cents: 5 }, 3)).toMatchObject({ kind: 'newer' });
+    // A migration of the checkpoint and sections only: its unit results are refused (their units run again).
+    expect(readStored(priced({ 1: migrateV1 }), 'unit result', { value: 5 }, 1)).toEqual({
+      kind: 'refused',
+      reason: 'Phase items (version 2) declares a migration from version 1, but none for its unit result',
+    });
+    expect(phaseVersionProblem({ version: 2, older: { 1: { unitState: (old) => old } } }, 2)).toBeNull();
+  });
+});
+
 describe('readStored: a section recorded without its version', () => {
   test('the present schema first: a value it accepts is read as it is', () => {
     expect(readStored(items({ 1: migrateV1 }), 'section', { cents: 5 }, null)).toEqual({ kind: 'read', value: { cents: 5 }, migratedFrom: null });

@@ -143,10 +143,11 @@ export interface PhaseDefinition<TInput, TState> {
   run?(context: StepContext<TInput>): Promise<PhaseOutcome<TState>>;
   readonly fanOut?: FanOut<TInput, TState, unknown>;
   /**
-   * The pipeline version in which this phase's checkpoint and section schemas took their present
-   * form (default 1). Every checkpoint records the version of the phase that wrote it. A deploy that
-   * changes either schema raises it to the pipeline's new version and says in `older` how to read
-   * what the earlier version wrote (core/versions.ts has the reading rules).
+   * The pipeline version in which this phase's checkpoint, section and unit result schemas took
+   * their present form (default 1). Every checkpoint, section and unit result records the version of
+   * the phase that wrote it. A deploy that changes one of the schemas raises it to the pipeline's new
+   * version and says in `older` how to read what the earlier version wrote (core/versions.ts has the
+   * reading rules).
    */
   readonly version?: number;
   /** How this phase reads what an earlier version of it wrote, by that version: a migration, or a refusal with its reason. */
@@ -155,12 +156,14 @@ export interface PhaseDefinition<TInput, TState> {
 
 /**
  * Reads an earlier version's stored data as this version's. Each function gets the stored value as
- * it was written; what it returns is then parsed by the phase's present schema (`state`, `section`),
- * so a migration cannot smuggle in a value the phase would not write itself.
+ * it was written; what it returns is then parsed by the phase's present schema (`state`, `section`,
+ * `fanOut.unitState`), so a migration cannot smuggle in a value the phase would not write itself.
  */
 export interface PhaseMigration {
   readonly state?: (old: unknown) => unknown;
   readonly section?: (old: unknown) => unknown;
+  /** A fan-out unit's result; without it, a unit whose result that version produced runs again. */
+  readonly unitState?: (old: unknown) => unknown;
 }
 
 /** This phase cannot read what that version wrote: a job holding such state fails, with this reason. */
@@ -284,7 +287,7 @@ export function phaseVersionProblem(phase: Pick<PhaseDefinition<unknown, unknown
     const from = Number(key);
     if (!Number.isInteger(from) || from < 1 || from >= version) return `declares how to read version ${key}, which is not an earlier version of it (1 to ${version - 1})`;
     const refuses = 'refuse' in reading;
-    const migrates = 'state' in reading || 'section' in reading;
+    const migrates = 'state' in reading || 'section' in reading || 'unitState' in reading;
     if (refuses === migrates) return `must either migrate or refuse what version ${key} wrote, not ${refuses ? 'both' : 'neither'}`;
     if (refuses && reading.refuse.trim() === '') return `refuses version ${key} without a reason`;
   }

@@ -10,6 +10,7 @@
  * every job's committed timeline against `allowedJobMove`.
  */
 import { OwnershipLostError } from './errors';
+import { addCounts } from './flusher';
 import {
   stepTaskId,
   unitTaskId,
@@ -75,6 +76,10 @@ export const JOB_TRANSITIONS = {
   resumeWait: { from: ['waiting'], to: ['queued'] },
   decide: { from: ['waiting'], to: ['queued'] },
   cancel: { from: ['queued', 'running', 'waiting'], to: ['cancelled'] },
+  /** A unit of the job's fan-out lost too many workers (a takeover, a give-back or an expired lease said so). */
+  quarantineFromUnit: { from: ['running'], to: ['quarantined'] },
+  /** A unit of the job's fan-out failed for good. */
+  failFromUnit: { from: ['running'], to: ['failed'] },
   release: { from: ['quarantined'], to: ['queued'] },
   /** An operator restarts a job from a named phase (not a cancelled one: its owner stopped it). */
   redrive: { from: ['completed', 'failed', 'quarantined'], to: ['queued'] },
@@ -98,6 +103,8 @@ export const UNIT_TRANSITIONS = {
   giveBack: { from: ['running'], to: ['queued'] },
   redispatch: { from: ['queued'], to: ['queued'] },
   park: { from: ['running', 'queued'], to: ['running'] },
+  /** A finished unit whose result the join cannot read (an earlier version's, with no migration for it) runs again. */
+  rerun: { from: ['done'], to: ['queued'] },
 } as const satisfies Record<string, Move<UnitStatus>>;
 
 /** Every (from, to) pair the job table allows, as `from -> to`. */
@@ -139,6 +146,15 @@ function nextStep<T extends { readonly step: number; readonly dispatch: number; 
   return { ...record, lease: null, step: record.step + 1, dispatch: 0, nextRunAtMs: atMs };
 }
 
+/**
+ * The job quarantined for `reason`: no lease, and no fan-out left. No fan-out outlives the claim that
+ * started it: a release claims the job again under a new epoch, and a unit of the old fan-out must
+ * find nothing to belong to (see currentFanOut).
+ */
+function quarantined(job: JobRecord, reason: string, staleReclaims: number, nowMs: number): JobRecord {
+  return { ...job, status: 'quarantined', lease: null, fanout: null, staleReclaims, quarantine: { reason, atMs: nowMs }, finishedAtMs: nowMs };
+}
+
 // ---- Job transitions --------------------------------------------------------------------------
 
 export interface ClaimInput {
@@ -168,10 +184,7 @@ export function takeOverJob(job: JobRecord, input: ClaimInput, nowMs: number): T
   if (decision === null) throw new TransitionRefused('job is running without a lease (in a fan-out)');
   if (decision.action === 'redeliver-later') throw new TransitionRefused(`job is running: ${decision.reason}`, decision.retryAfterMs);
   if (decision.action === 'quarantine') {
-    return {
-      next: { ...job, status: 'quarantined', lease: null, fanout: null, staleReclaims: decision.staleReclaims, quarantine: { reason: decision.reason, atMs: nowMs }, finishedAtMs: nowMs },
-      events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}` }],
-    };
+    return { next: quarantined(job, decision.reason, decision.staleReclaims, nowMs), events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}` }] };
   }
   const epoch = job.epoch + 1;
   return {
@@ -280,10 +293,7 @@ export function reclaimExpiredJob(job: JobRecord, options: EngineOptions, nowMs:
   if (held.expiresAtMs > nowMs) throw new TransitionRefused('the lease was extended since the query');
   const decision = decideExpiredLease(job, options);
   if (decision.action === 'quarantine') {
-    return {
-      next: { ...job, status: 'quarantined', lease: null, staleReclaims: decision.staleReclaims, quarantine: { reason: decision.reason, atMs: nowMs }, finishedAtMs: nowMs },
-      events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}` }],
-    };
+    return { next: quarantined(job, decision.reason, decision.staleReclaims, nowMs), events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}` }] };
   }
   const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', staleReclaims: decision.staleReclaims };
   const message =
@@ -298,7 +308,7 @@ export function giveBackJob(job: JobRecord, input: { readonly why: string; reado
   const decision = decideExpiredLease(job, input.options);
   if (decision.action === 'quarantine') {
     return {
-      next: { ...job, status: 'quarantined', lease: null, staleReclaims: decision.staleReclaims, quarantine: { reason: `${decision.reason} (last: ${input.why})`, atMs: nowMs }, finishedAtMs: nowMs },
+      next: quarantined(job, `${decision.reason} (last: ${input.why})`, decision.staleReclaims, nowMs),
       events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}; last: ${input.why}` }],
     };
   }
@@ -364,7 +374,8 @@ export function cancelJobRecord(job: JobRecord, input: { readonly cancellation: 
 /** quarantined → queued at a new step with fresh budgets: an operator's release (`by` names them when known). */
 export function releaseJob(job: JobRecord, nowMs: number, by: string | null = null): Transition<JobRecord> {
   refuseUnless(job, JOB_TRANSITIONS.release.from, 'release');
-  const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', quarantine: null, attempts: 0, staleReclaims: 0, finishedAtMs: null };
+  // A fan-out a quarantine left on record (before quarantines ended them) ends here: the new claim starts its own.
+  const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', quarantine: null, fanout: null, attempts: 0, staleReclaims: 0, finishedAtMs: null };
   const was = job.quarantine ? ` (it was quarantined because ${job.quarantine.reason})` : '';
   return {
     next,
@@ -420,9 +431,81 @@ export function redriveJobRecord(job: JobRecord, input: RedriveInput, nowMs: num
 
 // ---- Unit transitions ------------------------------------------------------------------------
 
+/**
+ * The fan-out the job is in under the claim that started it, or null. A fan-out is started by a
+ * claim and the job's epoch stays that claim's while its units run (no job claim happens meanwhile):
+ * a fan-out still on record under a later epoch (a job claimed again since) has ended, whatever the
+ * record says, and no unit of it may claim or write again.
+ */
+export function currentFanOut(job: Pick<JobRecord, 'status' | 'epoch' | 'fanout'>): FanOutState | null {
+  return job.status === 'running' && job.fanout !== null && job.fanout.epoch === job.epoch ? job.fanout : null;
+}
+
 /** Whether a unit belongs to its job's current fan-out. */
 export function inFanOut(job: JobRecord, unit: UnitRecord): boolean {
-  return job.status === 'running' && job.fanout?.epoch === unit.fanoutEpoch;
+  return currentFanOut(job)?.epoch === unit.fanoutEpoch;
+}
+
+// ---- A fan-out ended by one of its units ------------------------------------------------------
+
+/**
+ * Adds the part of a unit's cost the job has not counted yet, and marks it counted on the unit:
+ * each unit's cost is counted once, however many commits (a finish, the end of its fan-out, a
+ * release) charge it.
+ */
+export function chargeUnit(job: JobRecord, unit: UnitRecord): { job: JobRecord; unit: UnitRecord } {
+  const uncounted: Record<string, number> = {};
+  for (const [key, value] of Object.entries(unit.cost)) {
+    const counted = unit.costInJob[key] ?? 0;
+    if (value > counted) uncounted[key] = value - counted;
+  }
+  return { job: { ...job, cost: addCounts(job.cost, uncounted) }, unit: { ...unit, costInJob: { ...unit.cost } } };
+}
+
+/** Whether part of a unit's recorded cost is not in its job's cost yet. */
+export function hasUncountedCost(unit: Pick<UnitRecord, 'cost' | 'costInJob'>): boolean {
+  return Object.entries(unit.cost).some(([key, value]) => value > (unit.costInJob[key] ?? 0));
+}
+
+/**
+ * The commit that ends a fan-out (early: a failure, a wait, a quarantine, a cancel) charges the job
+ * what every unit of it recorded and the job has not counted: the units given back are the ones
+ * this charged (to be written in that commit), the others need no write.
+ */
+export function chargeUnits(job: JobRecord, units: readonly UnitRecord[]): { job: JobRecord; charged: UnitRecord[] } {
+  let next = job;
+  const charged: UnitRecord[] = [];
+  for (const unit of units) {
+    if (!hasUncountedCost(unit)) continue;
+    const result = chargeUnit(next, unit);
+    next = result.job;
+    charged.push(result.unit);
+  }
+  return { job: next, charged };
+}
+
+/** running (in a fan-out) → quarantined: a unit lost too many workers; the unit's transition names the reason and tells it. */
+export function quarantineJobForUnit(job: JobRecord, input: { readonly reason: string }, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.quarantineFromUnit.from, 'quarantine a job');
+  return { next: quarantined(job, input.reason, job.staleReclaims, nowMs), events: [] };
+}
+
+/** running (in a fan-out) → failed: a unit failed for good (terminal, or its attempts spent); the fan-out ends with the job. */
+export function failJobForUnit(job: JobRecord, input: { readonly reason: string; readonly error: JobError }, nowMs: number): Transition<JobRecord> {
+  refuseUnless(job, JOB_TRANSITIONS.failFromUnit.from, 'fail a job');
+  const next: JobRecord = { ...job, status: 'failed', fanout: null, lease: null, finishedAtMs: nowMs, lastError: input.error };
+  return { next: withRetentionDue(job, next, nowMs), events: [{ kind: 'failed', message: `Failed: ${input.reason}. Last error: ${input.error.message}` }] };
+}
+
+/**
+ * done → queued at the unit's next step: the join cannot read its result (an earlier version of the
+ * phase produced it and declares no migration for it, or it fails its schema), so it runs again.
+ */
+export function rerunUnit(unit: UnitRecord, input: { readonly why: string }, nowMs: number): Transition<UnitRecord> {
+  refuseUnless(unit, UNIT_TRANSITIONS.rerun.from, 'run a unit again');
+  const { resultVersion: _unread, ...withoutVersion } = unit;
+  const next: UnitRecord = { ...nextStep(withoutVersion, nowMs), status: 'queued', attempts: 0, result: null };
+  return { next, events: [{ kind: 'rerun', message: `${unit.unit}: runs again: ${input.why}`, unit: unit.unit }], dispatch: unitDispatch(next) };
 }
 
 /** queued → running under the unit's own new epoch; the job must be in this unit's fan-out. */

@@ -1,8 +1,9 @@
 /**
- * Versions in flight: how a phase reads a checkpoint or a section that another version of its
- * pipeline may have written (a deploy changed the phase's schema while jobs were in flight across
- * it, or a worker of the previous version still runs while the deploy rolls out). Pure: the engine
- * (engine/checkpoints.ts) applies it to what it loads.
+ * Versions in flight: how a phase reads a checkpoint, a section or a fan-out unit's result that
+ * another version of its pipeline may have written (a deploy changed the phase's schema while jobs
+ * were in flight across it, or a worker of the previous version still runs while the deploy rolls
+ * out). Pure: the engine (engine/checkpoints.ts, and the fan-out's start and join) applies it to what
+ * it loads.
  *
  * By the version that wrote the value (`writtenBy`) against the phase's own (`version`, default 1):
  *
@@ -12,6 +13,7 @@
  *            No declaration for that version, a declared refusal, a migration that throws or gives a
  *            value the present schema refuses: the value is refused, and the job cannot go on under
  *            this version (it fails with the reason; an operator may re-drive it from that phase).
+ *            A unit result refused costs less: its unit runs again under this version.
  *   newer    never read: a worker of an earlier version does not interpret what a later one wrote.
  *            The step is tried again later, by then on a worker of the newer version.
  *   unknown  a section recorded without its version (sections carry none yet: see the README's
@@ -19,13 +21,14 @@
  *            declared refusal if no migration reads it. A phase that declares nothing treats a
  *            section its schema refuses as corrupt, as before.
  *
- * A stored value without a version that is not a section (a checkpoint written before versions
- * existed) was written by version 1: every phase was at version 1 until versions existed.
+ * A stored value without a version that is not a section (a checkpoint or a unit result written
+ * before versions existed) was written by version 1: every phase was at version 1 until versions existed.
  */
 import { z } from 'zod';
 import type { OlderVersionReading, PhaseDefinition } from './pipeline';
 
-export type StoredKind = 'checkpoint' | 'section';
+/** What a stored value is: a phase's checkpoint state, a section's data, or a fan-out unit's result. */
+export type StoredKind = 'checkpoint' | 'section' | 'unit result';
 
 export type StoredReading =
   /** Readable: as written (`migratedFrom` null) or migrated from that version. */
@@ -37,14 +40,21 @@ export type StoredReading =
   /** Written by a later version: left for a worker of that version. */
   | { readonly kind: 'newer'; readonly reason: string };
 
-type VersionedPhase = Pick<PhaseDefinition<unknown, unknown>, 'name' | 'state' | 'section' | 'version' | 'older'>;
+type VersionedPhase = Pick<PhaseDefinition<unknown, unknown>, 'name' | 'state' | 'section' | 'version' | 'older'> & { readonly fanOut?: Pick<NonNullable<PhaseDefinition<unknown, unknown>['fanOut']>, 'unitState'> };
 
 export function phaseVersion(phase: Pick<PhaseDefinition<unknown, unknown>, 'version'>): number {
   return phase.version ?? 1;
 }
 
 function schemaFor(phase: VersionedPhase, kind: StoredKind): z.ZodType | undefined {
-  return kind === 'checkpoint' ? phase.state : phase.section;
+  switch (kind) {
+    case 'checkpoint':
+      return phase.state;
+    case 'section':
+      return phase.section;
+    case 'unit result':
+      return phase.fanOut?.unitState;
+  }
 }
 
 function parsed(schema: z.ZodType | undefined, value: unknown): { ok: true; value: unknown } | { ok: false; reason: string } {
@@ -55,7 +65,14 @@ function parsed(schema: z.ZodType | undefined, value: unknown): { ok: true; valu
 
 function migrationOf(reading: OlderVersionReading, kind: StoredKind): ((old: unknown) => unknown) | undefined {
   if ('refuse' in reading) return undefined;
-  return kind === 'checkpoint' ? reading.state : reading.section;
+  switch (kind) {
+    case 'checkpoint':
+      return reading.state;
+    case 'section':
+      return reading.section;
+    case 'unit result':
+      return reading.unitState;
+  }
 }
 
 /** Runs one declared migration and parses its result; the reason when either fails. */

@@ -2,10 +2,11 @@
  * Operator actions: deliberate, named state changes a person makes, each one transaction with an
  * event on the job's timeline.
  */
+import type { QueryDocumentSnapshot, Transaction } from 'firebase-admin/firestore';
 import { describeError, OwnershipLostError, PhaselineError } from '../core/errors';
 import type { Cancellation, JobRecord, JobStatus } from '../core/job';
 import type { PipelineRegistry } from '../core/pipeline';
-import { JOB_TRANSITIONS, jobDispatch, redriveJobRecord, releaseJob, type Transition } from '../core/transitions';
+import { chargeUnits, JOB_TRANSITIONS, jobDispatch, redriveJobRecord, releaseJob, type Transition } from '../core/transitions';
 import { deployedPipelines } from '../pipelines';
 import { decodeUnit } from '../store/codec';
 import type { JobStore } from '../store/job-store';
@@ -18,8 +19,25 @@ import { clearExpiryStamps } from '../store/retention';
 import { UNITS } from './indexed-queries';
 import { UNKNOWN_EFFECT_STATE } from './owner-actions';
 
-/** The job's effect ledger (store/paths.ts effectsPath), read in the re-drive's commit. */
+/** The job's effect ledger (store/paths.ts effectsPath), read in the release's and the re-drive's commits. */
 const EFFECTS = 'effects';
+
+/**
+ * The entries of a stopped job's ledger that the stopped-effects pass closed as not applied only
+ * because the job had stopped (effects/after-stop.ts): a job that runs again (released, re-driven)
+ * must not skip them. Read in the commit that sends the job back to the queue.
+ */
+async function effectsClosedByTheStop(store: JobStore, tx: Transaction, jobId: string): Promise<QueryDocumentSnapshot[]> {
+  const ledger = await tx.get(store.jobRef(jobId).collection(EFFECTS));
+  return ledger.docs.filter((doc) => failedBecauseStopped(parseEffectEntry(doc.ref.path, doc.data())));
+}
+
+/** Reopens them as `unknown`, in that commit: the job that runs again looks each one up before it sends it (once, under its key). */
+function reopenEffects(tx: Transaction, entries: readonly QueryDocumentSnapshot[], nowMs: number): void {
+  for (const doc of entries) {
+    markEffectUnknown(tx, doc.ref, { state: UNKNOWN_EFFECT_STATE, unknownSinceMs: nowMs, unknownBecause: 'not applied when the job stopped; the job that runs again looks it up before sending it' });
+  }
+}
 
 /** The action does not apply to the job as it stands (wrong status, no such job). Nothing was written. */
 export class OperatorActionRefusedError extends PhaselineError {
@@ -38,6 +56,9 @@ export interface ReleaseResult {
 /**
  * Sends a quarantined job back to the queue with a fresh budget: attempts and stale reclaims (its
  * own and its fan-out units') start again from zero, at a new step so no old task can claim it.
+ * A fan-out still on record ends here (the released job starts its own), its units' uncounted cost
+ * charged to the job; effects the stopped-effects pass closed only because the job had stopped are
+ * reopened, so the released job looks them up and sends what never arrived.
  * Any other status is refused with an OperatorActionRefusedError.
  */
 export async function releaseQuarantined(
@@ -63,13 +84,18 @@ export async function releaseQuarantined(
         if (interrupted !== null) {
           throw new OperatorActionRefusedError(`An interrupted re-drive of job ${jobId} from ${interrupted} already set some of its documents aside; run it again from ${interrupted} to finish it, rather than releasing the job.`);
         }
+        const closedByTheStop = await effectsClosedByTheStop(store, tx, jobId);
         // Units keep their stale-reclaim count across fan-outs; a release is a fresh start for them too.
-        const units = await tx.get(store.jobRef(jobId).collection(UNITS));
-        for (const snapshot of units.docs) {
-          const unit = decodeUnit(snapshot.ref.path, snapshot.data());
-          if (unit.status !== 'done' && unit.staleReclaims > 0) store.commitUnit(tx, snapshot, { ...unit, staleReclaims: 0 });
+        const units = (await tx.get(store.jobRef(jobId).collection(UNITS))).docs.map((snapshot) => ({ snapshot, unit: decodeUnit(snapshot.ref.path, snapshot.data()) }));
+        // Whatever a unit recorded that the job has not counted (a fan-out a quarantine left on record) is counted now, once.
+        const { job: charged, charged: chargedUnits } = chargeUnits(job, units.map(({ unit }) => unit));
+        for (const { snapshot, unit } of units) {
+          const next = chargedUnits.find((candidate) => candidate.unit === unit.unit && candidate.phase === unit.phase) ?? unit;
+          const fresh = next.status !== 'done' && next.staleReclaims > 0 ? { ...next, staleReclaims: 0 } : next;
+          if (fresh !== unit) store.commitUnit(tx, snapshot, fresh, unit);
         }
-        const released = releaseJob(job, nowMs, by);
+        reopenEffects(tx, closedByTheStop, nowMs);
+        const released = releaseJob(charged, nowMs, by);
         return { next: released.next, events: released.events, value: released };
       },
     );
@@ -212,8 +238,7 @@ export async function redriveJob(store: JobStore, queue: TaskQueuePort, request:
             );
           }
           // Effects the stopped-effects pass closed as not applied because the job had stopped: the re-run may send them, after a lookup.
-          const ledger = await tx.get(store.jobRef(job.id).collection(EFFECTS));
-          const reopened = ledger.docs.filter((doc) => failedBecauseStopped(parseEffectEntry(doc.ref.path, doc.data())));
+          const reopened = await effectsClosedByTheStop(store, tx, job.id);
           const reserve = 4 + (current.fanout?.unitIds?.length ?? 0) + reopened.length;
           const size = Math.min(pageSize, Math.floor((MAX_COMMIT_WRITES - reserve) / 3));
           const page = await readSetAsidePage(store, tx, job.id, phases, size, MAX_SET_ASIDE_BYTES_PER_COMMIT);
@@ -228,9 +253,7 @@ export async function redriveJob(store: JobStore, queue: TaskQueuePort, request:
           const before = await countSetAside(store, tx, job.id, mark);
           const documents = outbox ? [...page.documents, outbox] : page.documents;
           writeSetAside(store, tx, job.id, mark, documents);
-          for (const doc of reopened) {
-            markEffectUnknown(tx, doc.ref, { state: UNKNOWN_EFFECT_STATE, unknownSinceMs: nowMs, unknownBecause: 'not applied when the job stopped; the re-driven job looks it up before sending it' });
-          }
+          reopenEffects(tx, reopened, nowMs);
           const setAside = before + documents.length;
           const transition = redriveJobRecord(current, { fromPhase: request.fromPhase, by, reason, setAside, auditPrefix, resumesAt }, nowMs);
           return { next: transition.next, events: transition.events, value: { done: { transition, resumesAt, setAside } } };

@@ -10,6 +10,7 @@ import { DEFAULT_SETTLE_GRACE_MS } from '../effects/after-stop';
 import { countEffectStates, EFFECT_STATES, type EffectState } from '../effects/ledger';
 import { cancellationReport } from '../effects/stop-report';
 import { markEffectUnknown } from '../store/effect-access';
+import { chargeEndedFanOut } from './ended-fan-out';
 import type { JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
 
@@ -56,6 +57,8 @@ export async function cancelJob(
         if (TERMINAL_STATUSES.has(job.status)) throw new OwnerActionError(409, `Job ${job.id} is already ${job.status}`);
         expect?.(job);
         const ledger = await tx.get(effects);
+        // A fan-out the cancel ends: its units' recorded cost goes into the job's in this commit (read before any write).
+        const charged = await chargeEndedFanOut(store, tx, job, job.fanout, { transaction: tx });
         const states: EffectState[] = [];
         let unknownEffects = 0;
         for (const effect of ledger.docs) {
@@ -81,7 +84,7 @@ export async function cancelJob(
           effects: ledger.empty ? null : { counts, settled, checkedWith: null, checkedAtMs: null },
         };
         // The sweeper checks what nobody knows yet with the system of record, once the grace period is over.
-        const cancelled = cancelJobRecord(job, { cancellation, message: cancellationReport(cancellation), effectsToSettleAtMs: settled ? null : nowMs + DEFAULT_SETTLE_GRACE_MS }, nowMs);
+        const cancelled = cancelJobRecord(charged, { cancellation, message: cancellationReport(cancellation), effectsToSettleAtMs: settled ? null : nowMs + DEFAULT_SETTLE_GRACE_MS }, nowMs);
         return { next: cancelled.next, events: cancelled.events, value: { job: cancelled.next, unknownEffects } };
       },
     );

@@ -22,12 +22,13 @@
 import type { DocumentSnapshot, QueryDocumentSnapshot, Transaction } from 'firebase-admin/firestore';
 import { describeError, OwnershipLostError, UnreadableJobError } from '../core/errors';
 import { TERMINAL_STATUSES, type JobRecord, type StepTask } from '../core/job';
-import { inFanOut, parkUnit, reclaimExpiredJob, reclaimExpiredUnit, redispatchJob as redispatchQueuedJob, redispatchUnit as redispatchQueuedUnit, resumeWaitJob, type Transition } from '../core/transitions';
+import { currentFanOut, inFanOut, parkUnit, quarantineJobForUnit, reclaimExpiredJob, reclaimExpiredUnit, redispatchJob as redispatchQueuedJob, redispatchUnit as redispatchQueuedUnit, resumeWaitJob, type Transition } from '../core/transitions';
 import { decodeJob, decodeUnit, type UnitRecord } from '../store/codec';
 import type { EventDraft, JobStore } from '../store/job-store';
 import { readSweepPage, type PageCursor, type SweepPage } from '../store/sweep-queries';
 import type { TaskQueuePort } from '../store/task-queue';
 import { endUnreadableJob } from '../store/unreadable-jobs';
+import { endFanOutFromUnit } from './ended-fan-out';
 import { SWEEP_QUERIES, type SweepQueryName } from './indexed-queries';
 import { settleStoppedEffects, type SettleStoppedReport, type StoppedEffectsDeps } from './settle-stopped';
 import { stampEndedJobs, type RetentionReport } from './retention';
@@ -263,7 +264,7 @@ interface UnitTransaction {
   readonly unitSnapshot: DocumentSnapshot;
 }
 
-async function inUnitTransaction(run: Sweep, doc: QueryDocumentSnapshot, body: (context: UnitTransaction) => Outcome): Promise<Outcome> {
+async function inUnitTransaction(run: Sweep, doc: QueryDocumentSnapshot, body: (context: UnitTransaction) => Outcome | Promise<Outcome>): Promise<Outcome> {
   const { store } = run;
   const unitRef = doc.ref;
   const jobRef = unitRef.parent.parent;
@@ -295,7 +296,7 @@ async function inUnitTransaction(run: Sweep, doc: QueryDocumentSnapshot, body: (
  */
 function fanOutEnded(job: JobRecord | null, unit: UnitRecord): boolean {
   if (job === null || TERMINAL_STATUSES.has(job.status)) return true;
-  return job.epoch > unit.fanoutEpoch && job.fanout?.epoch !== unit.fanoutEpoch;
+  return job.epoch > unit.fanoutEpoch && currentFanOut(job)?.epoch !== unit.fanoutEpoch;
 }
 
 /** Parks a leftover unit: no lease, not queued, so no query matches it; the reason is on the unit. */
@@ -317,7 +318,7 @@ async function reclaimUnitLease(run: Sweep, doc: QueryDocumentSnapshot): Promise
   const { store, nowMs } = run;
   const seen = decodeUnit(doc.ref.path, doc.data()).lease;
   if (!seen) throw new OwnershipLostError('the unit has no lease');
-  return inUnitTransaction(run, doc, (context) => {
+  return inUnitTransaction(run, doc, async (context) => {
     const { tx, job, unit } = context;
     if (unit.status !== 'running' || unit.lease?.epoch !== seen.epoch) return { counter: 'skipped', reason: 'the unit changed since the query' };
     if (unit.lease.expiresAtMs > nowMs) return { counter: 'skipped', reason: 'the lease was extended since the query' };
@@ -325,12 +326,14 @@ async function reclaimUnitLease(run: Sweep, doc: QueryDocumentSnapshot): Promise
     if (job === null || !inFanOut(job, unit)) return { counter: 'skipped', reason: `the job is ${job?.status ?? 'gone'}, not in this unit's fan-out` };
     // The budget is the unit's own; the rule is the same as for a job.
     const reclaimed = reclaimExpiredUnit(unit, store.options, nowMs);
-    store.commitUnit(tx, context.unitSnapshot, reclaimed.next);
     if (reclaimed.quarantine !== undefined) {
-      const next: JobRecord = { ...job, status: 'quarantined', lease: null, quarantine: { reason: reclaimed.quarantine, atMs: nowMs }, finishedAtMs: nowMs };
-      store.commitJob(tx, context.jobSnapshot, job, next, reclaimed.events);
+      // Every read of the transaction before its first write: the fan-out's other units, for their cost.
+      const ended = await endFanOutFromUnit(store, tx, job, reclaimed.next, quarantineJobForUnit(job, { reason: reclaimed.quarantine }, nowMs).next, tx);
+      store.commitUnit(tx, context.unitSnapshot, ended.nextUnit);
+      store.commitJob(tx, context.jobSnapshot, job, ended.next, reclaimed.events);
       return { counter: 'quarantined' };
     }
+    store.commitUnit(tx, context.unitSnapshot, reclaimed.next);
     store.commitJob(tx, context.jobSnapshot, job, job, reclaimed.events);
     return withDispatch('unitsReclaimed', reclaimed);
   });

@@ -2,7 +2,7 @@
  * The reads of a job's semantic state: its phase checkpoints, the sections a phase recorded and the
  * units of a fan-out. Raw documents only; engine/checkpoints.ts validates them against the pipeline.
  */
-import { FieldPath, type QueryDocumentSnapshot } from 'firebase-admin/firestore';
+import { FieldPath, type QueryDocumentSnapshot, type Transaction } from 'firebase-admin/firestore';
 import type { JobStore } from './job-store';
 import { JOBS, sectionKey, sectionKeyPrefix, unitsPath } from './paths';
 
@@ -56,7 +56,8 @@ export function prefixSuccessor(prefix: string): string {
   return prefix.slice(0, -1) + String.fromCharCode(last + 1);
 }
 
-/** The unit documents of one fan-out epoch of a job (read outside any transaction). */
-export async function readFanOutUnits(store: JobStore, jobId: string, fanoutEpoch: number): Promise<QueryDocumentSnapshot[]> {
-  return (await store.db.collection(unitsPath(jobId)).where('fanoutEpoch', '==', fanoutEpoch).get()).docs;
+/** The unit documents of one fan-out epoch of a job: read in `tx` when given, else outside any transaction. */
+export async function readFanOutUnits(store: JobStore, jobId: string, fanoutEpoch: number, tx?: Transaction): Promise<QueryDocumentSnapshot[]> {
+  const query = store.db.collection(unitsPath(jobId)).where('fanoutEpoch', '==', fanoutEpoch);
+  return (await (tx ? tx.get(query) : query.get())).docs;
 }

@@ -14,6 +14,7 @@ import { ENDED_STATUSES, newQueuedJob, type FanOutState, type JobRecord } from '
 import { endedAtMs, expireAtMs, withRetentionDue } from '../core/lifecycle';
 import type { EngineOptions } from '../core/options';
 import type { QuotaRefusal } from '../core/quota';
+import { currentFanOut } from '../core/transitions';
 import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from './codec';
 import { readFanOutUnits } from './checkpoint-reads';
 import { ClaimSession } from './claim-session';
@@ -75,8 +76,7 @@ export function holdsClaim(job: JobRecord, claim: JobClaim): boolean {
 
 export function holdsUnitClaim(job: JobRecord, unit: UnitRecord, claim: UnitClaim): boolean {
   return (
-    job.status === 'running' &&
-    job.fanout?.epoch === claim.fanoutEpoch &&
+    currentFanOut(job)?.epoch === claim.fanoutEpoch &&
     unit.fanoutEpoch === claim.fanoutEpoch &&
     unit.status === 'running' &&
     unit.epoch === claim.epoch &&

@@ -3,14 +3,14 @@ import { describeError, OwnershipLostError, TerminalError } from '../../core/err
 import { documentIdProblem } from '../../core/ids';
 import { applyClaimTally, EMPTY_FLUSH, type FlushPayload } from '../../core/flusher';
 import { type JobRecord } from '../../core/job';
-import { joinJob, startFanOutJob, unitDispatch, type Dispatch } from '../../core/transitions';
+import { chargeUnit, joinJob, rerunUnit, startFanOutJob, unitDispatch, type Dispatch } from '../../core/transitions';
 import { type PhaseDefinition, type StepContext } from '../../core/pipeline';
-import { phaseVersion } from '../../core/versions';
+import { phaseVersion, readStored, type StoredReading } from '../../core/versions';
 import { decodeUnit, type UnitRecord } from '../../store/codec';
 import type { EventDraft, JobClaim, UnitClaim } from '../../store/job-store';
 import { readFanOutUnits } from '../../store/checkpoint-reads';
-import { checkpointDocumentFor, loadCheckpoints } from '../checkpoints';
-import { Running, StepOutcome, bareContext, chargeUnit, dispatchQuietly, freshLease, lost } from './running';
+import { checkpointDocumentFor, loadCheckpoints, NewerVersionError } from '../checkpoints';
+import { Running, StepOutcome, bareContext, dispatchQuietly, freshLease, lost } from './running';
 import { settleError } from './settle';
 
 // ---------------------------------------------------------------------------------------------
@@ -27,16 +27,13 @@ import { settleError } from './settle';
 export class JoinFailedError extends TerminalError {}
 
 /**
- * A unit result an earlier version of its phase produced: the phase's declared refusal, or (nothing
- * declared: unit results have no migration) a refusal that says so. Thrown inside the join, it fails the job with that reason.
+ * How this version of the phase reads a finished unit's result (core/versions.ts): as it is when
+ * this version produced it; migrated when an earlier one did and the phase declares a migration for
+ * it; otherwise not at all (`refused`, `corrupt`: the unit runs again; `newer`: left for a worker of
+ * that version). A result recorded before versions existed was produced by version 1.
  */
-function refuseOlderResult(phase: PhaseDefinition<unknown, unknown>, unit: Pick<UnitRecord, 'unit' | 'resultVersion'>): void {
-  const producedBy = unit.resultVersion ?? 1;
-  const version = phaseVersion(phase);
-  if (producedBy === version) return;
-  const declared = phase.older?.[producedBy];
-  const why = declared !== undefined && 'refuse' in declared ? declared.refuse : 'unit results have no migration, and this version declares no way to read one';
-  throw new JoinFailedError(`Phase ${phase.name} (version ${version}) refuses unit ${unit.unit}'s result, produced by version ${producedBy}: ${why}`);
+export function readUnitResult(phase: PhaseDefinition<unknown, unknown>, unit: Pick<UnitRecord, 'result' | 'resultVersion'>): StoredReading {
+  return readStored(phase, 'unit result', unit.result, unit.resultVersion ?? 1);
 }
 
 /** Joins a fan-out; anything that fails in it (a unit result or a join that no longer validates) fails the job with that reason. */
@@ -85,16 +82,18 @@ export async function startFanOut(
       const toEnqueue: UnitRecord[] = [];
       const reused = new Map<string, unknown>();
       const records = versions.map(({ unit, record: existing }) => {
-        // A unit finished under an earlier fan-out of this phase is reused as it is, if its result still validates.
-        // A result an earlier version of the phase produced is not reused: the unit runs again under this version.
-        const current = existing?.status === 'done' && (existing.resultVersion ?? 1) === phaseVersion(phase);
-        const result = current ? fanOut.unitState.safeParse(existing.result) : null;
+        // A unit finished under an earlier fan-out of this phase is reused if this version reads its result (as it is, or
+        // migrated from the earlier version that produced it); one it cannot read runs again under this version. One a
+        // later version produced is never read: the fan-out is left for a worker of that version.
+        const reading = existing?.status === 'done' ? readUnitResult(phase, existing) : null;
+        if (reading?.kind === 'newer') throw new NewerVersionError(`Unit ${unit}: ${reading.reason}`);
+        const readable = reading?.kind === 'read' ? { value: reading.value } : null;
         const record: UnitRecord = {
           jobId: job.id,
           unit,
           phase: phase.name,
           fanoutEpoch: claim.epoch,
-          status: result?.success ? 'done' : 'queued',
+          status: readable ? 'done' : 'queued',
           epoch: existing?.epoch ?? 0,
           lease: null,
           step: (existing?.step ?? -1) + 1,
@@ -107,11 +106,13 @@ export async function startFanOut(
           cost: existing?.cost ?? {},
           costInJob: existing?.costInJob ?? {},
           claimTally: null,
-          result: result?.success ? result.data : null,
+          result: readable ? readable.value : null,
+          // A reused result is this version's now (read as it is, or migrated): the join reads it as such.
+          ...(readable ? { resultVersion: phaseVersion(phase) } : {}),
           lastError: null,
           updatedAtMs: nowMs,
         };
-        if (result?.success) reused.set(unit, result.data);
+        if (readable) reused.set(unit, readable.value);
         else toEnqueue.push(record);
         return record;
       });
@@ -129,7 +130,7 @@ export async function startFanOut(
     });
   } catch (error) {
     if (error instanceof OwnershipLostError) return lost(running, error);
-    if (error instanceof JoinFailedError) return settleError(running.deps, claim, error, EMPTY_FLUSH, notes);
+    if (error instanceof JoinFailedError || error instanceof NewerVersionError) return settleError(running.deps, claim, error, EMPTY_FLUSH, notes);
     throw error;
   }
   await dispatchQuietly(running.deps, started.dispatch);
@@ -152,43 +153,61 @@ async function renewWhileRacing(running: Running, claim: UnitClaim, unit: UnitRe
   await store.commitAsUnitOwner(claim, ({ unit: current }) => Promise.resolve({ nextUnit: { ...current, lease: freshLease(running, claim.epoch) }, value: undefined }));
 }
 
+/** What a finishing unit's commit left to dispatch: the join's hand-off, or units that must run again before the join. */
+export interface FinishedUnit {
+  readonly joined: boolean;
+  readonly dispatches: readonly Dispatch[];
+}
+
 /**
  * Records a finished unit and, if it was the last one, joins: the phase checkpoint from every
  * unit's result and the job's hand-off to its next step, all in the commit that records it
- * (conditioned on the job, the unit and its claim slot).
+ * (conditioned on the job, the unit and its claim slot). A sibling's result this version cannot
+ * read (an earlier version's without a migration for it, or one failing its schema) is not joined:
+ * that unit runs again, in the same commit, and the last of the reruns joins. A sibling's result a
+ * later version produced is never read: a NewerVersionError leaves this unit (and so the join) to
+ * a worker of that version.
  */
-export async function finishUnit(running: Running, claim: UnitClaim, phase: PhaseDefinition<unknown, unknown>, pending: FlushPayload, result: unknown): Promise<boolean> {
+export async function finishUnit(running: Running, claim: UnitClaim, phase: PhaseDefinition<unknown, unknown>, pending: FlushPayload, result: unknown): Promise<FinishedUnit> {
   const { store } = running.deps;
   const fanOut = phase.fanOut;
   if (!fanOut) throw new Error(`Phase ${phase.name} has no fan-out`);
   const nowMs = store.clock.now();
-  const settled = await store.commitAsUnitOwner(claim, async ({ tx, job, unit }) => {
+  const settled = await store.commitAsUnitOwner<FinishedUnit>(claim, async ({ tx, job, unit }) => {
     const fanout = job.fanout;
     if (fanout?.epoch !== claim.fanoutEpoch) throw new OwnershipLostError(`Job ${claim.jobId} is no longer in fan-out epoch ${claim.fanoutEpoch}`);
     const applied = applyClaimTally(unit, pending, claim.epoch);
     const charged = chargeUnit(job, applied.next);
     const done = fanout.done + 1;
     const next: JobRecord = { ...charged.job, fanout: { ...fanout, done } };
+    const nextUnit: UnitRecord = { ...charged.unit, status: 'done', lease: null, result, resultVersion: phaseVersion(phase) };
     const events: EventDraft[] = [{ kind: 'unit-done', message: `${claim.unit} finished` }, ...applied.notes];
-    if (done >= fanout.units) {
-      const [siblings, loaded] = await Promise.all([readFanOutUnits(store, claim.jobId, claim.fanoutEpoch), loadCheckpoints(store, claim.jobId, running.pipeline)]);
-      const state = joinState(phase, () => {
-        const results = new Map<string, unknown>();
-        for (const doc of siblings) {
-          const sibling = decodeUnit(doc.ref.path, doc.data());
-          if (sibling.phase !== phase.name) continue;
-          // A sibling finished by a worker of an earlier version (during a deploy) is never joined silently with this version's results.
-          if (sibling.unit !== claim.unit) refuseOlderResult(phase, sibling);
-          results.set(sibling.unit, fanOut.unitState.parse(sibling.unit === claim.unit ? result : sibling.result));
-        }
-        return results;
-      }, bareContext(running, claim.jobId, phase, loaded.states, 'a join'));
-      tx.set(store.checkpointRef(claim.jobId, phase.name), checkpointDocumentFor(phase, state, claim.fanoutEpoch, nowMs));
-      const joined = joinJob(next, { nextPhase: phaseAfter(running, phase), message: `${phase.name}: all ${fanout.units} units finished` }, nowMs);
-      return { next: joined.next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result, resultVersion: phaseVersion(phase) }, events: [...events, ...joined.events], value: joined.dispatch };
+    if (done < fanout.units) return { next, nextUnit, events, value: { joined: false, dispatches: [] } };
+    const [siblings, loaded] = await Promise.all([readFanOutUnits(store, claim.jobId, claim.fanoutEpoch), loadCheckpoints(store, claim.jobId, running.pipeline)]);
+    const results = new Map<string, unknown>([[claim.unit, result]]);
+    const reruns: Dispatch[] = [];
+    for (const doc of siblings) {
+      const sibling = decodeUnit(doc.ref.path, doc.data());
+      if (sibling.phase !== phase.name || sibling.unit === claim.unit) continue;
+      if (sibling.status !== 'done') throw new JoinFailedError(`Phase ${phase.name} could not join its units: unit ${sibling.unit} is ${sibling.status}, though the fan-out counts every unit finished`);
+      const reading = readUnitResult(phase, sibling);
+      if (reading.kind === 'newer') throw new NewerVersionError(`${claim.unit} finished, but the fan-out of ${phase.name} cannot join on this worker: unit ${sibling.unit}'s ${reading.reason}`);
+      if (reading.kind === 'read') {
+        results.set(sibling.unit, reading.value);
+        continue;
+      }
+      // Not joined silently with this version's results, and not a reason to fail the job: the unit runs again under this version.
+      const rerun = rerunUnit(sibling, { why: reading.reason }, nowMs);
+      store.commitUnit(tx, doc, rerun.next, sibling);
+      events.push(...rerun.events);
+      if (rerun.dispatch) reruns.push(rerun.dispatch);
     }
-    return { next, nextUnit: { ...charged.unit, status: 'done' as const, lease: null, result, resultVersion: phaseVersion(phase) }, events, value: undefined };
+    if (reruns.length > 0) return { next: { ...next, fanout: { ...fanout, done: done - reruns.length } }, nextUnit, events, value: { joined: false, dispatches: reruns } };
+    const state = joinState(phase, () => results, bareContext(running, claim.jobId, phase, loaded.states, 'a join'));
+    tx.set(store.checkpointRef(claim.jobId, phase.name), checkpointDocumentFor(phase, state, claim.fanoutEpoch, nowMs));
+    const joined = joinJob(next, { nextPhase: phaseAfter(running, phase), message: `${phase.name}: all ${fanout.units} units finished` }, nowMs);
+    return { next: joined.next, nextUnit, events: [...events, ...joined.events], value: { joined: true, dispatches: joined.dispatch ? [joined.dispatch] : [] } };
   }, { beforeRetry: (unit) => renewWhileRacing(running, claim, unit) });
-  await dispatchQuietly(running.deps, settled);
-  return settled !== undefined;
+  for (const dispatch of settled.dispatches) await dispatchQuietly(running.deps, dispatch);
+  return settled;
 }

@@ -4,12 +4,11 @@ import { hostname } from 'node:os';
 import type { RandomSource } from '../../core/clock';
 import { describeError, PhaselineError } from '../../core/errors';
 import { DraftThrottle } from '../../core/draft-throttle';
-import { addCounts, CoalescingFlusher, realTimers, type FlushPayload, type Timers } from '../../core/flusher';
-import { type JobRecord, type Lease, type StepTask } from '../../core/job';
+import { CoalescingFlusher, realTimers, type FlushPayload, type Timers } from '../../core/flusher';
+import { type Lease, type StepTask } from '../../core/job';
 import { type Dispatch } from '../../core/transitions';
 import { type PhaseDefinition, type PipelineDefinition, type PipelineRegistry, type StepContext, type StepLimits } from '../../core/pipeline';
 import type { EngineOptions } from '../../core/options';
-import { type UnitRecord } from '../../store/codec';
 import type { JobClaim, JobStore, UnitClaim } from '../../store/job-store';
 import { addRejectedTask } from '../../store/job-documents';
 import { writeDraft } from '../../store/drafts';
@@ -221,16 +220,6 @@ export function bareContext(running: Running, jobId: string, phase: PhaseDefinit
     budgetMs: 0,
     durable: noDurableWrites(who),
   });
-}
-
-/** Adds the part of a unit's cost the job has not counted yet; each unit's cost is counted once. */
-export function chargeUnit(job: JobRecord, unit: UnitRecord): { job: JobRecord; unit: UnitRecord } {
-  const uncounted: Record<string, number> = {};
-  for (const [key, value] of Object.entries(unit.cost)) {
-    const counted = unit.costInJob[key] ?? 0;
-    if (value > counted) uncounted[key] = value - counted;
-  }
-  return { job: { ...job, cost: addCounts(job.cost, uncounted) }, unit: { ...unit, costInJob: { ...unit.cost } } };
 }
 
 export type SectionOwner = { readonly kind: 'job'; readonly claim: JobClaim } | { readonly kind: 'unit'; readonly claim: UnitClaim };

@@ -1,12 +1,12 @@
 /** Settling what a step could not finish: a caught error (requeue, capped outage wait, fail), a stalled step giving its job back, and the same for units. */
 import { OwnershipLostError, PhaselineError, SpendLimitReachedError, TerminalError } from '../../core/errors';
 import { applyClaimTally, EMPTY_FLUSH, type FlushPayload } from '../../core/flusher';
-import { type JobRecord, type JobWait } from '../../core/job';
+import { type JobWait } from '../../core/job';
 import { budgetWait, decideAfterError } from '../../core/lifecycle';
-import { giveBackJob, giveBackUnit, settleJobError, requeueUnit, waitJob, type Dispatch } from '../../core/transitions';
-import { type UnitRecord } from '../../store/codec';
+import { failJobForUnit, giveBackJob, giveBackUnit, quarantineJobForUnit, settleJobError, requeueUnit, waitJob, type Dispatch } from '../../core/transitions';
 import type { EventDraft, JobClaim, UnitClaim } from '../../store/job-store';
-import { NoProgressError, RunnerDeps, Running, SectionOwner, StepOutcome, chargeUnit, dispatchQuietly, lost } from './running';
+import { endFanOutFromUnit } from '../ended-fan-out';
+import { NoProgressError, RunnerDeps, Running, SectionOwner, StepOutcome, dispatchQuietly, lost } from './running';
 
 /**
  * A stalled step gives its job (or unit) back at once, counted as a lost worker (the quarantine
@@ -28,19 +28,14 @@ export async function giveBack(running: Running, owner: SectionOwner, stall: NoP
       return { kind: 'stalled', reason: stall.message };
     }
     const { claim } = owner;
-    const given = await store.commitAsUnitOwner(claim, ({ job, unit }) => {
+    const given = await store.commitAsUnitOwner(claim, async ({ tx, job, unit }) => {
       const applied = applyClaimTally(unit, pending, claim.epoch);
       const transition = giveBackUnit(applied.next, { why: stall.message, options: store.options }, nowMs);
       if (transition.quarantine !== undefined) {
-        const charged = chargeUnit(job, transition.next);
-        return Promise.resolve({
-          next: { ...charged.job, status: 'quarantined' as const, lease: null, quarantine: { reason: transition.quarantine, atMs: nowMs }, finishedAtMs: nowMs },
-          nextUnit: charged.unit,
-          events: [...applied.notes, ...transition.events],
-          value: undefined,
-        });
+        const ended = await endFanOutFromUnit(store, tx, job, transition.next, quarantineJobForUnit(job, { reason: transition.quarantine }, nowMs).next);
+        return { ...ended, events: [...applied.notes, ...transition.events], value: undefined };
       }
-      return Promise.resolve({ nextUnit: transition.next, events: [...applied.notes, ...transition.events], value: transition.dispatch });
+      return { nextUnit: transition.next, events: [...applied.notes, ...transition.events], value: transition.dispatch };
     });
     await dispatchQuietly(running.deps, given);
     return { kind: 'stalled', reason: stall.message };
@@ -85,7 +80,7 @@ export async function settleError(deps: RunnerDeps, claim: JobClaim, error: Phas
 export async function settleUnitError(deps: RunnerDeps, claim: UnitClaim, error: PhaselineError, pending: FlushPayload): Promise<StepOutcome> {
   const { store } = deps;
   const nowMs = store.clock.now();
-  const settled = await store.commitAsUnitOwner<SettledUnitError>(claim, ({ job, unit }) => {
+  const settled = await store.commitAsUnitOwner<SettledUnitError>(claim, async ({ tx, job, unit }) => {
     const decision = decideAfterError(unit, error, store.options, nowMs, deps.random);
     const lastError = { code: error.code, message: error.message, atMs: nowMs };
     const applied = applyClaimTally(unit, pending, claim.epoch);
@@ -97,24 +92,16 @@ export async function settleUnitError(deps: RunnerDeps, claim: UnitClaim, error:
           ? `${unit.unit}: attempt ${decision.attempts} failed (${error.code}: ${error.message})`
           : `${unit.unit}: ${error.message}: ${decision.reason}`;
       const transition = requeueUnit(applied.next, { attempts: decision.attempts, untilMs, message, kind: decision.action === 'requeue' ? 'retrying' : 'waiting', lastError }, nowMs);
-      return Promise.resolve({
+      return {
         nextUnit: transition.next,
         events: [...applied.notes, ...transition.events],
         value: { kind: 'requeued' as const, dispatch: transition.dispatch, delayMs: untilMs - nowMs, attempts: decision.attempts },
-      });
+      };
     }
     const reason = `unit ${unit.unit}: ${decision.reason}`;
-    const charged = chargeUnit(job, applied.next);
-    const next: JobRecord = {
-      ...charged.job,
-      status: 'failed',
-      fanout: null,
-      lease: null,
-      finishedAtMs: nowMs,
-      lastError: { code: error.code, message: `${unit.unit}: ${error.message}`, retryable: error.retryable, atMs: nowMs },
-    };
-    const nextUnit: UnitRecord = { ...charged.unit, status: 'queued', lease: null, lastError };
-    return Promise.resolve({ next, nextUnit, events: [...applied.notes, { kind: 'failed', message: `Failed: ${reason}. Last error: ${error.message}` }], value: { kind: 'failed' as const, reason } });
+    const failed = failJobForUnit(job, { reason, error: { code: error.code, message: `${unit.unit}: ${error.message}`, retryable: error.retryable, atMs: nowMs } }, nowMs);
+    const ended = await endFanOutFromUnit(store, tx, job, { ...applied.next, status: 'queued', lease: null, lastError }, failed.next);
+    return { ...ended, events: [...applied.notes, ...failed.events], value: { kind: 'failed' as const, reason } };
   });
   if (settled.kind === 'requeued') {
     await dispatchQuietly(deps, settled.dispatch);
@@ -159,14 +146,9 @@ export async function waitAtSpendLimit(running: Running, owner: SectionOwner, re
  */
 export async function waitJobFromUnit(deps: RunnerDeps, claim: UnitClaim, waiting: JobWait, pending: FlushPayload, message: string): Promise<void> {
   const { store } = deps;
-  await store.commitAsUnitOwner(claim, ({ job: current, unit: currentUnit }) => {
+  await store.commitAsUnitOwner(claim, async ({ tx, job: current, unit: currentUnit }) => {
     const applied = applyClaimTally(currentUnit, pending, claim.epoch);
-    const charged = chargeUnit(current, applied.next);
-    return Promise.resolve({
-      next: { ...charged.job, status: 'waiting' as const, fanout: null, lease: null, step: current.step + 1, dispatch: 0, waiting, nextRunAtMs: waiting.untilMs ?? store.clock.now() },
-      nextUnit: { ...charged.unit, status: 'queued' as const, lease: null },
-      events: [...applied.notes, { kind: 'waiting', message }],
-      value: undefined,
-    });
+    const ended = await endFanOutFromUnit(store, tx, current, { ...applied.next, status: 'queued', lease: null }, waitJob(current, waiting, store.clock.now()).next);
+    return { ...ended, events: [...applied.notes, { kind: 'waiting', message }], value: undefined };
   });
 }

@@ -4,12 +4,13 @@ import { OwnershipLostError, SpendLimitReachedError, TerminalError, toPhaselineE
 import { applyClaimTally, EMPTY_FLUSH } from '../../core/flusher';
 import { type JobRecord, type JobWait, type StepTask } from '../../core/job';
 import { waitRecord } from '../../core/lifecycle';
-import { claimUnit, takeOverUnit, TransitionRefused, yieldUnit, type Transition } from '../../core/transitions';
+import { claimUnit, quarantineJobForUnit, takeOverUnit, TransitionRefused, yieldUnit, type Transition } from '../../core/transitions';
 import { encodeUnitFlush, type UnitRecord } from '../../store/codec';
 import type { JobStore, UnitClaim } from '../../store/job-store';
 import { unitClaimSlot } from '../../store/paths';
 import { stepChargeScope } from '../spend-meter';
 import { loadCheckpoints, loadSections, NewerVersionError } from '../checkpoints';
+import { endFanOutFromUnit } from '../ended-fan-out';
 import { durableWrites } from './durable-writes';
 import { JoinFailedError, finishUnit } from './fan-out';
 import { NoProgressError, RunnerDeps, Running, StepOutcome, defaultWorkerName, dispatchQuietly, freshLease, lost, newRunning, progressGated, startDrafts, startFlusher, untilAborted, workingContext } from './running';
@@ -24,7 +25,7 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
   let slotUpdateTime: Parameters<JobStore['unitSession']>[1];
   try {
     // Read, decide, then one commit conditioned on the unit and its claim slot (and the job when it is written): no transaction, no lock on the job.
-    ({ value: claimed, slotUpdateTime } = await store.commitUnitChange<UnitClaimResult>({ jobId: task.jobId, phase: phaseName, unit: unitId }, ({ job, unit }) => {
+    ({ value: claimed, slotUpdateTime } = await store.commitUnitChange<UnitClaimResult>({ jobId: task.jobId, phase: phaseName, unit: unitId }, async ({ tx, job, unit }) => {
       const input = { step: task.step, worker, options: store.options };
       let claim: Transition<UnitRecord> & { readonly quarantine?: string };
       try {
@@ -32,15 +33,15 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
         claim = unit.status === 'running' && unit.step === task.step ? takeOverUnit(job, unit, input, nowMs) : claimUnit(job, unit, input, nowMs);
       } catch (error) {
         if (!(error instanceof TransitionRefused)) throw error;
-        return Promise.resolve({ value: error.notYetDueMs === undefined ? { reason: error.message } : { reason: error.message, notYetDueMs: error.notYetDueMs } });
+        return { value: error.notYetDueMs === undefined ? { reason: error.message } : { reason: error.message, notYetDueMs: error.notYetDueMs } };
       }
       if (claim.quarantine !== undefined) {
-        const quarantined: JobRecord = { ...job, status: 'quarantined', lease: null, quarantine: { reason: claim.quarantine, atMs: nowMs }, finishedAtMs: nowMs };
-        return Promise.resolve({ nextUnit: claim.next, next: quarantined, events: claim.events, value: { reason: `job quarantined: ${claim.quarantine}` } });
+        const ended = await endFanOutFromUnit(store, tx, job, claim.next, quarantineJobForUnit(job, { reason: claim.quarantine }, nowMs).next);
+        return { ...ended, events: claim.events, value: { reason: `job quarantined: ${claim.quarantine}` } };
       }
       // A takeover is told on the job's timeline; a plain claim stays off the hot job document.
       const told = claim.events.length > 0 ? { next: job, events: claim.events } : {};
-      return Promise.resolve({ nextUnit: claim.next, ...told, value: { job, unit: claim.next } });
+      return { nextUnit: claim.next, ...told, value: { job, unit: claim.next } };
     }));
   } catch (error) {
     if (!(error instanceof OwnershipLostError)) throw error;
@@ -148,11 +149,13 @@ export async function runUnitStep(deps: RunnerDeps, task: StepTask, unitId: stri
     if (!parsed.success) {
       return await failJobFromUnit(deps, claim, new TerminalError(`Unit ${unit.unit} produced a result that fails its schema: ${z.prettifyError(parsed.error)}`));
     }
-    const joined = await finishUnit(running, claim, phase, pending, parsed.data);
-    return { kind: 'unit-done', unit: unit.unit, joined };
+    const finished = await finishUnit(running, claim, phase, pending, parsed.data);
+    return { kind: 'unit-done', unit: unit.unit, joined: finished.joined };
   } catch (error) {
     if (error instanceof OwnershipLostError) return lost(running, error);
     if (error instanceof JoinFailedError) return failJobFromUnit(deps, claim, error);
+    // A sibling's result a later version produced: this unit (whose finish joins) is left for a worker of that version.
+    if (error instanceof NewerVersionError) return settleUnitError(deps, claim, error, pending);
     throw error;
   }
 }
