@@ -520,7 +520,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/claim.ts',
     search: '  if (startedOn > (pipeline.version ?? 1)) {',
     replace: '  if (false) {',
-    tests: [{ files: ['test/emulator/versions-review.test.ts'], names: 'a job started on version 2' }],
+    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'a job started on version 2' }],
   },
   {
     name: 'unit-result-read-by-its-version',
@@ -528,7 +528,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: "  return readStored(phase, 'unit result', unit.result, unit.resultVersion ?? 1);",
     replace: "  return readStored(phase, 'unit result', unit.result, phaseVersion(phase));",
-    tests: [{ files: ['test/emulator/versions-review.test.ts'], names: 'REFUSES version 1|bug 21: older first: a unit result version 1 produced is migrated' }],
+    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'REFUSES version 1|bug 21: older first: a unit result version 1 produced is migrated' }],
   },
   {
     name: 'unreadable-unit-result-reruns',
@@ -536,7 +536,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: '      const rerun = rerunUnit(sibling, { why: reading.reason }, nowMs);\n',
     replace: '      const rerun = ((): never => {\n        throw new JoinFailedError(reading.reason);\n      })();\n',
-    tests: [{ files: ['test/emulator/versions-review.test.ts'], names: 'bug 21: older first: with no migration declared' }],
+    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'bug 21: older first: with no migration declared' }],
   },
   {
     name: 'newer-unit-result-left',
@@ -544,7 +544,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: "      if (reading.kind === 'newer') throw new NewerVersionError(`${claim.unit} finished",
     replace: "      if (reading.kind === ('never' as string)) throw new NewerVersionError(`${claim.unit} finished",
-    tests: [{ files: ['test/emulator/versions-review.test.ts'], names: 'bug 21: newer first' }],
+    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'bug 21: newer first' }],
   },
   {
     name: 'reused-unit-result-keeps-version',
@@ -552,7 +552,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: '          ...(readable ? { resultVersion: phaseVersion(phase) } : {}),\n',
     replace: '',
-    tests: [{ files: ['test/emulator/versions-review.test.ts'], names: 'bug 21: a unit result reused when the fan-out starts again' }],
+    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'bug 21: a unit result reused when the fan-out starts again' }],
   },
   {
     name: 'spend-check-counts-unwritten',
@@ -592,7 +592,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: '  }, { beforeRetry: (unit) => renewWhileRacing(running, claim, unit) });',
     replace: '  });',
-    tests: [{ files: ['test/emulator/review5-lease.test.ts'], names: 'a live unit whose finishing commit keeps losing' }],
+    tests: [{ files: ['test/emulator/lease-renewal.test.ts'], names: 'a live unit whose finishing commit keeps losing' }],
   },
   {
     name: 'unresolved-effects-decide-first',
@@ -600,7 +600,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/publication.ts',
     search: "      if (ledger.status === 'fulfilled' && ledger.value.length > 0) throw new UnresolvedEffectsError(ledger.value);\n      if (ledger.status === 'rejected') throw ledger.reason;\n      if (outbox.status === 'rejected') throw outbox.reason;",
     replace: "      if (outbox.status === 'rejected') throw outbox.reason;\n      if (ledger.status === 'fulfilled' && ledger.value.length > 0) throw new UnresolvedEffectsError(ledger.value);\n      if (ledger.status === 'rejected') throw ledger.reason;",
-    tests: [{ files: ['test/emulator/review5-side-reads.test.ts'], names: 'publication with an unresolved effect' }],
+    tests: [{ files: ['test/emulator/parallel-reads.test.ts'], names: 'publication with an unresolved effect' }],
   },
   {
     name: 'outbox-created-once',
@@ -718,7 +718,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: '    if (usage.exists) tx.update(usageRef, { limitsChangedAtMs: nowMs });\n    else tx.create(usageRef, { ...EMPTY_QUOTA_USAGE, updatedAtMs: nowMs, limitsChangedAtMs: nowMs });\n',
     replace: '',
-    tests: [{ files: ['test/emulator/review4-submit-races.test.ts'], names: "an operator's cut to 0 jobs in flight" }],
+    tests: [{ files: ['test/emulator/submit-races.test.ts'], names: "an operator's cut to 0 jobs in flight" }],
   },
   {
     name: 'stamped-documents-dated-by-creation',

@@ -196,7 +196,7 @@ describe('over HTTP', () => {
   });
 });
 
-// Review 5: who a cancel is attributed to, through the engine's own paths (the owner's cancel, the
+// Who a cancel is attributed to, through the engine's own paths (the owner's cancel, the
 // spend-limit cancel through the budget question, an operator's cancel on the owner's behalf), in
 // the stored record, its timeline event and the re-drive refusal.
 const cancelEvents = async (jobId: string) =>

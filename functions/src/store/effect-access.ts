@@ -24,7 +24,7 @@ export function unresolvedEffectsIn(store: JobStore, tx: Transaction, jobId: str
  * than the publishing one is refused there (the job's epoch moved on), a unit's once its fan-out
  * is over, and a stopped job's settling cannot meet a running one's commit (the stop changed the
  * job). The publishing claim itself holds no ledger, and must not: a move under it would change
- * no job and go unfenced. The publication's context refuses effects (review3-publication-races.test.ts).
+ * no job and go unfenced. The publication's context refuses effects (publication-races.test.ts).
  */
 export function unresolvedEffectsOf(store: JobStore, jobId: string, limit?: number): Promise<string[]> {
   return unresolvedEffectKeys(null, store.db, jobId, limit);

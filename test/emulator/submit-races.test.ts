@@ -1,5 +1,5 @@
 /**
- * Review 4 (commit 10f0918): a submit is plain reads and one commit conditioned on the owner's
+ * A submit is plain reads and one commit conditioned on the owner's
  * usage. These tests race submits (and operators) against each other on the Firestore emulator,
  * interposing a write between a submit's reads and its commit where a deterministic race is needed.
  */
@@ -22,7 +22,7 @@ let clock: ManualClock;
 let store: JobStore;
 let queue: RecordingTaskQueue;
 beforeAll(() => {
-  firestore = openTestFirestore('review4-submit-races');
+  firestore = openTestFirestore('submit-races');
   clock = new ManualClock(Date.UTC(2026, 5, 1, 12));
   store = new JobStore(firestore.db, clock, resolveEngineOptions({}));
 });

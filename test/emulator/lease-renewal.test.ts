@@ -1,5 +1,5 @@
 /**
- * Review 5, claim 3: the default lease is now 90 s (heartbeat 5 s, stale takeover 10 s, progress
+ * The default lease is 90 s (heartbeat 5 s, stale takeover 10 s, progress
  * timeout 150 s), and "a live holder never loses its lease to the sweeper". On the injected clock:
  *
  *   - held: a job phase (and a fan-out unit) that waits on one long call for 145 s, heartbeating
@@ -28,7 +28,7 @@ const { pipeline: manyUnits, turns: unitTurn } = heldUnitsPipeline('many-units',
 let harness: EngineHarness;
 beforeAll(() => {
   // The defaults under review (the harness only shortens backoff).
-  harness = engineHarness('review5-lease', pipelineRegistry(testPipeline, manyUnits));
+  harness = engineHarness('lease-renewal', pipelineRegistry(testPipeline, manyUnits));
 });
 beforeEach(async () => {
   resetBehaviour();

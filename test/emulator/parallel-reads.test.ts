@@ -1,5 +1,5 @@
 /**
- * Review 5, claim 2: reads that used to run one after the other now run side by side. An error
+ * Reads that used to run one after the other run side by side. An error
  * path changes when the first read used to decide before the second was made:
  *
  *   - a unit step: an unreadable checkpoint settled the unit before its sections were read; now
@@ -21,7 +21,7 @@ const { pipeline: units, turns } = heldUnitsPipeline('r5-side-units');
 
 let harness: EngineHarness;
 beforeAll(() => {
-  harness = engineHarness('review5-side-reads', pipelineRegistry(testPipeline, units));
+  harness = engineHarness('parallel-reads', pipelineRegistry(testPipeline, units));
 });
 beforeEach(async () => {
   resetBehaviour();

@@ -1,5 +1,5 @@
 /**
- * Versions in flight across a deploy, the cases a hostile review found open: a fan-out unit result
+ * Versions in flight across a deploy: a fan-out unit result
  * an older version produced, a job started on a newer version met by an older worker, and sections
  * a newer phase cannot read checked before any new work.
  */
@@ -17,7 +17,7 @@ const input = z.strictObject({ items: z.number().int().min(1).max(10) });
 
 let harness: EngineHarness;
 beforeAll(() => {
-  harness = engineHarness('versions-review', new Map());
+  harness = engineHarness('versions-in-flight', new Map());
 });
 beforeEach(async () => {
   harness.queue.drain();

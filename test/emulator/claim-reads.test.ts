@@ -1,5 +1,5 @@
 /**
- * Review 5, claim 1: a job claim reads the stored checkpoints inside its decision (beside its
+ * A job claim reads the stored checkpoints inside its decision (beside its
  * conditioned commit) instead of after it. Every write of a checkpoint rewrites the job under its
  * precondition, so a checkpoint that changes after the job read fails the claim's commit. But
  * `loadCheckpoints` reads more than checkpoints: when the phase the job resumes at is past
@@ -67,8 +67,8 @@ const V2: PipelineRegistry = pipelineRegistry(definePipeline<Input>({ name: 'ver
 let versions: EngineHarness;
 let plain: EngineHarness;
 beforeAll(() => {
-  versions = engineHarness('review5-claim-versions', V1);
-  plain = engineHarness('review5-claim-plain', testPipelines);
+  versions = engineHarness('claim-reads-versions', V1);
+  plain = engineHarness('claim-reads-plain', testPipelines);
 });
 beforeEach(async () => {
   v2Runs = 0;

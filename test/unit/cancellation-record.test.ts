@@ -1,5 +1,5 @@
 /**
- * Review 5, claim 4: an operator's cancel is recorded as `cancellation.by`. Documents written before
+ * An operator's cancel is recorded as `cancellation.by`. Documents written before
  * the field existed must decode everywhere (engine codec, web model, CLI views, chaos collector);
  * an owner's cancel reads as the owner's; and what displays a cancellation names the operator.
  * Before the change the operator was named in the reason itself (`operator X: why`), so every

@@ -1,5 +1,5 @@
 /**
- * Review 4 (commit ea4127d): the first section after a lost worker is recorded with the poison
+ * The first section after a lost worker is recorded with the poison
  * count reset in the job's conditioned commit (asOwner) or the unit's (commitAsUnitOwner, which
  * also rewrites the unit's claim slot). Stale writers, sections already there, and the unit's
  * ClaimSession after the slot rewrite.
@@ -42,7 +42,7 @@ const turnUnits = definePipeline<{ units: number }>({
 
 let harness: EngineHarness;
 beforeAll(() => {
-  harness = engineHarness('review4-poison-reset', pipelineRegistry(testPipeline, turnUnits));
+  harness = engineHarness('poison-reset-races', pipelineRegistry(testPipeline, turnUnits));
 });
 beforeEach(async () => {
   resetBehaviour();

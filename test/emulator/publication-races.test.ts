@@ -1,5 +1,5 @@
 /**
- * Review 3: the publication now reads the unresolved effects and the outbox plainly and commits
+ * The publication reads the unresolved effects and the outbox plainly and commits
  * conditioned on the job alone. These tests interpose writes between those reads and the commit
  * (right after the outbox read, which follows the effects query).
  */
@@ -17,7 +17,7 @@ import { afterFirstGet } from '../support/interpose';
 
 let harness: EngineHarness;
 beforeAll(() => {
-  harness = engineHarness('review3-publication-races', pipelineRegistry(canaryPipeline));
+  harness = engineHarness('publication-races', pipelineRegistry(canaryPipeline));
 });
 beforeEach(async () => {
   harness.queue.drain();

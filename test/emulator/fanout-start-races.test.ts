@@ -1,5 +1,5 @@
 /**
- * Review 3: the fan-out start is now a plain read of its units and one batch conditioned on the
+ * The fan-out start is a plain read of its units and one batch conditioned on the
  * job (and each unit on the version read). These tests interpose other actors between that read
  * and that commit: the sweeper, the owner's cancel, and a writer that keeps changing a unit.
  */
@@ -17,7 +17,7 @@ import { engineHarness, type EngineHarness } from '../support/engine';
 
 let harness: EngineHarness;
 beforeAll(() => {
-  harness = engineHarness('review3-fanout-races', pipelineRegistry(canaryPipeline));
+  harness = engineHarness('fanout-start-races', pipelineRegistry(canaryPipeline));
 });
 beforeEach(async () => {
   harness.queue.drain();
