@@ -140,6 +140,14 @@ export const MUTANTS: readonly Mutant[] = [
     ],
   },
   {
+    name: 'stopped-pass-waits-send-deadline',
+    removes: "the stopped-effects pass's wait for an applying entry's send deadline (a send still inside a deadline past the minute is written off)",
+    file: 'functions/src/effects/after-stop.ts',
+    search: "    const endsMs = inFlightUntilMs(entry, entry.state === 'applying' ? applyingGraceMs : graceMs);\n",
+    replace: '    const endsMs = inFlightUntilMs(entry, graceMs);\n',
+    tests: [{ files: ['test/emulator/stopped-effects.test.ts'], names: 'bug 26:' }],
+  },
+  {
     name: 'lost-answer-job-commit-confirmed',
     removes: "the look for a job commit's mark after its answer was lost (a landed claim turns into a lost worker, a landed hand-off or fan-out start dispatches nothing)",
     file: 'functions/src/store/job-store.ts',

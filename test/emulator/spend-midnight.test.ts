@@ -1,11 +1,12 @@
 /** The spend check across UTC midnight: which override a step already running applies after it (the day's copy, or userLimits as its first check read it). */
 import { ManualClock } from '../../functions/src/core/clock';
 import { SpendLimitReachedError } from '../../functions/src/core/errors';
-import { DEFAULT_QUOTA_DEFAULTS } from '../../functions/src/core/quota';
+import { DEFAULT_QUOTA_DEFAULTS, spendDay } from '../../functions/src/core/quota';
 import { StepSpendMeter } from '../../functions/src/engine/spend-meter';
-import { userLimitsPath } from '../../functions/src/store/paths';
+import { SPEND_CHARGES, spendDayPath, userLimitsPath } from '../../functions/src/store/paths';
 import { setUserLimits, SpendLedger } from '../../functions/src/store/quota-documents';
 import { openTestFirestore, type TestFirestore } from '../support/firestore';
+import { answerLostAfterFirstCommit } from '../support/interpose';
 
 let firestore: TestFirestore;
 beforeAll(() => {
@@ -54,4 +55,29 @@ test('a raise made during the step before midnight applies after midnight; a dir
   clock2.advance(2 * 60_000);
   await ledger().charge(uid2, { id: 'another-worker', usd: 5, calls: 1 }, clock2.now());
   expect(await verdict(meter2)).toBe('allowed');
+});
+
+test('a charge whose answer was lost just before midnight is sent again after it to the day it was made, once, and not counted against the new day', async () => {
+  const clock = new ManualClock(Date.UTC(2026, 11, 1, 23, 59, 59));
+  const uid = 'lost-at-midnight';
+  await setUserLimits(db(), uid, { spendUsdPerDay: 0.5 }, clock.now());
+  const before = spendDay(clock.now());
+  const meter = new StepSpendMeter(ledger(), uid, clock, { chargeScope: 'job-1~job~epoch1', sleep: () => Promise.resolve() });
+  expect(await verdict(meter)).toBe('allowed');
+  const lost = answerLostAfterFirstCommit((paths) => paths.includes(spendDayPath(uid, before)));
+  try {
+    meter.charge(0.4);
+    await new Promise((resolve) => setImmediate(resolve)); // its write is made up on Dec 1 and on its way; the answer will be lost
+    clock.advance(2_000); // Dec 2
+    meter.charge(0.3); // its write goes out after the lost one is sent again
+    expect(await verdict(meter)).toBe('allowed'); // $0.30 of Dec 2's $0.50
+    await meter.settle();
+  } finally {
+    lost.restore();
+  }
+  expect(lost.ran()).toBe(true);
+  const usd = async (day: string) => ((await db().doc(spendDayPath(uid, day)).get()).get('usd') as number | undefined) ?? 0;
+  expect(await usd(before)).toBeCloseTo(0.4, 9);
+  expect(await usd(spendDay(clock.now()))).toBeCloseTo(0.3, 9);
+  expect((await db().collection(`${spendDayPath(uid, before)}/${SPEND_CHARGES}`).get()).size).toBe(1);
 });

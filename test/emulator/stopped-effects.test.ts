@@ -6,7 +6,7 @@
  */
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { DEFAULT_SETTLE_GRACE_MS } from '../../functions/src/effects/after-stop';
-import { effectEntrySchema, type EffectEntry, type EffectIntent } from '../../functions/src/effects/ledger';
+import { effectEntrySchema, IN_FLIGHT_MARGIN_MS, type EffectEntry, type EffectIntent } from '../../functions/src/effects/ledger';
 import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';
 import type { EffectAdapter } from '../../functions/src/effects/port';
 import { cancellationReport } from '../../functions/src/effects/stop-report';
@@ -226,4 +226,48 @@ test('a sweep without effect adapters wired leaves stopped jobs\' effects alone 
   const report = await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
   expect(report.stoppedEffects).toMatchObject({ checked: 0, queryPages: 0 });
   expect((await readJob(jobId)).effectsToSettleAtMs).toBe(cancelAtMs + GRACE_MS);
+});
+
+test("bug 26: a stopped job's pass waits out an adapter's send deadline longer than its minute before writing an in-flight send off", async () => {
+  const SEND_TIMEOUT_MS = 180_000;
+  const input = { campaign: 'Renewal', recipients: 1 };
+  const jobId = await harness.submit('notify', input, 'owner-1');
+  const target = buildPlan(jobId, notifyInput.parse(input)).messages[0]!.sendKey;
+  const real = httpAdapter(receiver);
+  const held = gate();
+  let sending = false;
+  // A slow send within the adapter's declared deadline: the request reaches the receiver only when released.
+  const slow: EffectAdapter = {
+    name: real.name,
+    sendTimeoutMs: SEND_TIMEOUT_MS,
+    lookup: (key, signal) => real.lookup(key, signal),
+    async apply(intent: EffectIntent, key: string) {
+      sending = true;
+      await held.promise;
+      return real.apply(intent, key, new AbortController().signal);
+    },
+  };
+  notify.deps.current = { ...notify.deps.current, adapter: slow };
+  expect(kinds(await harness.drain(1))).toEqual(['handed-off']);
+  const [task] = harness.queue.drain();
+  const sentAtMs = harness.clock.now();
+  const worker = runStep(harness.deps('slow-worker'), task!.task);
+  await eventually(() => sending, 'the send is on its way');
+
+  // The holder's renewals stall past its lease: quarantined while its send is well inside its deadline.
+  const expiredMs = sentAtMs + (harness.options.leaseSeconds + 1) * 1000;
+  expect((await sweepAt(expiredMs)).quarantined).toBe(1);
+  const minuteLaterMs = expiredMs + GRACE_MS;
+  expect(minuteLaterMs).toBeLessThan(sentAtMs + SEND_TIMEOUT_MS);
+  await sweepAt(minuteLaterMs);
+  expect((await entry(jobId, target)).state).toBe('applying'); // was written off as "not applied" here
+
+  // The request lands inside its deadline; once that is over, the pass finds it applied.
+  held.open();
+  await worker;
+  expect(receiver.applied('message')).toHaveLength(1);
+  const report = await sweepAt(sentAtMs + SEND_TIMEOUT_MS + IN_FLIGHT_MARGIN_MS);
+  expect(report.stoppedEffects).toMatchObject({ checked: 1, settled: 1, effectsFoundApplied: 1, effectsNotApplied: 0 });
+  expect(await entry(jobId, target)).toMatchObject({ state: 'applied', reconciled: true });
+  await expectLedgerMatchesReceiver(jobId);
 });

@@ -15,7 +15,7 @@ import type { JobRecord, JobStatus, StoppedEffects } from '../core/job';
 import type { JobStore } from '../store/job-store';
 import { effectPath, effectsPath } from '../store/paths';
 import { allEffectEntries, parseEffectEntry } from './firestore-ledger';
-import { applyChange, countEffectStates, DEFAULT_IN_FLIGHT_GRACE_MS, inFlightUntilMs, UNRESOLVED_EFFECT_STATES, type EffectChange, type EffectEntry } from './ledger';
+import { applyChange, countEffectStates, DEFAULT_IN_FLIGHT_GRACE_MS, inFlightGraceMs, inFlightUntilMs, UNRESOLVED_EFFECT_STATES, type EffectChange, type EffectEntry } from './ledger';
 import type { EffectAdapter, LookupOutcome } from './port';
 import { stoppedEffectsSentence } from './stop-report';
 
@@ -114,6 +114,8 @@ export async function reconcileStoppedJob(store: JobStore, adapter: EffectAdapte
   if (refusal !== null) throw new Error(refusal);
   const signal = options.signal ?? new AbortController().signal;
   const graceMs = options.settleGraceMs ?? DEFAULT_SETTLE_GRACE_MS;
+  // An entry left `applying` was last written just before its request went out: it may land until the adapter's own deadline plus the margin, however short the configured grace.
+  const applyingGraceMs = adapter.sendTimeoutMs === undefined ? graceMs : Math.max(graceMs, inFlightGraceMs(adapter.sendTimeoutMs));
   const nowMs = options.nowMs ?? store.clock.now();
   const maxLookups = options.maxLookups ?? DEFAULT_MAX_LOOKUPS_PER_JOB;
 
@@ -153,7 +155,7 @@ export async function reconcileStoppedJob(store: JobStore, adapter: EffectAdapte
       unreachable = true;
       break;
     }
-    const endsMs = inFlightUntilMs(entry, graceMs);
+    const endsMs = inFlightUntilMs(entry, entry.state === 'applying' ? applyingGraceMs : graceMs);
     if (nowMs >= endsMs) {
       const written = await recordOutcome(store, jobId, entry.key, {
         state: 'failed',
