@@ -141,9 +141,9 @@ export const MUTANTS: readonly Mutant[] = [
   },
   {
     name: 'stopped-pass-waits-send-deadline',
-    removes: "the stopped-effects pass's wait for an applying entry's send deadline (a send still inside a deadline past the minute is written off)",
+    removes: "the stopped-effects pass's wait for an in-flight entry's send deadline (a send still inside a deadline past the minute, left applying or cut by a cancel, is written off)",
     file: 'functions/src/effects/after-stop.ts',
-    search: "    const endsMs = inFlightUntilMs(entry, entry.state === 'applying' ? applyingGraceMs : graceMs);\n",
+    search: '    const endsMs = inFlightUntilMs(entry, inFlightGrace);\n',
     replace: '    const endsMs = inFlightUntilMs(entry, graceMs);\n',
     tests: [{ files: ['test/emulator/stopped-effects.test.ts'], names: 'bug 26:' }],
   },

@@ -6,7 +6,7 @@
  */
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { DEFAULT_SETTLE_GRACE_MS } from '../../functions/src/effects/after-stop';
-import { effectEntrySchema, IN_FLIGHT_MARGIN_MS, type EffectEntry, type EffectIntent } from '../../functions/src/effects/ledger';
+import { effectEntrySchema, IN_FLIGHT_MARGIN_MS, inFlightGraceMs, type EffectEntry, type EffectIntent } from '../../functions/src/effects/ledger';
 import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';
 import type { EffectAdapter } from '../../functions/src/effects/port';
 import { cancellationReport } from '../../functions/src/effects/stop-report';
@@ -38,6 +38,8 @@ afterEach(() => receiver.stop());
 afterAll(() => harness.firestore.close());
 
 const GRACE_MS = DEFAULT_SETTLE_GRACE_MS;
+/** The held send's deadline: patient enough that the request is still in flight when the cancel lands, however slow the machine. */
+const PATIENT_TIMEOUT_MS = 120_000;
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
 const ledger = async (jobId: string): Promise<EffectEntry[]> => (await db().collection(`${JOBS}/${jobId}/effects`).get()).docs.map((doc) => effectEntrySchema.parse(doc.data()));
@@ -62,7 +64,7 @@ async function cancelWithThirdMessageInFlight(recipients: number, hold: Promise<
   const jobId = await harness.submit('notify', { campaign: 'Renewal', recipients }, 'owner-1');
   expect(kinds(await harness.drain(1))).toEqual(['handed-off']); // the plan
   // Patient enough that the held request is still in flight when the cancel lands, however slow the machine.
-  notify.deps.current = { ...notify.deps.current, adapter: createHttpEffectAdapter({ baseUrl: receiver.url, timeoutMs: 120_000, name: 'the test receiver' }) };
+  notify.deps.current = { ...notify.deps.current, adapter: createHttpEffectAdapter({ baseUrl: receiver.url, timeoutMs: PATIENT_TIMEOUT_MS, name: 'the test receiver' }) };
   let inFlight: string | null = null;
   if (where === 'after-apply') {
     receiver.afterApply = async (application) => {
@@ -129,7 +131,7 @@ test('bug 2: a cancelled job with an in-flight effect is settled by sweep() alon
   expect(lookups()).toBe(lookupsAfter);
 });
 
-test('bug 2: an in-flight effect the receiver never got is recorded as not applied by sweep() alone after the grace period', async () => {
+test('bug 2: an in-flight effect the receiver never got is recorded as not applied by sweep() alone after the grace period; bug 26: a cancel cutting it does not shorten its send deadline', async () => {
   const hold = gate();
   const { jobId, worker, cancelAtMs, inFlightKey } = await cancelWithThirdMessageInFlight(3, hold.promise, 'before-apply');
   receiver.inject({ op: 'apply', mode: 'fail-before-apply', times: 1 });
@@ -140,7 +142,13 @@ test('bug 2: an in-flight effect the receiver never got is recorded as not appli
   expect((await sweepAt(cancelAtMs + GRACE_MS - 1)).stoppedEffects.checked).toBe(0);
   expect((await entry(jobId, inFlightKey())).state).toBe('unknown');
 
-  expect((await sweepAt(cancelAtMs + GRACE_MS)).stoppedEffects).toMatchObject({ checked: 1, settled: 1, effectsNotApplied: 1 });
+  // The held request went out under the adapter's 120 s deadline: until that deadline and the margin have passed since the cancel, a lookup that finds nothing writes nothing off.
+  const inFlightEndsMs = cancelAtMs + inFlightGraceMs(PATIENT_TIMEOUT_MS);
+  expect((await sweepAt(cancelAtMs + GRACE_MS)).stoppedEffects).toMatchObject({ checked: 1, settled: 0, effectsNotApplied: 0 });
+  expect((await entry(jobId, inFlightKey())).state).toBe('unknown');
+  expect((await readJob(jobId)).effectsToSettleAtMs).toBe(inFlightEndsMs);
+
+  expect((await sweepAt(inFlightEndsMs)).stoppedEffects).toMatchObject({ checked: 1, settled: 1, effectsNotApplied: 1 });
   expect(await entry(jobId, inFlightKey())).toMatchObject({ state: 'failed', lookups: 1 });
   const job = await readJob(jobId);
   expect(job.cancellation?.effects).toMatchObject({ counts: { applied: 4, planned: 1, failed: 1, unknown: 0, applying: 0 }, settled: true });

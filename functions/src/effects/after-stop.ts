@@ -114,8 +114,8 @@ export async function reconcileStoppedJob(store: JobStore, adapter: EffectAdapte
   if (refusal !== null) throw new Error(refusal);
   const signal = options.signal ?? new AbortController().signal;
   const graceMs = options.settleGraceMs ?? DEFAULT_SETTLE_GRACE_MS;
-  // An entry left `applying` was last written just before its request went out: it may land until the adapter's own deadline plus the margin, however short the configured grace.
-  const applyingGraceMs = adapter.sendTimeoutMs === undefined ? graceMs : Math.max(graceMs, inFlightGraceMs(adapter.sendTimeoutMs));
+  // An entry left `applying` was last written just before its request went out, and one a cancel marked `unknown` was in flight then: either may land until the adapter's own deadline plus the margin, however short the configured grace.
+  const inFlightGrace = adapter.sendTimeoutMs === undefined ? graceMs : Math.max(graceMs, inFlightGraceMs(adapter.sendTimeoutMs));
   const nowMs = options.nowMs ?? store.clock.now();
   const maxLookups = options.maxLookups ?? DEFAULT_MAX_LOOKUPS_PER_JOB;
 
@@ -155,7 +155,7 @@ export async function reconcileStoppedJob(store: JobStore, adapter: EffectAdapte
       unreachable = true;
       break;
     }
-    const endsMs = inFlightUntilMs(entry, entry.state === 'applying' ? applyingGraceMs : graceMs);
+    const endsMs = inFlightUntilMs(entry, inFlightGrace);
     if (nowMs >= endsMs) {
       const written = await recordOutcome(store, jobId, entry.key, {
         state: 'failed',
