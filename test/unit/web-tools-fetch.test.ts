@@ -140,6 +140,24 @@ describe('the address guard', () => {
     }
   });
 
+  test('other spellings of loopback on a port not listed are refused at their hop too (IPv4-mapped, IPv6, 0.0.0.0, decimal, short, localhost)', async () => {
+    // Listens on every address, so any spelling that got through would reach it.
+    const other = await startServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'text/plain' });
+      response.end('RESET-CODES');
+    }, '::');
+    try {
+      const port = other.port;
+      for (const target of [`[::ffff:127.0.0.1]:${port}`, `[::ffff:7f00:1]:${port}`, `[::1]:${port}`, `[::]:${port}`, `0.0.0.0:${port}`, `2130706433:${port}`, `127.1:${port}`, `localhost:${port}`]) {
+        const refusal = refusalOf(await fetchWith(`${site.url}/redirect?to=${encodeURIComponent(`http://${target}/codes`)}`));
+        expect({ target, kind: refusal.kind }).toEqual({ target, kind: 'blocked_address' });
+      }
+      expect(other.requests).toHaveLength(0);
+    } finally {
+      await other.close();
+    }
+  });
+
   test('a redirect to the metadata server is refused, even with loopback allowed', async () => {
     const refusal = refusalOf(await fetchWith(`${site.url}/redirect?to=${encodeURIComponent('http://169.254.169.254/latest/meta-data/')}`));
     expect(refusal.kind).toBe('blocked_address');
