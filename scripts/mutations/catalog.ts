@@ -845,6 +845,22 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/unit/web-tools-fetch.test.ts'], names: 'bug 28: a page of 1,500 nested elements' }],
   },
   {
+    name: 'page-scan-self-closed-raw-text',
+    removes: "the scan's reading of a self-closed raw-text tag (<style/>) as an open element whose content is markup (a deep page behind it passes the scan)",
+    file: 'functions/src/agent/web/markup-shape.ts',
+    search: '    if (RAW_TEXT.has(name) && !tag.selfClosing) {\n',
+    replace: '    if (RAW_TEXT.has(name)) {\n',
+    tests: [{ files: ['test/unit/web-tools-fetch.test.ts'], names: 'bug 28: the scan is not led to count shallower' }],
+  },
+  {
+    name: 'page-scan-foreign-flags',
+    removes: "the scan's own stack of the parser's foreign-content flags (a stray </mi> in SVG, or a self-closed integration point, hides nesting from the scan)",
+    file: 'functions/src/agent/web/markup-shape.ts',
+    search: '    if (FOREIGN.has(name) || INTEGRATION.has(name)) foreign.pop();\n    if (VOID.has(name))',
+    replace: '    if (VOID.has(name))',
+    tests: [{ files: ['test/unit/web-tools-fetch.test.ts'], names: 'bug 28: the scan is not led to count shallower' }],
+  },
+  {
     name: 'page-read-in-worker',
     removes: "the worker thread of readable-text extraction (a slow page holds the step's event loop)",
     file: 'functions/src/agent/web/readable-extractor.ts',

@@ -7,7 +7,7 @@
 import { RetryableError, TerminalError } from '../../functions/src/core/errors';
 import type { JobRecord } from '../../functions/src/core/job';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
-import { releaseQuarantined } from '../../functions/src/engine/operator';
+import { redriveJob, releaseQuarantined } from '../../functions/src/engine/operator';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
 import { sweep } from '../../functions/src/engine/sweeper';
@@ -203,4 +203,30 @@ test('bug 23: a release counts what units recorded and the job has not (a fan-ou
   await harness.drain();
   // The released job's fan-out runs both units again, each spending nothing more.
   expect((await readJob(jobId)).cost).toEqual({ usd: 1 });
+});
+
+test("a re-drive of a job a quarantine left with its fan-out on record counts the units' cost once too (set aside or run again)", async () => {
+  turns.run = (context) => {
+    context.addCost({ usd: 1 });
+    return Promise.reject(new RetryableError('fails once, then the job is quarantined'));
+  };
+  const { jobId, tasks } = await fanOut(2);
+  expect((await run(unitTask(tasks, 'u0'))).kind).toBe('requeued');
+  // As the release test above: u0's dollar on the unit only, the fan-out still on record.
+  await db().doc(`${JOBS}/${jobId}`).update({ status: 'quarantined', quarantine: { reason: 'unit u1: lost too many workers', at: new Date(harness.clock.now()) } });
+  harness.queue.drain();
+
+  const redriven = await redriveJob(harness.store, harness.queue, { jobId, fromPhase: 'experts', by: 'ops-ana', reason: 'probe' }, harness.clock.now(), { pipelines: pipelineRegistry(costedUnits) });
+  expect(redriven.job.fanout).toBeNull();
+  turns.reset();
+  await harness.drain();
+  const job = await readJob(jobId);
+  expect({ status: job.status, cost: job.cost, units: await unitCosts(jobId) }).toEqual({
+    status: 'completed',
+    cost: { usd: 1 },
+    units: [
+      { unit: 'u0', cost: 1, counted: true },
+      { unit: 'u1', cost: 0, counted: true },
+    ],
+  });
 });

@@ -140,6 +140,24 @@ describe('the address guard', () => {
     }
   });
 
+  test('other spellings of loopback on a port not listed are refused at their hop too (IPv4-mapped, IPv6, 0.0.0.0, decimal, short, localhost)', async () => {
+    // Listens on every address, so any spelling that got through would reach it.
+    const other = await startServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'text/plain' });
+      response.end('RESET-CODES');
+    }, '::');
+    try {
+      const port = other.port;
+      for (const target of [`[::ffff:127.0.0.1]:${port}`, `[::ffff:7f00:1]:${port}`, `[::1]:${port}`, `[::]:${port}`, `0.0.0.0:${port}`, `2130706433:${port}`, `127.1:${port}`, `localhost:${port}`]) {
+        const refusal = refusalOf(await fetchWith(`${site.url}/redirect?to=${encodeURIComponent(`http://${target}/codes`)}`));
+        expect({ target, kind: refusal.kind }).toEqual({ target, kind: 'blocked_address' });
+      }
+      expect(other.requests).toHaveLength(0);
+    } finally {
+      await other.close();
+    }
+  });
+
   test('a redirect to the metadata server is refused, even with loopback allowed', async () => {
     const refusal = refusalOf(await fetchWith(`${site.url}/redirect?to=${encodeURIComponent('http://169.254.169.254/latest/meta-data/')}`));
     expect(refusal.kind).toBe('blocked_address');
@@ -496,6 +514,33 @@ describe('pages too complex to read', () => {
     ['300 nested elements', nestedPage(300)],
   ])('the scan counts the depth and elements linkedom builds: %s', (_shape, html) => {
     expect(measureMarkup(html, { maxDepth: 100_000, maxElements: 1_000_000 })).toEqual(parsedShape(html));
+  });
+
+  /** 300 levels the parser nests, behind markup that hid them from the scan, or in two halves the scan saw apart. */
+  const half = (between: string): string => `${'<div>'.repeat(200)}${between}${'<div>'.repeat(200)}`;
+  test.each([
+    ['a self-closed <style/>, whose content the parser reads as markup', `<style/>${'<div>'.repeat(300)}`],
+    ['a self-closed <textarea/ > (slash, space, >)', `<textarea/ >${'<div>'.repeat(300)}`],
+    ['a short comment <!-->', `<!-->${'<div>'.repeat(300)}`],
+    ['a script whose false end </scriptx> is followed by end tags the parser reads as script text', half(`<script></scriptx>${'</div>'.repeat(200)}</script>`)],
+    ['end tags </div/>, whose name the parser reads as div/', half('</div/>'.repeat(200))],
+    ['end tags after a vertical tab, which the parser counts as part of the name', half('</div\v>'.repeat(200))],
+    ['end tags inside a CDATA section after a >', half(`<![CDATA[ > ${'</div>'.repeat(200)} ]]>`)],
+    ['end tags inside a bogus end tag </1 …>', half('</1 </div>'.repeat(200))],
+    ['SVG after a stray </mi>, where /> no longer closes', `<svg></mi>${'<g/>'.repeat(300)}`],
+    ['SVG whose /> sits in an unquoted value', `<svg>${'<g a=b/>'.repeat(300)}`],
+    ['an HTML integration point in SVG self-closed', `<svg>${'<foreignObject/>'.repeat(300)}`],
+  ])('bug 28: the scan is not led to count shallower than the parser builds: %s', (_shape, html) => {
+    const parsed = parsedShape(html);
+    expect(parsed.depth).toBeGreaterThan(256);
+    expect(measureMarkup(html, { maxDepth: 100_000, maxElements: 1_000_000 })).toEqual(parsed);
+    expect(measureMarkup(html).over).toBe('depth');
+  });
+
+  test("bug 28: stray </p> and </br> end tags are elements the scan counts (the parser makes one for each)", () => {
+    const html = `<body>${'</p></br>'.repeat(2_000)}</body>`;
+    expect(measureMarkup(html, { maxDepth: 100_000, maxElements: 1_000_000 })).toEqual(parsedShape(html));
+    expect(measureMarkup(html, { maxDepth: 256, maxElements: 3_000 }).over).toBe('elements');
   });
 });
 

@@ -59,103 +59,184 @@ const CLOSED_BY: ReadonlyMap<string, ReadonlySet<string>> = new Map<string, Read
 ]);
 
 const isLetter = (code: number): boolean => (code >= 65 && code <= 90) || (code >= 97 && code <= 122);
-const isSpace = (code: number): boolean => code === 32 || (code >= 9 && code <= 13);
+/** The parser's whitespace: space, tab, line feed, form feed, carriage return (not vertical tab). */
+const isSpace = (code: number): boolean => code === 32 || code === 9 || code === 10 || code === 12 || code === 13;
+const GT = 62;
+const SLASH = 47;
 
-/** One pass over the markup; stops at the first limit passed. */
+/**
+ * One pass over the markup; stops at the first limit passed. It follows htmlparser2's tokenizer and
+ * tree rules where they decide nesting: where a comment, CDATA section, declaration, tag or raw text
+ * ends; that `/>` closes only while the parser's foreign-content flag is set (a stack of its own,
+ * pushed by svg, math and their HTML integration points, and shifted by any end tag of those names,
+ * open or not); that a self-closed raw-text tag (`<style/>`) is an open element whose content is
+ * markup; and that a stray `</p>` or `</br>` makes an element.
+ */
 export function measureMarkup(html: string, limits: MarkupLimits = DEFAULT_MARKUP_LIMITS): MarkupShape {
   const open: string[] = [];
-  /** Per open element: inside SVG or MathML (where `/>` closes). */
-  const foreign: boolean[] = [];
+  /** The parser's foreign-content flags, innermost last; its base is HTML. */
+  const foreign: boolean[] = [false];
   let depth = 0;
   let elements = 0;
-  const pop = (): void => {
-    open.pop();
-    foreign.pop();
+  /** Counts an element at the current depth; the limit it passes, if any. */
+  const counted = (): 'depth' | 'elements' | undefined => {
+    elements += 1;
+    if (elements > limits.maxElements) return 'elements';
+    depth = Math.max(depth, open.length + 1);
+    return depth > limits.maxDepth ? 'depth' : undefined;
   };
   let index = 0;
   for (;;) {
     const start = html.indexOf('<', index);
     if (start < 0) break;
     const next = html.charCodeAt(start + 1);
-    if (html.startsWith('!--', start + 1)) {
-      const end = html.indexOf('-->', start + 4);
-      index = end < 0 ? html.length : end + 3;
+    if (next === 33 /* ! */) {
+      index = declarationEnd(html, start);
       continue;
     }
-    if (next === 33 /* ! */ || next === 63 /* ? */) {
-      const end = html.indexOf('>', start + 2);
-      index = end < 0 ? html.length : end + 1;
+    if (next === 63 /* ? */) {
+      index = after(html, '>', start + 2);
       continue;
     }
-    const closing = next === 47; /* / */
-    const nameStart = start + (closing ? 2 : 1);
+    if (next === SLASH) {
+      let nameStart = start + 2;
+      while (nameStart < html.length && isSpace(html.charCodeAt(nameStart))) nameStart += 1;
+      if (html.charCodeAt(nameStart) === GT) {
+        index = nameStart + 1;
+        continue;
+      }
+      // An end tag's name runs to `>` or whitespace; anything else after `</` is a bogus comment up to `>`.
+      if (!isLetter(html.charCodeAt(nameStart))) {
+        index = after(html, '>', nameStart);
+        continue;
+      }
+      let nameEnd = nameStart + 1;
+      while (nameEnd < html.length && !isSpace(html.charCodeAt(nameEnd)) && html.charCodeAt(nameEnd) !== GT) nameEnd += 1;
+      index = after(html, '>', nameEnd);
+      const over = closeTag(html.slice(nameStart, nameEnd).toLowerCase());
+      if (over !== undefined) return { depth, elements, over };
+      continue;
+    }
+    const nameStart = start + 1;
     if (!isLetter(html.charCodeAt(nameStart))) {
-      index = start + 1;
+      index = nameStart;
       continue;
     }
     let nameEnd = nameStart + 1;
     while (nameEnd < html.length) {
       const code = html.charCodeAt(nameEnd);
-      if (isSpace(code) || code === 47 || code === 62) break;
+      if (isSpace(code) || code === SLASH || code === GT) break;
       nameEnd += 1;
     }
     const name = html.slice(nameStart, nameEnd).toLowerCase();
     const tag = tagEnd(html, nameEnd);
     index = tag.end;
-    if (closing) {
-      const at = open.lastIndexOf(name);
-      while (at >= 0 && open.length > at) pop();
-      continue;
-    }
-    elements += 1;
-    if (elements > limits.maxElements) return { depth, elements, over: 'elements' };
     const closes = CLOSED_BY.get(name);
-    if (closes !== undefined) while (open.length > 0 && closes.has(open[open.length - 1] ?? '')) pop();
+    if (closes !== undefined) while (open.length > 0 && closes.has(open[open.length - 1] ?? '')) open.pop();
     // A void or self-closed element sits at this depth too, only without children.
-    depth = Math.max(depth, open.length + 1);
-    if (depth > limits.maxDepth) return { depth, elements, over: 'depth' };
-    const inForeign = foreign[foreign.length - 1] ?? false;
-    if (VOID.has(name) || (tag.selfClosing && inForeign)) continue;
-    if (RAW_TEXT.has(name)) {
+    const over = counted();
+    if (over !== undefined) return { depth, elements, over };
+    if (VOID.has(name)) continue;
+    if (FOREIGN.has(name)) foreign.push(true);
+    else if (INTEGRATION.has(name)) foreign.push(false);
+    if (tag.selfClosing && foreign[foreign.length - 1] === true) continue;
+    if (RAW_TEXT.has(name) && !tag.selfClosing) {
       // Text up to its end tag (in SVG too, as htmlparser2 reads it): nothing inside is markup.
-      const pattern = rawTextEnd(name);
-      pattern.lastIndex = index;
-      index = pattern.test(html) ? pattern.lastIndex : html.length;
+      const end = rawTextEnd(html, name, index);
+      if (end < 0) break;
+      index = after(html, '>', end);
+      if (FOREIGN.has(name) || INTEGRATION.has(name)) foreign.pop();
       continue;
     }
     open.push(name);
-    foreign.push(FOREIGN.has(name) ? true : INTEGRATION.has(name) ? false : inForeign);
   }
   return { depth, elements };
+
+  /** An end tag as the parser takes it; the limit it passes, if any. */
+  function closeTag(name: string): 'depth' | 'elements' | undefined {
+    if (FOREIGN.has(name) || INTEGRATION.has(name)) foreign.pop();
+    if (VOID.has(name)) return name === 'br' ? counted() : undefined;
+    const at = open.lastIndexOf(name);
+    if (at >= 0) {
+      open.length = at;
+      return undefined;
+    }
+    return name === 'p' ? counted() : undefined;
+  }
+}
+
+/** Just past the next `text` at or after `from`, or the end of the markup. */
+function after(html: string, text: string, from: number): number {
+  const at = html.indexOf(text, from);
+  return at < 0 ? html.length : at + text.length;
+}
+
+/** Where `<!…` ends: a comment at `-->` (which may share the dashes of `<!--`), CDATA at `]]>`, a declaration at `>`. */
+function declarationEnd(html: string, start: number): number {
+  if (html.startsWith('--', start + 2)) return after(html, '-->', start + 2);
+  if (html.startsWith('[CDATA[', start + 2)) return after(html, ']]>', start + 9);
+  return after(html, '>', start + 2);
+}
+
+/** Where the end tag of a raw-text element starts (`</name` then whitespace or `>`, any case), or -1. */
+function rawTextEnd(html: string, name: string, from: number): number {
+  const pattern = rawTextEnds.get(name) ?? new RegExp(`</${name}[\\t\\n\\f\\r >]`, 'ig');
+  rawTextEnds.set(name, pattern);
+  pattern.lastIndex = from;
+  const match = pattern.exec(html);
+  return match === null ? -1 : match.index + 2 + name.length;
 }
 
 const rawTextEnds = new Map<string, RegExp>();
-function rawTextEnd(name: string): RegExp {
-  let pattern = rawTextEnds.get(name);
-  if (pattern === undefined) {
-    pattern = new RegExp(`</${name}`, 'ig');
-    rawTextEnds.set(name, pattern);
-  }
-  return pattern;
-}
 
-/** Where a tag's `>` is (quoted attribute values may hold one), and whether it ends in `/>`. */
+/**
+ * Where a start tag's `>` is and whether the tag is self-closing, read as htmlparser2 reads
+ * attributes: a value opened by a quote right after `=` (spaces between allowed) runs to its closing
+ * quote; an unquoted value runs to whitespace or `>`, `/` included; `/` then whitespace then `>` still
+ * self-closes.
+ */
 function tagEnd(html: string, from: number): { end: number; selfClosing: boolean } {
-  let index = from;
-  let afterEquals = false;
-  while (index < html.length) {
+  type State = 'between' | 'name' | 'afterName' | 'beforeValue' | 'unquoted' | 'slash';
+  let state: State = 'between';
+  for (let index = from; index < html.length; index += 1) {
     const code = html.charCodeAt(index);
-    if (code === 62 /* > */) return { end: index + 1, selfClosing: html.charCodeAt(index - 1) === 47 };
-    if (afterEquals && (code === 34 || code === 39)) {
-      const close = html.indexOf(code === 34 ? '"' : "'", index + 1);
-      if (close < 0) return { end: html.length, selfClosing: false };
-      index = close + 1;
-      afterEquals = false;
-      continue;
+    switch (state) {
+      case 'between':
+        if (code === GT) return { end: index + 1, selfClosing: false };
+        if (code === SLASH) state = 'slash';
+        else if (!isSpace(code)) state = 'name';
+        break;
+      case 'slash':
+        if (code === GT) return { end: index + 1, selfClosing: true };
+        if (code === SLASH) state = 'slash';
+        else if (!isSpace(code)) state = 'name';
+        break;
+      case 'name':
+        if (code === 61 /* = */) state = 'beforeValue';
+        else if (code === GT) return { end: index + 1, selfClosing: false };
+        else if (code === SLASH) state = 'slash';
+        else if (isSpace(code)) state = 'afterName';
+        break;
+      case 'afterName':
+        if (code === 61) state = 'beforeValue';
+        else if (code === GT) return { end: index + 1, selfClosing: false };
+        else if (code === SLASH) state = 'slash';
+        else if (!isSpace(code)) state = 'name';
+        break;
+      case 'beforeValue':
+        if (code === 34 || code === 39) {
+          const close = html.indexOf(code === 34 ? '"' : "'", index + 1);
+          if (close < 0) return { end: html.length, selfClosing: false };
+          index = close;
+          state = 'between';
+        } else if (code === GT) return { end: index + 1, selfClosing: false };
+        else if (!isSpace(code)) state = 'unquoted';
+        break;
+      case 'unquoted':
+        if (code === GT) return { end: index + 1, selfClosing: false };
+        if (isSpace(code)) state = 'between';
+        break;
     }
-    if (code === 61 /* = */) afterEquals = true;
-    else if (!isSpace(code)) afterEquals = false;
-    index += 1;
   }
   return { end: html.length, selfClosing: false };
 }
