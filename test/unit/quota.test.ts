@@ -107,8 +107,9 @@ describe('quotaDefaultsFromEnv', () => {
         PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: ' 2 ',
         PHASELINE_QUOTA_SPEND_USD_PER_DAY: '2.5',
         PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY: '0',
+        PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL: '7',
       }),
-    ).toEqual({ signedIn: { jobsInFlight: 8, submitsPerMinute: 20, spendUsdPerDay: 2.5 }, anonymous: { jobsInFlight: 0, submitsPerMinute: 2, spendUsdPerDay: 0 } });
+    ).toEqual({ signedIn: { jobsInFlight: 8, submitsPerMinute: 20, spendUsdPerDay: 2.5 }, anonymous: { jobsInFlight: 0, submitsPerMinute: 2, spendUsdPerDay: 0 }, anonymousJobsInFlightTotal: 7 });
   });
 
   test('a malformed value is named with what it must be', () => {

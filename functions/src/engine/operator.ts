@@ -28,7 +28,8 @@ const EFFECTS = 'effects';
  * must not skip them. Read in the commit that sends the job back to the queue.
  */
 async function effectsClosedByTheStop(store: JobStore, tx: Transaction, jobId: string): Promise<QueryDocumentSnapshot[]> {
-  const ledger = await tx.get(store.jobRef(jobId).collection(EFFECTS));
+  // Only entries settled as failed can have been closed by the stop; the others are not read (nor judged).
+  const ledger = await tx.get(store.jobRef(jobId).collection(EFFECTS).where('state', '==', 'failed'));
   return ledger.docs.filter((doc) => failedBecauseStopped(parseEffectEntry(doc.ref.path, doc.data())));
 }
 
