@@ -332,11 +332,11 @@ export const MUTANTS: readonly Mutant[] = [
   },
   {
     name: 'fanout-ends-when-job-stops',
-    removes: "treating a job that stops running (quarantine keeps its fan-out record) as ending its fan-out",
+    removes: "the store treating a commit that stops the job as ending its fan-out (every move in the table also clears the fan-out now; this guards a record that keeps it)",
     file: 'functions/src/store/job-store.ts',
     search: " || next.status !== 'running')) this.endFanOut(",
     replace: ')) this.endFanOut(',
-    tests: [{ files: ['test/emulator/ended-fanout.test.ts'], names: 'bug 15: a sibling unit quarantines' }],
+    tests: [{ files: ['test/emulator/ended-fanout.test.ts'], names: 'bug 15: a sibling unit quarantines|bug 15: a commit that stops the job ends its fan-out in the store' }],
   },
   {
     name: 'failed-heartbeat-retried-soon',

@@ -114,6 +114,35 @@ describe('a fan-out that ends while a unit runs', () => {
     expect(await writesOfUnit(jobId, 'u0')).toEqual({ sections: [], transcripts: [] });
   });
 
+  test('bug 15: a commit that stops the job ends its fan-out in the store even when the record it writes keeps the fan-out: the running unit is revoked in that commit', async () => {
+    const outcomes: unknown[] = [];
+    const holdA = hold();
+    unitTurns.run = async (context) => {
+      holdA.arrive();
+      await holdA.released;
+      return staleWrites(context, outcomes);
+    };
+    const jobId = await harness.submit('review-units', { units: 1 });
+    expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
+    const a = runStep(harness.deps('worker-a'), unitTask(harness.queue.drain(), 'u0').task);
+    await holdA.entered;
+
+    // Every move in the table clears the fan-out when it stops a job; the store does not rely on it.
+    const nowMs = harness.clock.now();
+    await harness.store.transact(jobId, () => null, ({ job }) => {
+      expect(job.fanout).not.toBeNull();
+      return Promise.resolve({ next: { ...job, status: 'failed' as const, lease: null, finishedAtMs: nowMs }, value: undefined });
+    });
+    const slot = await db().doc(`${JOBS}/${jobId}/claims/experts~u0`).get();
+    expect({ slotState: slot.get('state') as unknown }).toEqual({ slotState: 'revoked' });
+
+    holdA.release();
+    expect((await a).kind).toBe('ownership-lost');
+    // Its transcript and its section, both refused.
+    expect(outcomes.map((outcome) => (outcome instanceof OwnershipLostError ? 'OwnershipLostError' : outcome))).toEqual(['OwnershipLostError', 'OwnershipLostError']);
+    expect(await writesOfUnit(jobId, 'u0')).toEqual({ sections: [], transcripts: [] });
+  });
+
   test('bug 15: an owner cancels the job during a fan-out: the cancel commit itself revokes the running unit (nothing after it is needed), its transcript and section are refused', async () => {
     const outcomes: unknown[] = [];
     const holdA = hold();
