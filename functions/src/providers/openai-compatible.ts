@@ -161,7 +161,8 @@ export function toWireTools(tools: readonly ToolSpec[]): { type: 'function'; fun
   return tools.map((tool) => ({ type: 'function', function: { name: tool.name, description: tool.description, parameters: tool.parameters } }));
 }
 
-function isContextLengthError(code: string | undefined, message: string): boolean {
+/** Whether a provider's 400 says the request does not fit the context window (by its error code, else its message). */
+export function isContextLengthError(code: string | undefined, message: string): boolean {
   if (code !== undefined && /context_length|context_window|too_many_tokens/i.test(code)) return true;
   return /context (length|window)|maximum context|too many tokens|prompt is too long|reduce the length of the messages/i.test(message);
 }
