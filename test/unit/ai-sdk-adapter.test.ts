@@ -206,6 +206,21 @@ describe('AI SDK adapter: tool calls', () => {
     ]);
   });
 
+  it('a call whose input was announced but not streamed in pieces keeps the input it arrived with', async () => {
+    const response = await provider(
+      streaming([
+        start,
+        { type: 'tool-input-start', id: 'c1', toolName: 'search' },
+        { type: 'tool-input-end', id: 'c1' },
+        { type: 'tool-call', toolCallId: 'c1', toolName: 'search', input: '{"query":"whole"}' },
+        finish('tool-calls', 'tool_calls', usage(10, undefined)),
+      ]),
+    ).chat(request({ tools: [searchTool] }));
+    expect(response.message.toolCalls).toEqual([{ id: 'c1', name: 'search', arguments: '{"query":"whole"}' }]);
+    // 'search' 6 + '{"query":"whole"}' 17 = 23 characters, 6 tokens.
+    expect(response.usage.outputTokens).toBe(6);
+  });
+
   it('keeps text written beside the tool calls', async () => {
     const response = await provider(
       streaming([start, ...text('Let me look that up.'), { type: 'tool-call', toolCallId: 'c1', toolName: 'search', input: '{"query":"x"}' }, finish('tool-calls', 'tool_calls')]),

@@ -215,7 +215,8 @@ class AiSdkProvider implements ModelProvider {
       }
       // The caller's abort wins: it is theirs to interpret (cancellation, lost claim), not a provider fault.
       if (request.signal.aborted) throw request.signal.reason as Error;
-      if (timeout.aborted) throw new ProviderTimeoutError(`${this.name}: no answer within ${timeoutMs} ms`, { ...(failure === null ? {} : { cause: failure.error }), ...billed() });
+      // Timed out before the answer finished (an answer that finished as the timer fired is still the answer).
+      if (timeout.aborted && (failure !== null || answer.finishReason === null)) throw new ProviderTimeoutError(`${this.name}: no answer within ${timeoutMs} ms`, { ...(failure === null ? {} : { cause: failure.error }), ...billed() });
       if (failure !== null) throw this.translate(failure.error, billed());
       return this.assemble(answer, requestChars);
     } finally {
@@ -256,10 +257,11 @@ class AiSdkProvider implements ModelProvider {
       case 'tool-call': {
         // A tool the provider ran itself (its own web search) has no call for the engine to answer.
         if (part.providerExecuted === true) return;
-        const streamed = answer.toolInputs.get(part.toolCallId);
+        const started = answer.toolInputs.has(part.toolCallId);
+        const streamed = answer.toolInputs.get(part.toolCallId) ?? '';
         // Streamed argument text is kept as the model wrote it; a call that arrived whole carries it parsed.
-        const text = streamed ?? (typeof part.input === 'string' && part.invalid === true ? part.input : JSON.stringify(part.input ?? {}));
-        if (streamed === undefined) answer.outputChars += part.toolName.length + text.length;
+        const text = streamed !== '' ? streamed : typeof part.input === 'string' && part.invalid === true ? part.input : JSON.stringify(part.input ?? {});
+        if (streamed === '') answer.outputChars += (started ? 0 : part.toolName.length) + text.length;
         answer.toolCalls.push({ id: part.toolCallId, name: part.toolName, arguments: text });
         return;
       }
