@@ -17,21 +17,47 @@
  *                             (the proxy in front of it resets every connection and refuses new ones
  *                             for a few seconds: writes in flight fail with UNAVAILABLE, a commit may
  *                             have landed or not, the engine's write retries run out)
+ *   worker-freeze             SIGSTOP the worker holding a live lease (found as worker-kill finds it) for
+ *                             longer than the lease, then SIGCONT: its request stays open, so no task comes
+ *                             back; the sweeper reclaims the lease, and the woken worker must find itself
+ *                             fenced out (every later write refused)
+ *   task-loss                 a step's task that never comes back: the tasks emulator's step queue made
+ *                             again through its own API (as the stack does at start), which orphans every
+ *                             task it held, then SIGKILL the worker holding a live lease: its dispatch
+ *                             fails in the orphaned queue, which nobody retries. Every task that was
+ *                             waiting in the queue or for a retry at that moment is lost with it
+ *   commit-answer-lost        the Firestore proxy drops every answer to a lease holder's connections (its
+ *                             requests still reach the emulator) until one of its commits lands (the
+ *                             holder's document changes), then resets them: the commit is applied, its
+ *                             answer never arrives
+ *   rolling-deploy            the functions reloaded mid-run (a touched functions/package.json: firebase-
+ *                             tools stops its idle workers and lets the busy ones finish their step before
+ *                             they exit, while new workers take the new tasks), one or two of the old busy
+ *                             workers stopped (SIGSTOP) first and continued once their leases are gone. The
+ *                             new revision is the same build: old beside new, not a change of code
  *
  * Provider error waves are in the functions' PHASELINE_OFFLINE_SETTINGS from the start (windows on
  * the clock); the run only logs them. Submit retries are the submitter's.
  */
+import { utimes } from 'node:fs/promises';
 import { Timestamp, type DocumentReference, type Firestore } from 'firebase-admin/firestore';
 import type { TaskQueue } from 'firebase-admin/functions';
 import type { Receiver } from '../receiver';
 import type { FirestoreProxy } from './firestore-proxy';
 import type { FaultSpec, ReceiverOutageMode } from './plan';
 import type { Rng } from './random';
-import { listProcesses, signal, stackProcesses, workerPid } from './processes';
+import type { FaultTarget } from './recovery';
+import { connectionPorts, listProcesses, signal, stackProcesses, workerPid } from './processes';
 
 export interface FaultOutcome {
   readonly injected: boolean;
   readonly detail: string;
+  /** When the fault took effect (wall-clock ms), when not the moment its injection began. */
+  readonly atMs?: number;
+  /** What it hit, for the recovery figures (none: it is not counted there). */
+  readonly targets?: readonly FaultTarget[];
+  /** How long after the injection returns the fault still holds (a frozen worker): a lock it holds lasts that long more. */
+  readonly holdsOnMs?: number;
 }
 
 export interface InjectorDeps {
@@ -43,6 +69,12 @@ export interface InjectorDeps {
   readonly sweepNow: () => Promise<{ readonly reclaimed: number; readonly unitsReclaimed: number; readonly quarantined: number } | null>;
   readonly rng: Rng;
   readonly self: number;
+  /** Makes the tasks emulator's step queue again (same settings): every task it held is orphaned. */
+  readonly remakeStepQueue: () => Promise<void>;
+  /** Tasks waiting in the step queue, as the tasks emulator counts them (null when it does not say). */
+  readonly queueStats: () => Promise<number | null>;
+  /** A file of the functions' source that firebase-tools watches: touching it reloads the functions. */
+  readonly functionsWatchedFile: string;
 }
 
 export interface Holder {
@@ -80,8 +112,18 @@ export async function leaseHolders(db: Firestore): Promise<Holder[]> {
 
 const name = (holder: { jobId: string; unit: string | null }): string => (holder.unit === null ? `job ${holder.jobId}` : `job ${holder.jobId} unit ${holder.unit}`);
 
+/** The claim a fault hit: recovery waits for a later claim of that scope (or the same one, when none came). */
+const claimOf = (holder: Holder): FaultTarget => ({ jobId: holder.jobId, unit: holder.unit, epoch: holder.epoch });
+
+/** Each job once, hit as a job (not a claim): its first progress after the fault counts. */
+const jobsOf = (holders: readonly { jobId: string }[]): FaultTarget[] => [...new Set(holders.map((holder) => holder.jobId))].map((jobId) => ({ jobId, unit: null, epoch: null }));
+
+const updateMicros = (time: { seconds: number; nanoseconds: number } | undefined): number => (time === undefined ? Number.NaN : time.seconds * 1_000_000 + Math.floor(time.nanoseconds / 1_000));
+
 export class Injector {
   private firestorePaused: number | null = null;
+  /** Worker processes stopped by a freeze or a deploy and not continued yet. */
+  private readonly frozen = new Set<number>();
   /** The availability outage in force, if any. */
   private receiverOut: symbol | null = null;
   private readonly restores = new Set<Promise<void>>();
@@ -97,10 +139,39 @@ export class Injector {
       case 'duplicate-delivery':
         return this.duplicate(spec.staleStep);
       case 'receiver-outage':
-        return this.receiverOutage(spec.mode, spec.durationMs, spec.times);
+        return this.withSendingJobs(this.receiverOutage(spec.mode, spec.durationMs, spec.times));
       case 'checkpoint-write-failure':
-        return spec.mode === 'stall' ? this.pauseFirestore(spec.durationMs) : this.cutFirestore(spec.durationMs);
+        return this.withRunningJobs(spec.mode === 'stall' ? () => this.pauseFirestore(spec.durationMs) : () => this.cutFirestore(spec.durationMs));
+      case 'worker-freeze':
+        return this.freezeWorker(spec.durationMs);
+      case 'task-loss':
+        return this.loseTask();
+      case 'commit-answer-lost':
+        return this.loseCommitAnswer();
+      case 'rolling-deploy':
+        return this.rollingDeploy(spec.freeze, spec.frozenMs);
     }
+  }
+
+  /** A receiver outage hits the notify jobs in their send phase at that moment (an armed fault: the next ones to apply). */
+  private async withSendingJobs(outcome: Promise<FaultOutcome>): Promise<FaultOutcome> {
+    const atMs = Date.now();
+    const sending = await this.deps.db
+      .collection('jobs')
+      .where('status', '==', 'running')
+      .get()
+      .then(
+        (jobs) => jobs.docs.filter((job) => job.get('pipeline') === 'notify' && job.get('phase') === 'send').map((job) => ({ jobId: job.id })),
+        () => [],
+      );
+    return { atMs, targets: jobsOf(sending), ...(await outcome) };
+  }
+
+  /** Firestore stalled or cut hits every job holding a lease when it begins. */
+  private async withRunningJobs(inject: () => Promise<FaultOutcome>): Promise<FaultOutcome> {
+    const holders = await leaseHolders(this.deps.db).catch(() => []);
+    const atMs = Date.now();
+    return { atMs, targets: jobsOf(holders), ...(await inject()) };
   }
 
   /** Waits up to `tries` short rounds for a lease to hit: faults are drawn blind to what runs. */
@@ -113,26 +184,154 @@ export class Injector {
     return null;
   }
 
-  private async killWorker(): Promise<FaultOutcome> {
+  /**
+   * The lease holders whose worker is one of this stack's function workers, running (not frozen):
+   * waits a few short rounds for one. The number of workers seen, for the skip's detail.
+   */
+  private async liveWorkerHolders(): Promise<{ holders: Holder[]; workers: number }> {
     let workers = 0;
     for (let round = 0; round < 5; round += 1) {
       const found = stackProcesses(await listProcesses(), this.deps.self).workers;
       workers = found.length;
-      const pids = new Set(found.map((row) => row.pid));
+      const pids = new Set(found.map((row) => row.pid).filter((pid) => !this.frozen.has(pid)));
       const holders = (await leaseHolders(this.deps.db)).filter((holder) => {
         const pid = workerPid(holder.worker);
         return pid !== null && pids.has(pid);
       });
-      if (holders.length > 0) return this.kill(this.deps.rng.pick(holders));
+      if (holders.length > 0) return { holders, workers };
       await sleep(400);
     }
-    return { injected: false, detail: `no step in flight in this stack's ${workers} function workers` };
+    return { holders: [], workers };
+  }
+
+  private async liveWorkerHolder(): Promise<{ holder: Holder; pid: number } | FaultOutcome> {
+    const { holders, workers } = await this.liveWorkerHolders();
+    if (holders.length === 0) return { injected: false, detail: `no step in flight in this stack's ${workers} function workers` };
+    const holder = this.deps.rng.pick(holders);
+    return { holder, pid: workerPid(holder.worker) ?? 0 };
+  }
+
+  private async killWorker(): Promise<FaultOutcome> {
+    const found = await this.liveWorkerHolder();
+    return 'holder' in found ? this.kill(found.holder) : found;
   }
 
   private kill(target: Holder): FaultOutcome {
     const pid = workerPid(target.worker);
+    const atMs = Date.now();
     if (pid === null || !signal(pid, 'SIGKILL')) return { injected: false, detail: `worker of ${name(target)} was already gone` };
-    return { injected: true, detail: `SIGKILL worker pid ${pid} mid-step (${name(target)}, epoch ${target.epoch}, step ${target.step})` };
+    return { injected: true, atMs, targets: [claimOf(target)], detail: `SIGKILL worker pid ${pid} mid-step (${name(target)}, epoch ${target.epoch}, step ${target.step})` };
+  }
+
+  private async freezeWorker(durationMs: number): Promise<FaultOutcome> {
+    const found = await this.liveWorkerHolder();
+    if (!('holder' in found)) return found;
+    const { holder, pid } = found;
+    const atMs = Date.now();
+    if (!this.freeze(pid)) return { injected: false, detail: `worker of ${name(holder)} was already gone` };
+    this.later(durationMs, () => Promise.resolve(this.thaw(pid)));
+    return {
+      injected: true,
+      atMs,
+      targets: [claimOf(holder)],
+      holdsOnMs: durationMs,
+      detail: `SIGSTOP worker pid ${pid} mid-step (${name(holder)}, epoch ${holder.epoch}, step ${holder.step}) for ${durationMs} ms, lease ${Math.round((holder.expiresAtMs - atMs) / 1000)} s from its end`,
+    };
+  }
+
+  private freeze(pid: number): boolean {
+    if (!signal(pid, 'SIGSTOP')) return false;
+    this.frozen.add(pid);
+    return true;
+  }
+
+  private thaw(pid: number): void {
+    if (!this.frozen.delete(pid)) return;
+    signal(pid, 'SIGCONT');
+  }
+
+  /** SIGCONT every worker still stopped; safe to call at any time (signal handlers do). */
+  resumeWorkers(): void {
+    for (const pid of [...this.frozen]) this.thaw(pid);
+  }
+
+  private async loseTask(): Promise<FaultOutcome> {
+    const found = await this.liveWorkerHolder();
+    if (!('holder' in found)) return found;
+    const queued = await this.queuedTasks();
+    // First the queue (its dispatch of this step is orphaned), then the worker: its failure is never retried.
+    await this.deps.remakeStepQueue();
+    const outcome = this.kill(found.holder);
+    if (!outcome.injected) return { ...outcome, detail: `step queue made again (${queued} tasks waiting in it lost), but ${outcome.detail}` };
+    return { ...outcome, detail: `step queue made again (its tasks orphaned: ${queued} waiting in it lost, and every retry due), then ${outcome.detail}: its task never comes back` };
+  }
+
+  /** Tasks waiting in the step queue (not dispatched), by the tasks emulator's statistics; '?' when it does not say. */
+  private async queuedTasks(): Promise<string> {
+    return this.deps.queueStats().then(
+      (count) => (count === null ? '?' : String(count)),
+      () => '?',
+    );
+  }
+
+  private async loseCommitAnswer(): Promise<FaultOutcome> {
+    const found = await this.liveWorkerHolder();
+    if (!('holder' in found)) return found;
+    const { holder, pid } = found;
+    const proxyPort = Number(this.deps.firestoreProxy.host.split(':').at(-1));
+    const ports = await connectionPorts(pid, proxyPort);
+    if (ports.size === 0) return { injected: false, detail: `worker pid ${pid} (${name(holder)}) has no connection to Firestore open` };
+    const before = await holder.ref.get();
+    const lost = this.deps.firestoreProxy.loseAnswers(ports);
+    if (lost.connections === 0) return { injected: false, detail: `worker pid ${pid}'s connections to Firestore closed meanwhile` };
+    // Its heartbeat (every 2 s) commits to the holder's document at the latest; well within its 8-second lease.
+    let landed = false;
+    const until = Date.now() + 6_000;
+    while (!landed && Date.now() < until) {
+      await sleep(150);
+      const now = await holder.ref.get().catch(() => null);
+      const lease = now?.get('lease') as { worker?: unknown } | null | undefined;
+      landed = now !== null && updateMicros(now.updateTime) !== updateMicros(before.updateTime) && (lease?.worker === undefined || lease.worker === holder.worker);
+    }
+    lost.reset();
+    const atMs = Date.now();
+    return {
+      injected: true,
+      atMs,
+      // Counted only when a commit's answer was lost: answers to reads alone are another fault.
+      targets: landed ? [claimOf(holder)] : [],
+      detail:
+        `answers on ${lost.connections} connections of worker pid ${pid} (${name(holder)}, epoch ${holder.epoch}) dropped ` +
+        (landed ? 'until a commit of its landed on the document, then the connections reset: that commit\'s answer is lost' : 'for 6 s with no commit of its landing on the document, then reset'),
+    };
+  }
+
+  private async rollingDeploy(freeze: number, frozenMs: number): Promise<FaultOutcome> {
+    const { holders, workers } = await this.liveWorkerHolders();
+    if (holders.length === 0) return { injected: false, detail: `no step in flight in this stack's ${workers} function workers: a deploy would find no old worker busy` };
+    const byPid = new Map<number, Holder>();
+    for (const holder of holders) byPid.set(workerPid(holder.worker) ?? 0, holder);
+    const chosen: number[] = [];
+    const candidates = [...byPid.keys()];
+    while (chosen.length < freeze && candidates.length > 0) {
+      const pid = this.deps.rng.pick(candidates);
+      candidates.splice(candidates.indexOf(pid), 1);
+      if (this.freeze(pid)) chosen.push(pid);
+    }
+    const atMs = Date.now();
+    // firebase-tools watches the functions' directory; a changed file reloads them (same build: a new revision of it).
+    await utimes(this.deps.functionsWatchedFile, new Date(), new Date());
+    for (const pid of chosen) this.later(frozenMs, () => Promise.resolve(this.thaw(pid)));
+    const frozenHolders = chosen.map((pid) => byPid.get(pid)).filter((holder): holder is Holder => holder !== undefined);
+    return {
+      injected: true,
+      atMs,
+      targets: holders.map(claimOf),
+      holdsOnMs: frozenMs,
+      detail:
+        `functions reloaded with ${byPid.size} old workers busy with a step (${holders.map(name).join('; ')}); ` +
+        `${chosen.length} of them stopped (SIGSTOP) for ${frozenMs} ms first (${frozenHolders.map((holder) => `pid ${workerPid(holder.worker) ?? '?'}: ${name(holder)}, epoch ${holder.epoch}`).join('; ')})`,
+    };
   }
 
   private async expireLease(): Promise<FaultOutcome> {
@@ -148,9 +347,12 @@ export class Injector {
       return true;
     });
     if (!edited) return { injected: false, detail: `${name(target)} moved on before its lease could be expired` };
+    const atMs = Date.now();
     const report = await this.deps.sweepNow();
     return {
       injected: true,
+      atMs,
+      targets: [claimOf(target)],
       detail:
         `lease of ${name(target)} (epoch ${target.epoch}, held by a live worker) set to expire in the past; ` +
         (report === null
@@ -176,8 +378,10 @@ export class Injector {
       const step = Number(job.get('step'));
       payload = { jobId: job.id, step: staleStep && step > 0 ? step - 1 : step };
     }
+    const atMs = Date.now();
     await this.deps.queue.enqueue(payload);
-    return { injected: true, detail: `extra task ${JSON.stringify(payload)} enqueued (${job.get('status') as string}${staleStep ? ', an earlier step' : ''})` };
+    const unit = typeof payload.unit === 'string' && typeof payload.phase === 'string' ? `${payload.phase}~${payload.unit}` : null;
+    return { injected: true, atMs, targets: [{ jobId: job.id, unit, epoch: null }], detail: `extra task ${JSON.stringify(payload)} enqueued (${job.get('status') as string}${staleStep ? ', an earlier step' : ''})` };
   }
 
   /** Runs `restore` after `ms`; a restore that fails is logged by the caller's summary, never thrown. */
@@ -250,10 +454,12 @@ export class Injector {
     this.firestorePaused = null;
   }
 
-  /** Ends every fault still in force: Firestore running, the receiver up, no armed receiver faults. */
+  /** Ends every fault still in force: Firestore running, every frozen worker continued, the receiver up, no armed receiver faults. */
   async restoreAll(): Promise<void> {
     this.resumeFirestore();
+    // Frozen workers are continued on their own timers (awaited below): they must wake into a fenced world, not be left stopped.
     await Promise.allSettled([...this.restores]);
+    this.resumeWorkers();
     this.deps.receiver.clearFaults();
     this.receiverOut = null;
     await this.deps.receiver.setAvailability('up');

@@ -35,12 +35,23 @@ export type FaultSpec =
   | { readonly kind: 'duplicate-delivery'; readonly staleStep: boolean }
   | { readonly kind: 'receiver-outage'; readonly mode: ReceiverOutageMode; readonly durationMs: number; readonly times: number }
   /** `stall`: the emulator's JVM stopped (SIGSTOP) then continued; `cut`: every connection to it reset, new ones refused. */
-  | { readonly kind: 'checkpoint-write-failure'; readonly mode: 'stall' | 'cut'; readonly durationMs: number };
+  | { readonly kind: 'checkpoint-write-failure'; readonly mode: 'stall' | 'cut'; readonly durationMs: number }
+  /** The worker holding a live lease stopped (SIGSTOP) for longer than the lease, then continued. */
+  | { readonly kind: 'worker-freeze'; readonly durationMs: number }
+  | { readonly kind: 'task-loss' }
+  /** Answers to a lease holder's Firestore requests dropped until one of its commits lands, then its connections reset. */
+  | { readonly kind: 'commit-answer-lost' }
+  /** The functions reloaded while steps run; `freeze` of the old workers busy with a step are stopped first, and continued after `frozenMs`. */
+  | { readonly kind: 'rolling-deploy'; readonly freeze: number; readonly frozenMs: number };
 
 export type FaultKind = FaultSpec['kind'] | 'provider-wave' | 'submit-retry' | 'owner-cancel';
 
 export const FAULT_KINDS: readonly FaultKind[] = [
   'worker-kill',
+  'worker-freeze',
+  'task-loss',
+  'commit-answer-lost',
+  'rolling-deploy',
   'lease-expiry',
   'provider-wave',
   'receiver-outage',
@@ -187,7 +198,18 @@ const INJECTED_KINDS: readonly (readonly [FaultSpec['kind'], number])[] = [
   ['duplicate-delivery', 3],
   ['receiver-outage', 2],
   ['checkpoint-write-failure', 0.8],
+  ['worker-freeze', 1.5],
+  ['task-loss', 1.5],
+  ['commit-answer-lost', 1.5],
+  // A reload of every function and a freeze of a few seconds: rare.
+  ['rolling-deploy', 0.3],
 ];
+
+/**
+ * How long a frozen worker stays stopped: past its lease (8 s) and the sweeper's next pass (2 s),
+ * so that the woken process finds itself fenced out.
+ */
+const FREEZE_MS: readonly [number, number] = [12_000, 18_000];
 
 function faultOf(kind: FaultSpec['kind'], rng: Rng): FaultSpec {
   switch (kind) {
@@ -197,11 +219,23 @@ function faultOf(kind: FaultSpec['kind'], rng: Rng): FaultSpec {
       return rng.chance(0.5) ? { kind, mode: 'stall', durationMs: rng.int(2_000, 8_000) } : { kind, mode: 'cut', durationMs: rng.int(1_000, 5_000) };
     case 'duplicate-delivery':
       return { kind, staleStep: rng.chance(0.3) };
+    case 'worker-freeze':
+      return { kind, durationMs: rng.int(...FREEZE_MS) };
+    case 'rolling-deploy':
+      return { kind, freeze: rng.int(1, 2), frozenMs: rng.int(...FREEZE_MS) };
     case 'worker-kill':
     case 'lease-expiry':
+    case 'task-loss':
+    case 'commit-answer-lost':
       return { kind };
   }
 }
+
+/** The first round's order ends with the faults that hold everything up: a reload of the functions, then Firestore's pause. */
+const LAST_IN_FIRST_ROUND: readonly FaultSpec['kind'][] = ['rolling-deploy', 'checkpoint-write-failure'];
+
+/** How many faults the first round holds: every injected kind once. */
+export const FIRST_ROUND_LENGTH = INJECTED_KINDS.length;
 
 /** Spacing of the first round: every kind once, soon, so that a short run exercises each of them. */
 export const FIRST_ROUND_GAP_MS = 1_200;
@@ -209,16 +243,16 @@ export const FIRST_ROUND_GAP_MS = 1_200;
 /**
  * Faults without end: the run takes them while it injects (the fault window, and for as long as
  * submissions are still going in). The first round takes every kind once, 1.2 s apart, in a seeded
- * order with Firestore's pause last (it holds up everything for seconds); after that, a Poisson
- * process with kinds drawn by weight.
+ * order with the rolling deploy and then Firestore's pause last (they hold up everything for
+ * seconds); after that, a Poisson process with kinds drawn by weight.
  */
 export function* faultStream(seed: string, meanGapMs: number): Generator<ScheduledFault, never> {
   const rng = new Rng(`${seed}/faults`);
-  const firstRound = INJECTED_KINDS.filter(([kind]) => kind !== 'checkpoint-write-failure')
+  const firstRound = INJECTED_KINDS.filter(([kind]) => !LAST_IN_FIRST_ROUND.includes(kind))
     .map(([kind]) => ({ kind, order: rng.next() }))
     .sort((a, b) => a.order - b.order)
     .map((item) => item.kind);
-  firstRound.push('checkpoint-write-failure');
+  firstRound.push(...LAST_IN_FIRST_ROUND);
   let atMs = 500;
   for (const kind of firstRound) {
     yield { atMs, spec: faultOf(kind, rng) };

@@ -5,6 +5,7 @@
  * worker child (`functionsEmulatorRuntime`), one invocation per worker at a time.
  */
 import { execFile } from 'node:child_process';
+import { readdir, readFile, readlink } from 'node:fs/promises';
 
 export interface ProcessRow {
   readonly pid: number;
@@ -86,4 +87,32 @@ export function signal(pid: number, name: NodeJS.Signals): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * The local ports of `pid`'s TCP connections to `remotePort` on this machine (Linux: its socket
+ * inodes from /proc/PID/fd, matched in /proc/net/tcp and tcp6). Empty when the process is gone.
+ */
+export async function connectionPorts(pid: number, remotePort: number): Promise<Set<number>> {
+  const inodes = new Set<string>();
+  const fds = await readdir(`/proc/${pid}/fd`).catch(() => [] as string[]);
+  await Promise.all(
+    fds.map(async (fd) => {
+      const target = await readlink(`/proc/${pid}/fd/${fd}`).catch(() => '');
+      const match = /^socket:\[(\d+)\]$/.exec(target);
+      if (match?.[1] !== undefined) inodes.add(match[1]);
+    }),
+  );
+  const ports = new Set<number>();
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    const text = await readFile(table, 'utf8').catch(() => '');
+    for (const line of text.split('\n').slice(1)) {
+      const fields = line.trim().split(/\s+/);
+      const [local, remote, inode] = [fields[1], fields[2], fields[9]];
+      if (local === undefined || remote === undefined || inode === undefined || !inodes.has(inode)) continue;
+      if (Number.parseInt(remote.split(':').at(-1) ?? '', 16) !== remotePort) continue;
+      ports.add(Number.parseInt(local.split(':').at(-1) ?? '', 16));
+    }
+  }
+  return ports;
 }

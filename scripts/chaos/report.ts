@@ -1,6 +1,7 @@
 /** The soak's printed report: the table, the definitions behind it, and the failures in detail. */
 import type { CheckReport } from './invariants';
 import { FAULT_KINDS, type FaultKind } from './plan';
+import { formatRecovery, type KindFigures } from './recovery';
 
 export interface FaultTally {
   readonly injected: number;
@@ -13,6 +14,8 @@ export interface ReportInput {
   readonly mix: Readonly<Record<string, number>>;
   readonly check: CheckReport;
   readonly faults: ReadonlyMap<FaultKind, FaultTally>;
+  /** Recovery per fault kind (recovery.ts), when measured. */
+  readonly recovery?: readonly KindFigures[];
   readonly decisionsAnswered: number;
   readonly timings: readonly (readonly [string, string])[];
   /** Problems of the run itself (processes left, time limit hit): they fail the run too. */
@@ -60,6 +63,7 @@ export function formatReport(input: ReportInput): string {
     lines.push(`  ${pad(kind, 54)}${padLeft(String(tally.injected), 10)}${padLeft(String(tally.skipped), 11)}`);
   }
   lines.push(`  ${pad('total', 54)}${padLeft(String(injected), 10)}`);
+  if (input.recovery) lines.push('', ...formatRecovery(input.recovery));
 
   lines.push('', `${pad('Invariants (each must be 0)', 56)}${padLeft('count', 8)}`);
   for (const invariant of check.invariants) {
@@ -105,6 +109,16 @@ export function formatReport(input: ReportInput): string {
       '  ',
       '    ',
     ),
+    ...wrap(
+      'recovery: per fault that hit something, seconds from the fault to the next commit of the hit job\'s work (a section, checkpoint, ' +
+        'transcript save, effect entry, unit or job event; not a claim, reclaim or redispatch): for a hit claim (a worker killed, frozen, ' +
+        'fenced, its task lost, an answer lost) the first by a later claim of the same job or unit (or by the same claim when no later one ' +
+        'came), or the job\'s end; for a hit job, its first by any claim. A fault that hit several jobs counts its slowest. p50/p95/p99 are ' +
+        'nearest-rank (under 100 faults the p99 is the worst); none: faults with a job that never progressed after them.',
+      76,
+      '  ',
+      '    ',
+    ),
     ...wrap('wasted cost: the jobs\' cost.wasted* counters summed (model and tool calls whose output was discarded, with their simulated price).', 76, '  ', '    '),
     ...wrap(
       'tool runs: lines of the offline toolbox\'s execution log, one per execution in any worker (delivered: its result reached the ' +
@@ -122,7 +136,11 @@ export function formatReport(input: ReportInput): string {
       '    ',
     ),
     ...wrap(
-      'faults: worker-kill SIGKILLs the function worker holding a live lease; lease-expiry moves a live lease into the past and sweeps; ' +
+      'faults: worker-kill SIGKILLs the function worker holding a live lease; worker-freeze SIGSTOPs it past its lease, then SIGCONTs it; ' +
+        'task-loss makes the tasks emulator\'s step queue again (its tasks orphaned) and SIGKILLs a lease holder, whose task never comes back; ' +
+        'commit-answer-lost drops a lease holder\'s Firestore answers until one of its commits lands, then resets its connections; ' +
+        'rolling-deploy reloads the functions while steps run (old workers finish beside new ones), one or two old ones frozen first; ' +
+        'lease-expiry moves a live lease into the past and sweeps; ' +
         'checkpoint-write-failure stalls Firestore (SIGSTOP) or cuts every connection to it; receiver-outage makes the receiver answer ' +
         '503, refuse connections, hang after applying, fail before applying, drop connections, or fail lookups; duplicate-delivery ' +
         'enqueues an extra copy of a step task; provider-wave is a 429/503 window in the offline provider; submit-retry re-sends a ' +

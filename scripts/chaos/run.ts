@@ -17,7 +17,9 @@ import type { SettleStoppedReport } from '../../functions/src/engine/settle-stop
 import { RECEIVER_URL_VARIABLE } from '../../functions/src/pipelines/notify/config';
 import { NOTIFY_PIPELINE, UNKNOWN_OPTIONS, UNKNOWN_QUESTION_PREFIX } from '../../functions/src/pipelines/notify/pipeline';
 import { startFirestoreEmulator } from '../lib/firestore-emulator';
-import { startLocalStack, stopOnSignals, type LocalStack } from '../lib/local-stack';
+import { applyStepQueueLimits, startLocalStack, stopOnSignals, type LocalStack } from '../lib/local-stack';
+import { REPO_ROOT } from '../lib/stack';
+import { STEP_FUNCTION_NAME } from '../../functions/src/store/cloud-tasks-queue';
 import { startFirestoreProxy } from './firestore-proxy';
 import { Receiver } from '../receiver';
 import { cancel, decide, signUpGranted, submit, type User } from './client';
@@ -27,7 +29,8 @@ import { startChaosSweeper, type ChaosSweeper } from './sweeper';
 import { checkInvariants, TERMINAL } from './invariants';
 import type { ReceiverView, Submission } from './model';
 import { readToolExecutions, watchToolResults, type ToolResultWatch } from './tool-calls';
-import { CHAOS_ENGINE_ENV, CHAOS_RECEIVER_ENV, faultStream, offlineSettings, planRun, type FaultKind, type JobPlan, type RunPlan } from './plan';
+import { CHAOS_ENGINE_ENV, CHAOS_RECEIVER_ENV, FAULT_KINDS, faultStream, offlineSettings, planRun, type FaultKind, type JobPlan, type RunPlan } from './plan';
+import { figures, recoveryByKind, type FaultRecord } from './recovery';
 import { descendants, isZombie, listProcesses, signal, STACK_COMMAND, stackProcesses, type ProcessRow } from './processes';
 import { Rng } from './random';
 import { failed, formatReport, type FaultTally } from './report';
@@ -162,6 +165,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
   let app: App | null = null;
   const stopEverything = async (): Promise<void> => {
     injector?.resumeFirestore();
+    injector?.resumeWorkers();
     toolWatch?.stop();
     toolWatch = null;
     await sweeper?.stop();
@@ -225,6 +229,11 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
       sweepNow: () => Promise.race([activeSweeper.runNow().catch(() => null), sleep(3_000).then(() => null)]),
       rng,
       self: process.pid,
+      remakeStepQueue: async () => {
+        await applyStepQueueLimits(`${stack.ports.host}:${stack.ports.tasks}`, `${stack.config.functionsBaseUrl}/${STEP_FUNCTION_NAME}`, stack.projectId, { ...process.env, ...functionsEnv });
+      },
+      queueStats: () => stepQueueWaiting(`${stack.ports.host}:${stack.ports.tasks}`),
+      functionsWatchedFile: join(REPO_ROOT, 'functions', 'package.json'),
     });
     injector = activeInjector;
     const users: User[] = [];
@@ -398,8 +407,9 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
         Math.max(0, launchMs + wave.startMs - Date.now()),
       ),
     );
-    // The last fault that can leave a transaction open (a killed worker, a cut or stalled Firestore).
+    // The last fault that can leave a transaction open (a killed or frozen worker, a cut or stalled Firestore, lost answers).
     let lastDisruptionMs = 0;
+    const faultRecords: FaultRecord[] = [];
     const windowOver = (): boolean => Date.now() >= faultClock + plan.faultWindowMs && flags.submitted;
     for (const fault of faultStream(plan.seed, plan.meanFaultGapMs)) {
       while (Date.now() < faultClock + fault.atMs && !allSettled() && !overTime() && !windowOver()) await sleep(100);
@@ -412,10 +422,15 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
         outcome = { injected: false, detail: `injection failed: ${error instanceof Error ? error.message : String(error)}` };
       }
       count(fault.spec.kind, outcome.injected);
-      if (outcome.injected && (fault.spec.kind === 'worker-kill' || fault.spec.kind === 'checkpoint-write-failure')) lastDisruptionMs = Date.now();
+      if (outcome.injected && DISRUPTIVE.has(fault.spec.kind)) lastDisruptionMs = Math.max(lastDisruptionMs, Date.now() + (outcome.holdsOnMs ?? 0));
+      let number = '';
+      if (outcome.injected) {
+        faultRecords.push({ index: faultRecords.length + 1, kind: fault.spec.kind, atMs: outcome.atMs ?? startedMs, targets: outcome.targets ?? [] });
+        number = ` #${faultRecords.length}`;
+      }
       const tookMs = Date.now() - startedMs;
       const when = tookMs > 1_000 ? ` [began at ${clockText(startedMs - launchMs)}, took ${tookMs} ms]` : '';
-      if (verbose || !outcome.injected) log(`fault ${fault.spec.kind}${outcome.injected ? '' : ' (no target)'}: ${outcome.detail}${when}`);
+      if (verbose || !outcome.injected) log(`fault${number} ${fault.spec.kind}${outcome.injected ? '' : ' (no target)'}: ${outcome.detail}${when}`);
     }
     log(allSettled() ? 'every job has settled: no more faults' : `fault injection over (${Math.round((Date.now() - faultClock) / 1000)} s)`);
     await activeInjector.restoreAll();
@@ -514,6 +529,12 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     if (recordedResults > 0 && toolLog.executions.length === 0) {
       runProblems.push('transcripts hold tool results but the offline toolbox logged no execution: toolExecutionLog did not reach the functions');
     }
+    const recovery = recoveryByKind(faultRecords, jobs, FAULT_KINDS);
+    for (const kind of recovery) {
+      for (const missed of kind.notRecovered) log(`recovery: fault #${missed.fault.index} ${kind.kind}: job ${missed.jobId} committed no progress after it`);
+    }
+    const deploys = faultTally.get('rolling-deploy')?.injected ?? 0;
+    const reloads = await functionReloads(stack.logFile);
     const lastSettle = settleReports.at(-1);
     const extra: [string, string][] = [
       ['sweeper passes / slower than 10 s / longest', `${sweeps.passes} / ${sweeps.slowPasses} / ${(sweeps.longestPassMs / 1000).toFixed(1)} s`],
@@ -528,7 +549,9 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
         `${toolResultsSeen.length}; ${activeToolWatch.restarts()}; ${toolLog.unreadable}`,
       ],
       ['step outcomes in the functions\' log', [...steps].map(([kind, count]) => `${kind} ${count}`).join(', ') || 'none found'],
+      ['rolling deploys injected / function reloads in the emulators\' log', `${deploys} / ${reloads}`],
     ];
+    if (reloads < deploys) runProblems.push(`${deploys} rolling deploys were injected, but firebase-tools reloaded the functions ${reloads} times`);
 
     log('stopping the stack…');
     await stopEverything();
@@ -536,7 +559,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     mark('stopped (total)');
 
     const check = checkInvariants({ jobs, submissions: submissionsSeen, receiver: receiverView, toolResultsSeen, toolExecutions: toolLog.executions });
-    const report = formatReport({ seed: plan.seed, jobs: plan.jobs.length, mix, check, faults: faultTally, decisionsAnswered, timings, runProblems, replay, extra });
+    const report = formatReport({ seed: plan.seed, jobs: plan.jobs.length, mix, check, faults: faultTally, recovery: recovery.map(figures), decisionsAnswered, timings, runProblems, replay, extra });
     console.log(`\n${report}`);
     const broke = failed({ check, runProblems });
     keepScratch = broke;
@@ -548,6 +571,23 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     removeSignalHandlers();
     process.removeListener('unhandledRejection', onUnexpected);
   }
+}
+
+/** Faults that can leave a worker's transaction open (its lock held) or a worker stopped. */
+const DISRUPTIVE: ReadonlySet<FaultKind> = new Set(['worker-kill', 'worker-freeze', 'task-loss', 'commit-answer-lost', 'rolling-deploy', 'checkpoint-write-failure']);
+
+/** Tasks waiting (not dispatched) in the tasks emulator's step queue, from its statistics route. */
+async function stepQueueWaiting(tasksHost: string): Promise<number | null> {
+  const response = await fetch(`http://${tasksHost}/queueStats`, { signal: AbortSignal.timeout(2_000) });
+  const stats = (await response.json()) as Record<string, { numberOfTasks?: unknown }>;
+  const entry = Object.entries(stats).find(([key]) => key.endsWith(`-${STEP_FUNCTION_NAME}`))?.[1];
+  return typeof entry?.numberOfTasks === 'number' ? entry.numberOfTasks : null;
+}
+
+/** How many times firebase-tools loaded the functions' definitions after the first (a reload: a rolling deploy). */
+export async function functionReloads(logFile: string): Promise<number> {
+  const text = await readFile(logFile, 'utf8').catch(() => '');
+  return Math.max(0, [...text.matchAll(/Loaded functions definitions from source/g)].length - 1);
 }
 
 /**

@@ -496,7 +496,7 @@ async function startParts(options: LocalStackOptions, teardown: Teardown): Promi
  * target, with the limits the configuration module reads from that environment, as a deploy with
  * the same variables in `functions/.env` would have them.
  */
-async function applyStepQueueLimits(tasksHost: string, stepFunctionUrl: string, projectId: string, env: NodeJS.ProcessEnv): Promise<StepQueueLimits> {
+export async function applyStepQueueLimits(tasksHost: string, stepFunctionUrl: string, projectId: string, env: NodeJS.ProcessEnv): Promise<StepQueueLimits> {
   const limits = stepQueueLimitsFromEnv(env);
   const trigger = runJobStep.__endpoint.taskQueueTrigger;
   const region = runJobStep.__endpoint.region?.[0] ?? 'us-central1';

@@ -1,6 +1,6 @@
 /** The soak's seeded plan, its process finder and its arguments: everything about it that needs no stack. */
 import { parseChaosArgs } from '../../scripts/chaos/args';
-import { FIRST_ROUND_GAP_MS, faultStream, offlineSettings, planJobs, planRun, planWaves, WAVES_FROM_MS } from '../../scripts/chaos/plan';
+import { FIRST_ROUND_GAP_MS, FIRST_ROUND_LENGTH, faultStream, offlineSettings, planJobs, planRun, planWaves, WAVES_FROM_MS } from '../../scripts/chaos/plan';
 import { descendants, isZombie, parsePs, stackProcesses, workerPid } from '../../scripts/chaos/processes';
 import { Rng } from '../../scripts/chaos/random';
 import { parseOfflineSettings } from '../../functions/src/providers/offline/settings';
@@ -44,13 +44,19 @@ describe('chaos plan', () => {
   });
 
   test('the first round takes every fault kind once, early, with Firestore last', () => {
-    const first = take(faultStream('round', 2_000), 5);
-    expect(first.map((fault) => fault.atMs)).toEqual([0, 1, 2, 3, 4].map((index) => 500 + index * FIRST_ROUND_GAP_MS));
-    expect(new Set(first.map((fault) => fault.spec.kind)).size).toBe(5);
-    expect(first.at(-1)?.spec.kind).toBe('checkpoint-write-failure');
-    const later = take(faultStream('round', 2_000), 300).slice(5);
+    expect(FIRST_ROUND_LENGTH).toBe(9);
+    const first = take(faultStream('round', 2_000), FIRST_ROUND_LENGTH);
+    expect(first.map((fault) => fault.atMs)).toEqual(first.map((_, index) => 500 + index * FIRST_ROUND_GAP_MS));
+    expect(new Set(first.map((fault) => fault.spec.kind)).size).toBe(FIRST_ROUND_LENGTH);
+    expect(first.slice(-2).map((fault) => fault.spec.kind)).toEqual(['rolling-deploy', 'checkpoint-write-failure']);
+    const later = take(faultStream('round', 2_000), 300).slice(FIRST_ROUND_LENGTH);
     for (let index = 1; index < later.length; index += 1) expect((later[index]?.atMs ?? 0) >= (later[index - 1]?.atMs ?? 0)).toBe(true);
-    expect(new Set(later.map((fault) => fault.spec.kind)).size).toBe(5);
+    expect(new Set(later.map((fault) => fault.spec.kind)).size).toBe(FIRST_ROUND_LENGTH);
+    // A frozen worker stays stopped past its 8-second lease and the sweeper's next pass.
+    for (const fault of [...first, ...later]) {
+      if (fault.spec.kind === 'worker-freeze') expect(fault.spec.durationMs).toBeGreaterThanOrEqual(12_000);
+      if (fault.spec.kind === 'rolling-deploy') expect(fault.spec.frozenMs).toBeGreaterThanOrEqual(12_000);
+    }
   });
 
   test('waves stay inside the window after the stack is up, and the functions accept the settings', () => {

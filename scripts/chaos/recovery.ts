@@ -1,0 +1,193 @@
+/**
+ * Recovery per fault kind: the time from a fault to the next DURABLE PROGRESS of the job it hit,
+ * read from what the soak collects at the end (commit times of the job's documents). Pure.
+ *
+ * Durable progress of a job is a commit of its work: a section, a phase checkpoint, a transcript
+ * save, an effect ledger entry, a unit event written under a unit's claim, or a job event (a
+ * status change, a checkpoint note, a terminal event). The bookkeeping of recovery itself is not
+ * progress: `claimed`, `reclaimed` and `redispatched` events are left out.
+ *
+ * Which progress counts depends on what the fault hit:
+ *   - a claim (a worker killed, frozen or fenced by an expired lease; a task lost under a running
+ *     step): the first progress committed after the fault in that claim's scope (the job, or the
+ *     fan-out unit) by a later claim (a higher epoch in that scope). When no later claim of that
+ *     scope ever appears (an expired lease its owner renewed before the sweeper came), the hit
+ *     claim was not stopped, and its own next progress counts. The job's terminal event counts
+ *     in every case (the job moved on without that claim).
+ *   - a job, not a claim (a duplicate task, a receiver outage during its send phase, Firestore
+ *     stalled or cut while it ran, a commit whose answer was lost): the job's first progress
+ *     committed after the fault, by any claim, in any scope.
+ * A fault that hit several jobs (Firestore stalled, a rolling deploy) is recovered once each of
+ * them has progressed: its figure is the slowest of its targets, and that job is the one named.
+ * A fault that hit nothing is not counted; a target with no progress after the fault at all (it
+ * was already waiting for a person, or the run ended first) is counted apart, as not recovered.
+ *
+ * Fault times are this machine's wall clock (the soak's Date.now when the fault took effect);
+ * commit times are the Firestore emulator's, read from the same clock on the same machine.
+ */
+import { TERMINAL, UNIT_EVENT_ID, ownedWrites } from './invariants';
+import type { CollectedJob } from './model';
+
+/** What a fault hit: a job, and when a claim was hit, that claim's scope and epoch. */
+export interface FaultTarget {
+  readonly jobId: string;
+  /** The fan-out unit's document key (`{phase}~{unit}`), or null for the job's own claim. */
+  readonly unit: string | null;
+  /** The hit claim's fencing epoch in that scope; null when the fault hit the job, not a claim. */
+  readonly epoch: number | null;
+}
+
+export interface FaultRecord {
+  /** Its place in the run's sequence of injected faults (1-based), to name it in the report. */
+  readonly index: number;
+  readonly kind: string;
+  /** When it took effect, wall-clock milliseconds. */
+  readonly atMs: number;
+  readonly targets: readonly FaultTarget[];
+}
+
+/** One commit of a job's work. */
+export interface ProgressMark {
+  /** null: the job's own scope; otherwise a unit's document key. */
+  readonly scope: string | null;
+  readonly epoch: number;
+  readonly commitUs: number;
+  readonly what: string;
+  readonly terminal: boolean;
+}
+
+/** Events that record recovery bookkeeping, not progress. */
+const BOOKKEEPING_EVENTS: ReadonlySet<string> = new Set(['claimed', 'reclaimed', 'redispatched']);
+
+/** Every commit of a job's work, in commit order. */
+export function progressMarks(job: CollectedJob): ProgressMark[] {
+  const marks: ProgressMark[] = [];
+  for (const write of ownedWrites(job)) {
+    // Unit events come with the job's events below.
+    if (write.collection === 'events') continue;
+    marks.push({ scope: write.unit, epoch: write.epoch, commitUs: write.commitUs, what: `${write.collection}/${write.id}`, terminal: false });
+  }
+  for (const event of job.events) {
+    if (BOOKKEEPING_EVENTS.has(event.kind)) continue;
+    const unit = UNIT_EVENT_ID.exec(event.id);
+    const scope = unit?.[1] !== undefined && unit[2] !== undefined ? `${unit[1]}~${unit[2]}` : null;
+    const epoch = unit?.[3] !== undefined ? Number(unit[3]) : event.epoch;
+    marks.push({ scope, epoch, commitUs: event.commitUs, what: `events/${event.id} (${event.kind})`, terminal: TERMINAL.has(event.kind) });
+  }
+  return marks.filter((mark) => Number.isFinite(mark.commitUs)).sort((a, b) => a.commitUs - b.commitUs);
+}
+
+/** Whether anything proves a claim of `scope` above `epoch`: a write at a higher epoch, or the job's claimed event. */
+function superseded(job: CollectedJob, marks: readonly ProgressMark[], scope: string | null, epoch: number): boolean {
+  if (marks.some((mark) => mark.scope === scope && mark.epoch > epoch)) return true;
+  if (scope === null) return job.events.some((event) => event.kind === 'claimed' && event.unit === null && event.epoch > epoch);
+  return job.events.some((event) => {
+    const unit = UNIT_EVENT_ID.exec(event.id);
+    return unit?.[1] !== undefined && `${unit[1]}~${unit[2] ?? ''}` === scope && Number(unit[3]) > epoch;
+  });
+}
+
+/** The first progress of `target`'s job that counts as its recovery from a fault at `atMs`, or null. */
+export function progressAfter(job: CollectedJob, target: FaultTarget, atMs: number): ProgressMark | null {
+  const marks = progressMarks(job);
+  const after = marks.filter((mark) => mark.commitUs > atMs * 1000);
+  if (target.epoch === null) return after[0] ?? null;
+  const { epoch, unit } = target;
+  const later = superseded(job, marks, unit, epoch);
+  return after.find((mark) => mark.terminal || (mark.scope === unit && (later ? mark.epoch > epoch : mark.epoch >= epoch))) ?? null;
+}
+
+export interface Recovered {
+  readonly fault: FaultRecord;
+  readonly jobId: string;
+  readonly ms: number;
+  readonly what: string;
+}
+
+export interface KindRecovery {
+  readonly kind: string;
+  /** One per fault that hit something and whose every target progressed again. */
+  readonly recovered: readonly Recovered[];
+  /** Faults with a target that never progressed after them. */
+  readonly notRecovered: readonly { readonly fault: FaultRecord; readonly jobId: string }[];
+}
+
+/**
+ * The nearest-rank percentile: the smallest value with at least p % of the values at or below it.
+ * Over 1 to 99 values the p99 is the worst.
+ */
+export function percentile(sortedValues: readonly number[], p: number): number {
+  if (sortedValues.length === 0) return Number.NaN;
+  const rank = Math.max(1, Math.ceil((p / 100) * sortedValues.length));
+  return sortedValues[Math.min(rank, sortedValues.length) - 1] ?? Number.NaN;
+}
+
+/** Recovery per fault kind, in the order the kinds are given (kinds with no fault counted are left out). */
+export function recoveryByKind(faults: readonly FaultRecord[], jobs: readonly CollectedJob[], kinds: readonly string[]): KindRecovery[] {
+  const byId = new Map(jobs.map((job) => [job.id, job]));
+  const out: KindRecovery[] = [];
+  for (const kind of kinds) {
+    const recovered: Recovered[] = [];
+    const notRecovered: { fault: FaultRecord; jobId: string }[] = [];
+    for (const fault of faults.filter((item) => item.kind === kind && item.targets.length > 0)) {
+      let slowest: Recovered | null = null;
+      let missing: string | null = null;
+      for (const target of fault.targets) {
+        const job = byId.get(target.jobId);
+        const mark = job ? progressAfter(job, target, fault.atMs) : null;
+        if (mark === null) {
+          missing ??= target.jobId;
+          continue;
+        }
+        const ms = mark.commitUs / 1000 - fault.atMs;
+        if (slowest === null || ms > slowest.ms) slowest = { fault, jobId: target.jobId, ms, what: mark.what };
+      }
+      if (missing !== null) notRecovered.push({ fault, jobId: missing });
+      else if (slowest !== null) recovered.push(slowest);
+    }
+    if (recovered.length > 0 || notRecovered.length > 0) out.push({ kind, recovered: recovered.sort((a, b) => a.ms - b.ms), notRecovered });
+  }
+  return out;
+}
+
+export interface KindFigures {
+  readonly kind: string;
+  readonly n: number;
+  readonly p50Ms: number;
+  readonly p95Ms: number;
+  readonly p99Ms: number;
+  readonly worstMs: number;
+  /** The job and the fault (its index in the run) of the worst. */
+  readonly worst: { readonly jobId: string; readonly fault: number; readonly what: string } | null;
+  readonly notRecovered: number;
+}
+
+export function figures(recovery: KindRecovery): KindFigures {
+  const values = recovery.recovered.map((item) => item.ms);
+  const worst = recovery.recovered.at(-1) ?? null;
+  return {
+    kind: recovery.kind,
+    n: values.length,
+    p50Ms: percentile(values, 50),
+    p95Ms: percentile(values, 95),
+    p99Ms: percentile(values, 99),
+    worstMs: worst?.ms ?? Number.NaN,
+    worst: worst && { jobId: worst.jobId, fault: worst.fault.index, what: worst.what },
+    notRecovered: recovery.notRecovered.length,
+  };
+}
+
+const seconds = (ms: number): string => (Number.isFinite(ms) ? (ms / 1000).toFixed(1) : '—');
+const pad = (text: string, width: number): string => (text.length >= width ? text : text + ' '.repeat(width - text.length));
+const padLeft = (text: string, width: number): string => (text.length >= width ? text : ' '.repeat(width - text.length) + text);
+
+/** The report's table: one row per kind, seconds. */
+export function formatRecovery(rows: readonly KindFigures[]): string[] {
+  const lines = [`${pad('Recovery: fault to next durable progress (s)', 46)}${['n', 'p50', 'p95', 'p99', 'worst', 'none'].map((head) => padLeft(head, 7)).join('')}  worst: job (fault #)`];
+  if (rows.length === 0) lines.push('  (no fault hit a job)');
+  for (const row of rows) {
+    const cells = [String(row.n), seconds(row.p50Ms), seconds(row.p95Ms), seconds(row.p99Ms), seconds(row.worstMs), String(row.notRecovered)];
+    lines.push(`  ${pad(row.kind, 44)}${cells.map((cell) => padLeft(cell, 7)).join('')}  ${row.worst ? `${row.worst.jobId} (#${row.worst.fault})` : ''}`);
+  }
+  return lines;
+}

@@ -1,0 +1,149 @@
+/**
+ * The soak's recovery figures over hand-made timelines: which commit counts as the hit job's next
+ * durable progress after a fault, and the percentiles over them.
+ */
+import type { CollectedJob, EventDoc, SectionDoc, TranscriptDoc } from '../../scripts/chaos/model';
+import { figures, formatRecovery, percentile, progressAfter, recoveryByKind, type FaultRecord, type FaultTarget } from '../../scripts/chaos/recovery';
+
+/** Times in these timelines are milliseconds; documents carry microseconds, as Firestore's commit times. */
+const us = (ms: number): number => ms * 1000;
+
+const event = (id: string, kind: string, epoch: number, atMs: number): EventDoc => ({ id, kind, epoch, unit: null, commitUs: us(atMs), status: null });
+const transcript = (id: string, epoch: number, atMs: number, unit: string | null = null, phase = 'outline'): TranscriptDoc => ({
+  id,
+  phase,
+  unit,
+  sectionId: id,
+  epoch,
+  commitUs: us(atMs),
+  generation: 0,
+  wastedModelCalls: 0,
+  modelCalls: 1,
+  toolResultIds: [],
+});
+const section = (id: string, epoch: number, atMs: number, unit: string, phase: string): SectionDoc => ({ id, phase, unit, sectionId: id, epoch, commitUs: us(atMs) });
+/** A unit event written under the unit's own claim, in the engine's ID format (its unit epoch in the ID). */
+const unitEvent = (kind: string, phase: string, unit: string, unitEpoch: number, atMs: number, jobEpoch = 2): EventDoc => ({
+  id: `u-${String(atMs).padStart(14, '0')}-${phase}~${unit}-${String(unitEpoch).padStart(4, '0')}-0123456789ab-0`,
+  kind,
+  epoch: jobEpoch,
+  unit,
+  commitUs: us(atMs),
+  status: null,
+});
+
+function job(id: string, parts: Partial<Pick<CollectedJob, 'events' | 'sections' | 'transcripts'>>): CollectedJob {
+  return {
+    id,
+    job: {
+      status: 'running',
+      outcome: null,
+      pipeline: 'research',
+      idempotencyKey: null,
+      owner: 'user-1',
+      epoch: 1,
+      staleReclaims: 0,
+      attempts: 0,
+      waiting: null,
+      lastError: null,
+      quarantine: null,
+      cancellation: null,
+      cost: {},
+      decisions: {},
+    },
+    events: parts.events ?? [],
+    sections: parts.sections ?? [],
+    checkpoints: [],
+    transcripts: parts.transcripts ?? [],
+    effects: [],
+    results: [],
+    record: null,
+    recordProblem: null,
+    units: [],
+    unitProblems: [],
+    unitCosts: [],
+    stamped: [],
+  };
+}
+
+const claim = (jobId: string, epoch: number, unit: string | null = null): FaultTarget => ({ jobId, unit, epoch });
+
+describe('chaos recovery: the next durable progress after a fault', () => {
+  // Epoch 1 saves at 1 000 and 2 000; a worker killed at 2 500; the sweeper reclaims at 10 000 and epoch 2
+  // claims at 10 200, saves at 11 000; epoch 1's woken zombie never lands anything.
+  const killed = job('job-k', {
+    events: [event('e1', 'claimed', 1, 500), event('e2', 'reclaimed', 1, 10_000), event('e3', 'claimed', 2, 10_200), event('e4', 'completed', 2, 12_000)],
+    transcripts: [transcript('t1', 1, 1_000), transcript('t2', 1, 2_000), transcript('t3', 2, 11_000)],
+  });
+
+  test('a hit claim recovers at the first work of a later claim: not its claim, not the reclaim, not its own earlier saves', () => {
+    expect(progressAfter(killed, claim('job-k', 1), 2_500)?.what).toBe('transcripts/t3');
+    // The same timeline, hit before its own last save: that save is the hit claim's, not a recovery.
+    expect(progressAfter(killed, claim('job-k', 1), 1_500)?.what).toBe('transcripts/t3');
+  });
+
+  test('a hit claim that no later claim replaced (its owner renewed the expired lease first) recovers at its own next work', () => {
+    const renewed = job('job-r', { events: [event('e1', 'claimed', 3, 0)], transcripts: [transcript('t1', 3, 1_000), transcript('t2', 3, 4_000)] });
+    expect(progressAfter(renewed, claim('job-r', 3), 2_000)?.what).toBe('transcripts/t2');
+  });
+
+  test("the job's end counts, whoever wrote it, and a job hit as a job (not a claim) recovers at its next work by any claim", () => {
+    const cancelled = job('job-c', { events: [event('e1', 'claimed', 1, 0), event('e2', 'cancelled', 1, 7_000)], transcripts: [transcript('t1', 1, 1_000)] });
+    expect(progressAfter(cancelled, claim('job-c', 1), 2_000)?.what).toBe('events/e2 (cancelled)');
+    expect(progressAfter(killed, { jobId: 'job-k', unit: null, epoch: null }, 1_500)?.what).toBe('transcripts/t2');
+  });
+
+  test("a unit's claim recovers at its own scope's later claim: other units' work and the job's events do not count", () => {
+    const fanned = job('job-u', {
+      events: [
+        event('e1', 'claimed', 2, 0),
+        event('e2', 'fanned-out', 2, 100),
+        unitEvent('claimed', 'experts', 'a', 1, 200),
+        unitEvent('claimed', 'experts', 'b', 1, 200),
+        unitEvent('reclaimed', 'experts', 'a', 1, 9_000),
+        unitEvent('claimed', 'experts', 'a', 2, 9_500),
+      ],
+      transcripts: [transcript('ta1', 1, 1_000, 'a', 'experts'), transcript('tb1', 1, 3_000, 'b', 'experts'), transcript('ta2', 2, 10_000, 'a', 'experts')],
+      sections: [section('sb', 1, 4_000, 'b', 'experts'), section('sa', 2, 11_000, 'a', 'experts')],
+    });
+    expect(progressAfter(fanned, claim('job-u', 1, 'experts~a'), 2_000)?.what).toBe('transcripts/ta2');
+    // Hit as a job, the other unit's save is the first progress.
+    expect(progressAfter(fanned, { jobId: 'job-u', unit: null, epoch: null }, 2_000)?.what).toBe('transcripts/tb1');
+  });
+
+  test('no progress after the fault: not recovered, and named apart', () => {
+    const stuck = job('job-s', { events: [event('e1', 'claimed', 1, 0)], transcripts: [transcript('t1', 1, 1_000)] });
+    const faults: FaultRecord[] = [{ index: 4, kind: 'worker-freeze', atMs: 2_000, targets: [claim('job-s', 1)] }];
+    const [row] = recoveryByKind(faults, [stuck], ['worker-freeze']);
+    expect(row?.recovered).toEqual([]);
+    expect(row?.notRecovered.map((item) => [item.fault.index, item.jobId])).toEqual([[4, 'job-s']]);
+  });
+
+  test('a fault that hit several jobs counts its slowest; one that hit nothing is not counted', () => {
+    const quick = job('job-q', { transcripts: [transcript('t1', 1, 3_000)] });
+    const faults: FaultRecord[] = [
+      { index: 1, kind: 'checkpoint-write-failure', atMs: 1_000, targets: [{ jobId: 'job-k', unit: null, epoch: null }, { jobId: 'job-q', unit: null, epoch: null }] },
+      { index: 2, kind: 'checkpoint-write-failure', atMs: 1_000, targets: [] },
+      { index: 3, kind: 'worker-kill', atMs: 2_500, targets: [claim('job-k', 1)] },
+    ];
+    const rows = recoveryByKind(faults, [killed, quick], ['worker-kill', 'lease-expiry', 'checkpoint-write-failure']).map(figures);
+    expect(rows.map((row) => [row.kind, row.n, row.worstMs, row.worst?.jobId, row.worst?.fault])).toEqual([
+      ['worker-kill', 1, 8_500, 'job-k', 3],
+      // job-k's next save after 1 000 is t2 at 2 000 (1 s); job-q's at 3 000 (2 s): the slowest.
+      ['checkpoint-write-failure', 1, 2_000, 'job-q', 1],
+    ]);
+    const table = formatRecovery(rows);
+    expect(table[1]).toMatch(/^ {2}worker-kill +1 +8\.5 +8\.5 +8\.5 +8\.5 +0 {2}job-k \(#3\)$/);
+  });
+});
+
+describe('chaos recovery: percentiles', () => {
+  test('nearest rank: p50 of 1..10 is 5, p95 and p99 the worst; one value is every percentile', () => {
+    const values = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+    expect([percentile(values, 50), percentile(values, 95), percentile(values, 99)]).toEqual([5, 10, 10]);
+    const hundred = Array.from({ length: 200 }, (_, index) => index + 1);
+    expect([percentile(hundred, 50), percentile(hundred, 95), percentile(hundred, 99)]).toEqual([100, 190, 198]);
+    expect([percentile([7], 50), percentile([7], 99)]).toEqual([7, 7]);
+    expect(percentile([], 50)).toBeNaN();
+  });
+});
