@@ -17,20 +17,8 @@ import { randomUUID } from 'node:crypto';
 import { deleteApp, initializeApp } from 'firebase/app';
 import { connectAuthEmulator, getAuth, signInAnonymously } from 'firebase/auth';
 import { collection, connectFirestoreEmulator, doc, getDoc, getFirestore, onSnapshot, orderBy, query, terminate } from 'firebase/firestore';
-import {
-  formatCost,
-  outboxPath,
-  readEvent,
-  readJob,
-  readResult,
-  readUnit,
-  summarizeProgress,
-  TERMINAL_STATUSES,
-  textBar,
-  type EventView,
-  type JobView,
-  type UnitView,
-} from '../web/src/job-model';
+import { formatCost, outboxPath, readEvent, readJob, readResult, readUnit, TERMINAL_STATUSES, type EventView, type JobView, type UnitView } from '../client';
+import { summarizeProgress, textBar } from '../web/src/research-view';
 import { DEMO_USAGE, DemoUsageError, parseDemoArguments } from './lib/demo-args';
 import { startLocalStack, stopOnSignals, type WebConfig } from './lib/local-stack';
 import { startResearchWeb, type ResearchWeb } from './lib/research-web';

@@ -16,7 +16,8 @@ import type { Io } from './io';
 import { userFirestore, type UserFirestore } from './firestore-rest';
 import { describeTarget, type Target } from './target';
 import { eventViewFromData, jobViewFromData, resultPathOf, type EventView, type JobView } from './views';
-import { liveReport, readSection, REPORT_PHASE, type LiveReport } from '../../web/src/job-model';
+import { readSection } from '../../client';
+import { liveReport, REPORT_PHASE, type LiveReport } from '../../web/src/research-view';
 
 export interface UserContext {
   readonly target: Target;

@@ -13,7 +13,7 @@ import { decodeJob, encodeJob } from '../../functions/src/store/codec';
 import { jobDocFrom } from '../../scripts/chaos/collect';
 import { finalLines, stateDetail } from '../../scripts/cli/format';
 import { jobViewFromData, jobViewFromRecord } from '../../scripts/cli/views';
-import { readJob } from '../../web/src/job-model';
+import { readJob } from '../../client';
 
 const NOW = 1_700_000_000_000;
 

@@ -1,5 +1,6 @@
-/** The chat page's live report (web/src/job-model.ts): finished report sections in order, drafts of sections in flight. */
-import { liveReport, readDraft, readSection, type DraftView, type SectionView } from '../../web/src/job-model';
+/** The chat page's live report (web/src/research-view.ts): finished report sections in order, drafts of sections in flight. */
+import { readDraft, readSection, type DraftView, type SectionView } from '../../client';
+import { liveReport } from '../../web/src/research-view';
 
 const finalSection = (id: string, seq: number, text: string, missing = false): SectionView =>
   readSection({ phase: 'final-document', unit: null, id, seq, data: { headingId: id, heading: `Heading ${id}`, text, sources: [], missing, note: null } });

@@ -1,11 +1,12 @@
 /**
  * What both pages (the chat page and the operator console) start with: the emulators' addresses
- * from /config.json, the Auth and Firestore emulators connected, and the user signed in (the
+ * from /config.json, the client's Firebase connection to them, and the user signed in (the
  * remembered one, or a new anonymous account).
  */
 import { initializeApp } from 'firebase/app';
-import { connectAuthEmulator, getAuth, signInAnonymously, type User } from 'firebase/auth';
-import { connectFirestoreEmulator, getFirestore, type Firestore } from 'firebase/firestore';
+import type { User } from 'firebase/auth';
+import type { Firestore } from 'firebase/firestore';
+import { connectFirebase, signedInUser } from '../../client';
 import { loadConfig, type PageConfig } from './config';
 
 export interface Connected {
@@ -17,11 +18,6 @@ export interface Connected {
 export async function connectAndSignIn(): Promise<Connected> {
   const config = await loadConfig();
   const app = initializeApp({ apiKey: config.apiKey, projectId: config.projectId, authDomain: '127.0.0.1' });
-  const auth = getAuth(app);
-  connectAuthEmulator(auth, config.authEmulatorUrl, { disableWarnings: true });
-  const db = getFirestore(app);
-  connectFirestoreEmulator(db, config.firestoreHost, config.firestorePort);
-  await auth.authStateReady();
-  const user = auth.currentUser ?? (await signInAnonymously(auth)).user;
-  return { config, db, user };
+  const { auth, db } = connectFirebase(app, { authUrl: config.authEmulatorUrl, firestoreHost: config.firestoreHost, firestorePort: config.firestorePort });
+  return { config, db, user: await signedInUser(auth) };
 }

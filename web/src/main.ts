@@ -4,10 +4,11 @@
  * opens a job of the signed-in user that this tab did not send.
  */
 import './styles.css';
-import { createApi, type ResearchRequest } from './api';
+import { createPhaselineClient, newIdempotencyKey } from '../../client';
 import { connectAndSignIn } from './connect';
 import { byId } from './dom';
-import { newId, Session, type TurnRecord } from './session';
+import type { ResearchRequest } from './research-view';
+import { Session, type TurnRecord } from './session';
 import { Turn, type TurnDeps } from './turn';
 
 const JOB_LINK = /(?:^#|&)job=([A-Za-z0-9_-]{1,128})(?:&|$)/;
@@ -36,7 +37,7 @@ async function main(): Promise<void> {
   who.dataset.uid = user.uid;
 
   const session = Session.load(sessionStorage);
-  const deps: TurnDeps = { db, api: createApi(config, () => user.getIdToken()), session };
+  const deps: TurnDeps = { client: createPhaselineClient({ db, functionsBaseUrl: config.functionsBaseUrl, idToken: () => user.getIdToken() }), session };
   const turns: Turn[] = [];
   const show = (record: TurnRecord): Turn => {
     const turn = new Turn(deps, record);
@@ -80,7 +81,7 @@ async function main(): Promise<void> {
     status.textContent = '';
     question.value = '';
     // One key per message, stored with it: every retry of this send reuses it.
-    const turn = show(session.add({ key: newId(), request, jobId: null }));
+    const turn = show(session.add({ key: newIdempotencyKey(), request, jobId: null }));
     turn.element.scrollIntoView({ block: 'end', behavior: 'smooth' });
   });
   question.addEventListener('keydown', (event) => {

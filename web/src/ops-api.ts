@@ -3,7 +3,7 @@
  * operator's ID token. An action is not retried: the operator sees the answer (or the failure) and
  * decides; the job's live view shows whether it took effect.
  */
-import { ApiError } from './api';
+import { PhaselineApiError } from '../../client';
 import type { PageConfig } from './config';
 
 export type OpsActionRequest =
@@ -28,13 +28,13 @@ export function createOpsApi(config: PageConfig, idToken: () => Promise<string>)
         body: JSON.stringify(request),
       });
     } catch (error) {
-      throw new ApiError(0, 'network', `Could not reach opsAction: ${error instanceof Error ? error.message : String(error)}`);
+      throw new PhaselineApiError(0, 'network', `Could not reach opsAction: ${error instanceof Error ? error.message : String(error)}`);
     }
     const payload: unknown = await response.json().catch(() => null);
     const fields = typeof payload === 'object' && payload !== null ? (payload as Readonly<Record<string, unknown>>) : {};
     if (!response.ok) {
       const message = typeof fields.message === 'string' ? fields.message : `opsAction answered ${response.status}`;
-      throw new ApiError(response.status, typeof fields.error === 'string' ? fields.error : 'http_error', message);
+      throw new PhaselineApiError(response.status, typeof fields.error === 'string' ? fields.error : 'http_error', message);
     }
     return { status: typeof fields.status === 'string' ? fields.status : '?', fields };
   };

@@ -22,9 +22,8 @@ import {
   type QueryConstraint,
   type Unsubscribe,
 } from 'firebase/firestore';
-import { ApiError } from './api';
 import { el, timeOfDay } from './dom';
-import { formatCost, readEffect, readEvent, readUnit, type EffectView, type EventView, type UnitView } from './job-model';
+import { formatCost, PhaselineApiError, readEffect, readEvent, readUnit, type EffectView, type EventView, type UnitView } from '../../client';
 import type { OpsActionRequest, OpsApi } from './ops-api';
 import {
   actionsFor,
@@ -61,7 +60,7 @@ const LIST_TITLES: Readonly<Record<ListName, string>> = {
 };
 
 function problem(error: unknown): string {
-  if (error instanceof ApiError) return `${error.message} (${error.status})`;
+  if (error instanceof PhaselineApiError) return `${error.message} (${error.status})`;
   return error instanceof Error ? error.message : String(error);
 }
 

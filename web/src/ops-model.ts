@@ -16,7 +16,8 @@
  *     counted over the last ENDED_WINDOW_HOURS only (by `finishedAt`), so what a refresh costs grows
  *     with recent traffic, never with the whole history.
  */
-import { millisOf, readJob, RESEARCH_PHASES, type JobStatus, type JobView } from './job-model';
+import { millisOf, readJob, type JobStatus, type JobView } from '../../client';
+import { RESEARCH_PHASES } from './research-view';
 
 export const LIST_LIMIT = 50;
 export const DEFAULT_LONG_RUNNING_MINUTES = 30;

@@ -3,7 +3,8 @@
  * with each one's Idempotency-Key, so a reload reconnects to running jobs and re-sends, with the
  * same key, a question whose submission was never acknowledged.
  */
-import type { ResearchRequest } from './api';
+import { newIdempotencyKey } from '../../client';
+import type { ResearchRequest } from './research-view';
 
 export interface TurnRecord {
   /** The Idempotency-Key of the submission; null for a job opened by link (#job=ID). */
@@ -18,15 +19,6 @@ interface Stored {
 }
 
 const STORAGE_KEY = 'phaseline.session.v1';
-
-export function newId(): string {
-  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID();
-  const bytes = crypto.getRandomValues(new Uint8Array(16));
-  bytes[6] = ((bytes[6] ?? 0) & 0x0f) | 0x40;
-  bytes[8] = ((bytes[8] ?? 0) & 0x3f) | 0x80;
-  const hex = [...bytes].map((byte) => byte.toString(16).padStart(2, '0')).join('');
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
-}
 
 function isTurn(value: unknown): value is TurnRecord {
   if (typeof value !== 'object' || value === null) return false;
@@ -53,7 +45,8 @@ export class Session {
     } catch {
       // A damaged entry starts a new session.
     }
-    const session = new Session(storage, newId(), []);
+    // A random UUID, the same kind as a message's key, names the conversation.
+    const session = new Session(storage, newIdempotencyKey(), []);
     session.save();
     return session;
   }

@@ -3,43 +3,32 @@
  * job's live state read from Firestore (the job document, its units, its timeline, effects whose
  * outcome is unknown) until the finished report arrives from the outbox and becomes the reply.
  */
-import { collection, doc, limitToLast, onSnapshot, orderBy, query, where, type Firestore, type FirestoreError, type Unsubscribe } from 'firebase/firestore';
-import { ApiError, type Api } from './api';
-import { el, timeOfDay } from './dom';
 import {
   ACTIVE_STATUSES,
   describeStatus,
   formatCost,
-  liveReport,
-  outboxPath,
-  readDraft,
-  readEffect,
-  readEvent,
-  readJob,
-  readResult,
-  readSection,
-  readUnit,
-  summarizeProgress,
-  type DraftView,
+  PhaselineApiError,
   type EffectView,
   type EventView,
+  type JobSnapshot,
   type JobView,
   type JobWaitView,
+  type PhaselineClient,
   type ResultView,
-  type SectionView,
   type SourceView,
   type UnitView,
-} from './job-model';
+  type WatchedPart,
+} from '../../client';
+import { el, timeOfDay } from './dom';
 import { renderMarkdown } from './markdown';
+import { liveReport, summarizeProgress } from './research-view';
 import type { Session, TurnRecord } from './session';
 
 export interface TurnDeps {
-  readonly db: Firestore;
-  readonly api: Api;
+  readonly client: PhaselineClient;
   readonly session: Session;
 }
 
-const TIMELINE_LIMIT = 200;
 const CANCEL_REASON = 'cancelled from the chat page';
 
 /** A live section's cited sources: `[k] title`, linked only to http(s) addresses. */
@@ -56,9 +45,19 @@ function sourceList(sources: readonly SourceView[]): HTMLElement {
 }
 
 function problem(error: unknown): string {
-  if (error instanceof ApiError) return error.message;
   return error instanceof Error ? error.message : String(error);
 }
+
+/** What the read-error line names for each part of the job the page watches. */
+const PART_NAMES: Readonly<Record<WatchedPart, string>> = {
+  job: 'the job',
+  events: 'the timeline',
+  units: 'the fan-out units',
+  sections: 'the sections',
+  drafts: 'the drafts',
+  effects: 'the effect ledger',
+  result: 'the report',
+};
 
 export class Turn {
   readonly element: HTMLElement;
@@ -89,16 +88,9 @@ export class Turn {
   private readonly cancelButton = el('button', { className: 'secondary', text: 'Cancel job', testId: 'cancel', attrs: { type: 'button' } });
   private readonly actionMessage = el('p', { className: 'action-message', testId: 'action-message', attrs: { role: 'status' } });
 
-  private job: JobView | null = null;
-  private units: UnitView[] = [];
-  private events: EventView[] = [];
-  private unknownEffects: EffectView[] = [];
-  private sections: SectionView[] = [];
-  private drafts: DraftView[] = [];
-  private result: ResultView | null = null;
-  private watchedOutbox: string | null = null;
+  private snapshot: JobSnapshot | null = null;
   private renderedWait = '';
-  private readonly subscriptions: Unsubscribe[] = [];
+  private stopWatching: (() => void) | null = null;
 
   constructor(
     private readonly deps: TurnDeps,
@@ -146,7 +138,28 @@ export class Turn {
   }
 
   dispose(): void {
-    for (const unsubscribe of this.subscriptions.splice(0)) unsubscribe();
+    this.stopWatching?.();
+    this.stopWatching = null;
+  }
+
+  private get job(): JobView | null {
+    return this.snapshot?.job ?? null;
+  }
+
+  private get units(): readonly UnitView[] {
+    return this.snapshot?.units ?? [];
+  }
+
+  private get events(): readonly EventView[] {
+    return this.snapshot?.events ?? [];
+  }
+
+  private get unknownEffects(): readonly EffectView[] {
+    return this.snapshot?.unknownEffects ?? [];
+  }
+
+  private get result(): ResultView | null {
+    return this.snapshot?.result ?? null;
   }
 
   private async send(): Promise<void> {
@@ -154,16 +167,16 @@ export class Turn {
     if (!request || !key) return;
     this.sendState.replaceChildren(el('p', { className: 'muted', text: 'Sending…' }));
     try {
-      const answer = await this.deps.api.submit(request, key, this.deps.session.conversationId);
-      this.deps.session.setJobId(this.record, answer.taskId);
+      const answer = await this.deps.client.submit({ pipeline: 'research', input: request, idempotencyKey: key, conversationId: this.deps.session.conversationId });
+      this.deps.session.setJobId(this.record, answer.jobId);
       this.sendState.replaceChildren();
-      this.watch(answer.taskId);
+      this.watch(answer.jobId);
     } catch (error) {
-      if (error instanceof ApiError && error.limitReached) {
+      if (error instanceof PhaselineApiError && error.limitReached) {
         this.showLimitReached(error);
         return;
       }
-      const retry = !(error instanceof ApiError) || error.status === 0 || error.status === 429 || error.status >= 500;
+      const retry = !(error instanceof PhaselineApiError) || error.retryable;
       const message = el('p', { className: 'error', text: `${retry ? 'Not sent' : 'Not accepted'}: ${problem(error)}` });
       // The same Idempotency-Key again: if an earlier try did reach the server, this finds that job.
       const again = el('button', { text: 'Try again', testId: 'retry-send', attrs: { type: 'button' } });
@@ -176,7 +189,7 @@ export class Turn {
    * One of the user's limits refused the question: its sentence, when it may be asked again, and
    * a button that waits until then (a try before it is refused again, never counted).
    */
-  private showLimitReached(error: ApiError): void {
+  private showLimitReached(error: PhaselineApiError): void {
     const retryAtMs = Date.now() + (error.retryAfterSeconds ?? 0) * 1000;
     const when = el('p', { className: 'muted', testId: 'limit-retry-at', text: error.retryAfterSeconds === null ? '' : `You can try again at ${timeOfDay(retryAtMs)}.` });
     const again = el('button', { text: 'Try again', testId: 'retry-send', attrs: { type: 'button' } });
@@ -205,81 +218,16 @@ export class Turn {
     this.element.dataset.jobId = jobId;
     this.jobLabel.textContent = `task ${jobId}`;
     this.card.hidden = false;
-    const { db } = this.deps;
-    const failed = (what: string) => (error: FirestoreError) => {
-      this.showReadError(`Cannot read ${what}: ${error.code === 'permission-denied' ? 'it does not exist or is not yours' : error.message}`);
-    };
-    this.subscriptions.push(
-      onSnapshot(
-        doc(db, 'jobs', jobId),
-        (snapshot) => {
-          if (!snapshot.exists()) {
-            this.showReadError('This job does not exist.');
-            return;
-          }
-          this.job = readJob(jobId, snapshot.data());
-          this.watchOutbox(this.job);
-          this.render();
-        },
-        failed('the job'),
-      ),
-      onSnapshot(
-        query(collection(db, 'jobs', jobId, 'events'), orderBy('atMs'), limitToLast(TIMELINE_LIMIT)),
-        (snapshot) => {
-          this.events = snapshot.docs.map((event) => readEvent(event.id, event.data()));
-          this.render();
-        },
-        failed('the timeline'),
-      ),
-      onSnapshot(
-        collection(db, 'jobs', jobId, 'units'),
-        (snapshot) => {
-          this.units = snapshot.docs.map((unit) => readUnit(unit.id, unit.data()));
-          this.render();
-        },
-        failed('the fan-out units'),
-      ),
-      onSnapshot(
-        collection(db, 'jobs', jobId, 'sections'),
-        (snapshot) => {
-          this.sections = snapshot.docs.map((section) => readSection(section.data()));
-          this.render();
-        },
-        failed('the sections'),
-      ),
-      onSnapshot(
-        collection(db, 'jobs', jobId, 'drafts'),
-        (snapshot) => {
-          this.drafts = snapshot.docs.map((draft) => readDraft(draft.data()));
-          this.render();
-        },
-        failed('the drafts'),
-      ),
-      onSnapshot(
-        query(collection(db, 'jobs', jobId, 'effects'), where('state', '==', 'unknown')),
-        (snapshot) => {
-          this.unknownEffects = snapshot.docs.map((effect) => readEffect(effect.id, effect.data()));
-          this.render();
-        },
-        failed('the effect ledger'),
-      ),
-    );
-  }
-
-  /** The answer is published to the outbox in the same transaction that completes the job. */
-  private watchOutbox(job: JobView): void {
-    const path = outboxPath(job);
-    if (this.watchedOutbox === path) return;
-    this.watchedOutbox = path;
-    this.subscriptions.push(
-      onSnapshot(
-        doc(this.deps.db, path),
-        (snapshot) => {
-          this.result = snapshot.exists() ? readResult(snapshot.data()) : null;
-          this.render();
-        },
-        (error) => this.showReadError(`Cannot read the report: ${error.message}`),
-      ),
+    this.stopWatching = this.deps.client.watch(
+      jobId,
+      (snapshot) => {
+        this.snapshot = snapshot;
+        this.render();
+      },
+      {
+        onError: (error) =>
+          this.showReadError(`Cannot read ${PART_NAMES[error.part]}: ${error.part === 'job' && error.code === 'permission-denied' ? 'it does not exist or is not yours' : error.message}`),
+      },
     );
   }
 
@@ -294,7 +242,7 @@ export class Turn {
     this.cancelButton.disabled = true;
     this.actionMessage.textContent = 'Cancelling…';
     try {
-      await this.deps.api.cancel(job.id, CANCEL_REASON);
+      await this.deps.client.cancel(job.id, CANCEL_REASON);
       this.actionMessage.textContent = 'Cancel request accepted.';
     } catch (error) {
       this.actionMessage.textContent = `Cancel failed: ${problem(error)}`;
@@ -308,7 +256,7 @@ export class Turn {
     for (const button of buttons) button.disabled = true;
     this.actionMessage.textContent = `Sending your answer: ${answer}…`;
     try {
-      await this.deps.api.decide(job.id, questionId, answer);
+      await this.deps.client.answer(job.id, questionId, answer);
       const stopping = job.waiting?.reason === 'budget' && answer === 'cancel';
       this.actionMessage.textContent = stopping ? 'Cancel request accepted.' : `Answered: ${answer}. The job continues.`;
     } catch (error) {
@@ -390,7 +338,7 @@ export class Turn {
   /** Finished report sections as they are recorded, and the text of sections in flight; gone once the report is published. */
   private renderLive(job: JobView): void {
     const published = job.status === 'completed' && this.result !== null;
-    const report = published ? { finished: [], writing: [] } : liveReport(job, this.sections, this.drafts, this.units);
+    const report = published || !this.snapshot ? { finished: [], writing: [] } : liveReport(job, this.snapshot.sections, this.snapshot.drafts, this.snapshot.units);
     this.live.hidden = report.finished.length === 0 && report.writing.length === 0;
     if (this.live.hidden) {
       this.live.replaceChildren();

@@ -1,37 +1,47 @@
 /**
- * The job document as a reader sees it: the fields the engine writes (see functions/src/store/
- * codec.ts), read defensively from whatever a Firestore client hands over, plus the summaries the
- * chat page and `npm run demo` both show. No DOM and no Firebase imports: the page and the
- * terminal share it.
+ * A job as a reader sees it: the fields the engine writes (functions/src/store/codec.ts), decoded
+ * defensively from whatever a Firestore client hands over (the web SDK, the admin SDK, plain
+ * objects), and a few summaries every frontend shows. No DOM and no Firebase imports: the chat page,
+ * `npm run demo` and the CLI share it, and a decoder never throws on a document it does not expect.
  */
-import { cancellationReport, type StoppedEffectsView } from '../../functions/src/effects/stop-report';
+import { cancellationReport, type StoppedEffectsView } from '../functions/src/effects/stop-report';
 
+export type { StoppedEffectsView } from '../functions/src/effects/stop-report';
+
+/** Every status a job document can hold (see the lifecycle in docs/frontend.md). */
 export const JOB_STATUSES = ['queued', 'running', 'waiting', 'completed', 'failed', 'cancelled', 'quarantined'] as const;
+
+/** A job's lifecycle state. */
 export type JobStatus = (typeof JOB_STATUSES)[number];
 
 /** Statuses a job can still leave by itself or through its owner. */
 export const ACTIVE_STATUSES: ReadonlySet<string> = new Set(['queued', 'running', 'waiting']);
+
+/** Statuses a job never leaves by itself (an operator may release a quarantined job). */
 export const TERMINAL_STATUSES: ReadonlySet<string> = new Set(['completed', 'failed', 'cancelled', 'quarantined']);
 
-/** The research pipeline's phases in order (functions/src/pipelines/research/pipeline.ts). */
-export const RESEARCH_PHASES = ['outline', 'perspectives', 'expert-content', 'final-document'] as const;
+/** Why a job waits: for its owner's decision, for a model provider to recover, or at the owner's daily spend limit. */
+export type WaitReason = 'decision' | 'provider' | 'budget';
 
+/** The job's `waiting` field: what it waits for and, for a person, the question and its options. */
 export interface JobWaitView {
-  readonly reason: 'decision' | 'provider' | 'budget';
+  readonly reason: WaitReason;
   readonly questionId: string;
   readonly question: string;
   readonly options: readonly string[];
+  /** When the job resumes by itself (a provider wait, the spend limit's reset); null when only an answer resumes it. */
   readonly untilMs: number | null;
 }
 
+/** The job document (`jobs/{jobId}`), decoded. */
 export interface JobView {
   readonly id: string;
-  /** `unknown` if the document holds a status this page does not know. */
+  /** `unknown` if the document holds a status this client does not know. */
   readonly status: JobStatus | 'unknown';
   readonly outcome: 'complete' | 'partial' | null;
   readonly pipeline: string;
   readonly phase: string | null;
-  /** The research question, when the input has one. */
+  /** The input's `question`, when the input has one (the research pipeline's does). */
   readonly question: string | null;
   readonly conversationId: string | null;
   readonly attempts: number;
@@ -48,11 +58,13 @@ export interface JobView {
   readonly quarantine: { readonly reason: string } | null;
   /** `report` is rendered here from the structured fields the engine stores (never stored as words). */
   readonly cancellation: { readonly reason: string; readonly report: string; readonly effects: StoppedEffectsView | null } | null;
+  /** The owner's answers so far, by question ID. */
   readonly decisions: Readonly<Record<string, string>>;
   readonly createdAtMs: number | null;
   readonly finishedAtMs: number | null;
 }
 
+/** A fan-out unit (`jobs/{jobId}/units/{unitId}`), for example one research expert. */
 export interface UnitView {
   readonly unit: string;
   readonly status: string;
@@ -61,26 +73,79 @@ export interface UnitView {
   readonly progress: Readonly<Record<string, number>>;
 }
 
+/** One entry of the job's timeline (`jobs/{jobId}/events/{seq}`). */
 export interface EventView {
   readonly id: string;
+  /** `submitted`, `claimed`, `checkpointed`, `retried`, `waiting`, `decided`, `completed`, ... */
   readonly kind: string;
   readonly message: string;
   readonly unit: string | null;
   readonly atMs: number;
 }
 
+/** An entry of the job's effect ledger (`jobs/{jobId}/effects/{key}`). */
 export interface EffectView {
   readonly id: string;
+  /** `planned | applying | applied | unknown | failed`. */
   readonly state: string;
   /** What the effect was meant to do, when the ledger entry says. */
   readonly intent: string | null;
 }
 
+/** A finished job's published answer (the outbox document, see {@link outboxPath}). */
 export interface ResultView {
   readonly title: string;
   readonly markdown: string;
   readonly outcome: 'complete' | 'partial' | null;
+  /** The parts a partial answer lacks, named for people. */
   readonly missing: readonly string[];
+}
+
+/** A recorded section (`jobs/{jobId}/sections/{key}`): the checkpoint grain, as much of it as a live view shows. */
+export interface SectionView {
+  readonly phase: string;
+  readonly unit: string | null;
+  readonly id: string;
+  /** The order sections were recorded in, within their phase. */
+  readonly seq: number;
+  /** The section's heading and text, when it has them (a research report section does). */
+  readonly heading: string | null;
+  readonly text: string | null;
+  readonly missing: boolean;
+  /** What the section's `[k]` markers cite: `sources[k-1]`. */
+  readonly sources: readonly SourceView[];
+}
+
+/** One cited source of a section. */
+export interface SourceView {
+  readonly number: number;
+  readonly title: string;
+  readonly url: string;
+}
+
+/** The text of a section in flight (`jobs/{jobId}/drafts/{key}`), as the model writes it; a retry overwrites it. */
+export interface DraftView {
+  readonly phase: string;
+  readonly unit: string | null;
+  readonly id: string;
+  readonly text: string;
+  /** The claim epoch of the worker writing it. */
+  readonly epoch: number;
+  readonly updatedAtMs: number;
+}
+
+/** A question the job waits on its owner to answer ({@link JobWaitView} for a person, never a provider wait). */
+export interface JobQuestion {
+  readonly jobId: string;
+  readonly questionId: string;
+  readonly question: string;
+  readonly options: readonly string[];
+  /** `decision`: the pipeline asks; `budget`: paused at the daily spend limit (options `resume`, `cancel`). */
+  readonly reason: Exclude<WaitReason, 'provider'>;
+  /** The job's step when asked: a job asking the same question again after a resume asks it at a later step. */
+  readonly step: number;
+  /** When the job resumes by itself without an answer, if it does. */
+  readonly untilMs: number | null;
 }
 
 type Fields = Readonly<Record<string, unknown>>;
@@ -126,6 +191,7 @@ function outcomeOf(value: unknown): 'complete' | 'partial' | null {
   return value === 'complete' || value === 'partial' ? value : null;
 }
 
+/** Decodes a job document's data; fields it cannot read get neutral values (`unknown`, 0, null). */
 export function readJob(id: string, data: unknown): JobView {
   const doc = fields(data);
   const fanout = fields(doc.fanout);
@@ -186,21 +252,32 @@ function readCancellation(doc: Fields): NonNullable<JobView['cancellation']> {
   return { reason, effects, report: cancellationReport({ reason, by: text(doc.by), phase: text(doc.phase), sectionsDone, effects }) };
 }
 
+/** The question a job waits on its owner to answer, or null (not waiting, or waiting for a provider). */
+export function questionOf(job: JobView): JobQuestion | null {
+  const { waiting } = job;
+  if (job.status !== 'waiting' || waiting === null || waiting.reason === 'provider') return null;
+  return { jobId: job.id, questionId: waiting.questionId, question: waiting.question, options: waiting.options, reason: waiting.reason, step: job.step, untilMs: waiting.untilMs };
+}
+
+/** Decodes a fan-out unit document; `id` names it when the document does not. */
 export function readUnit(id: string, data: unknown): UnitView {
   const doc = fields(data);
   return { unit: text(doc.unit) ?? id, status: text(doc.status) ?? 'unknown', epoch: count(doc.epoch), progress: counts(doc.progress) };
 }
 
+/** Decodes a timeline event document. */
 export function readEvent(id: string, data: unknown): EventView {
   const doc = fields(data);
   return { id, kind: text(doc.kind) ?? 'event', message: text(doc.message) ?? '', unit: text(doc.unit), atMs: count(doc.atMs) };
 }
 
+/** Decodes an effect ledger entry. */
 export function readEffect(id: string, data: unknown): EffectView {
   const doc = fields(data);
   return { id, state: text(doc.state) ?? 'unknown', intent: text(doc.intent) ?? text(doc.description) ?? text(doc.kind) };
 }
 
+/** Decodes a published answer; null when the document holds no markdown (not an answer). */
 export function readResult(data: unknown): ResultView | null {
   const doc = fields(data);
   const markdown = text(doc.markdown);
@@ -208,37 +285,7 @@ export function readResult(data: unknown): ResultView | null {
   return { title: text(doc.title) ?? '', markdown, outcome: outcomeOf(doc.outcome), missing: strings(doc.missing) };
 }
 
-/** A recorded section (`jobs/{id}/sections`), as much of it as the live report shows. */
-export interface SectionView {
-  readonly phase: string;
-  readonly unit: string | null;
-  readonly id: string;
-  readonly seq: number;
-  /** The report section's heading and text, when the section is one (research's final-document phase). */
-  readonly heading: string | null;
-  readonly text: string | null;
-  readonly missing: boolean;
-  /** What the section's `[k]` markers cite: `sources[k-1]`. */
-  readonly sources: readonly SourceView[];
-}
-
-/** One cited source of a report section. */
-export interface SourceView {
-  readonly number: number;
-  readonly title: string;
-  readonly url: string;
-}
-
-/** The text of a section in flight (`jobs/{id}/drafts`), as the model writes it. */
-export interface DraftView {
-  readonly phase: string;
-  readonly unit: string | null;
-  readonly id: string;
-  readonly text: string;
-  readonly epoch: number;
-  readonly updatedAtMs: number;
-}
-
+/** Decodes a recorded section document. */
 export function readSection(data: unknown): SectionView {
   const doc = fields(data);
   const body = fields(doc.data);
@@ -257,90 +304,38 @@ export function readSection(data: unknown): SectionView {
   };
 }
 
+/** Decodes a draft document. */
 export function readDraft(data: unknown): DraftView {
   const doc = fields(data);
   return { phase: text(doc.phase) ?? '', unit: text(doc.unit), id: text(doc.id) ?? '', text: text(doc.text) ?? '', epoch: count(doc.epoch), updatedAtMs: count(doc.updatedAtMs) };
 }
 
-/** The research pipeline's phase whose sections are the report, in order (functions/src/pipelines/research/pipeline.ts). */
-export const REPORT_PHASE = 'final-document';
-
-export interface LiveReport {
-  /** Finished report sections with text, in report order. */
-  readonly finished: readonly { readonly key: string; readonly heading: string; readonly text: string; readonly sources: readonly SourceView[] }[];
-  /** Sections of the current phase being written now: not finished, with text so far. */
-  readonly writing: readonly { readonly key: string; readonly label: string; readonly text: string }[];
-}
-
-const sectionKeyOf = (section: { readonly phase: string; readonly unit: string | null; readonly id: string }): string => `${section.phase}/${section.unit ?? ''}/${section.id}`;
+/** `phase/unit/id`: one key for a section and the draft that becomes it. */
+export const sectionKeyOf = (section: { readonly phase: string; readonly unit: string | null; readonly id: string }): string => `${section.phase}/${section.unit ?? ''}/${section.id}`;
 
 /**
- * What the page shows while a job runs: the report's finished sections as they are recorded, in
- * report order (the order they are recorded in), and the drafts (one document per section, a
- * retry overwriting it) of the current phase's sections that are not finished yet. A draft from an
- * older claim than the job's (or its unit's) latest is a worker that lost its claim: not shown.
+ * The drafts worth showing while a job runs: of the current phase, with text, not yet recorded as
+ * a section, and written under the latest claim of the job (or of its unit). A draft from an older
+ * claim is a worker that lost its claim: its text will be written again, so it is left out.
  */
-export function liveReport(
+export function draftsInFlight(
   job: Pick<JobView, 'status' | 'phase' | 'epoch'>,
-  sections: readonly SectionView[],
+  sections: readonly Pick<SectionView, 'phase' | 'unit' | 'id'>[],
   drafts: readonly DraftView[],
   units: readonly Pick<UnitView, 'unit' | 'epoch'>[] = [],
-): LiveReport {
-  const finished = sections
-    .filter((section) => section.phase === REPORT_PHASE && !section.missing && section.text !== null && section.text.trim() !== '')
-    .sort((a, b) => a.seq - b.seq)
-    .map((section) => ({ key: sectionKeyOf(section), heading: section.heading ?? section.id, text: section.text ?? '', sources: section.sources }));
-  if (job.status !== 'running') return { finished, writing: [] };
+): DraftView[] {
+  if (job.status !== 'running') return [];
   const done = new Set(sections.map(sectionKeyOf));
   const unitEpochs = new Map(units.map((unit) => [unit.unit, unit.epoch]));
   const holderEpoch = (draft: DraftView): number => (draft.unit === null ? job.epoch : (unitEpochs.get(draft.unit) ?? 0));
-  const writing = drafts
+  return drafts
     .filter((draft) => draft.phase === job.phase && draft.text.trim() !== '' && !done.has(sectionKeyOf(draft)) && draft.epoch >= holderEpoch(draft))
-    .map((draft) => ({ key: sectionKeyOf(draft), label: draft.unit ? `${draft.unit} · ${draft.id}` : draft.id, text: draft.text }))
-    .sort((a, b) => a.key.localeCompare(b.key, 'en', { numeric: true }));
-  return { finished, writing };
+    .sort((a, b) => sectionKeyOf(a).localeCompare(sectionKeyOf(b), 'en', { numeric: true }));
 }
 
-/** Where the engine publishes a finished job's answer (the outbox; see functions/src/store/paths.ts). */
+/** Where the engine publishes a finished job's answer (the outbox; functions/src/store/paths.ts). */
 export function outboxPath(job: Pick<JobView, 'id' | 'conversationId'>): string {
   return job.conversationId ? `conversations/${job.conversationId}/messages/${job.id}` : `jobs/${job.id}/results/final`;
-}
-
-export interface ProgressSummary {
-  /** 0 to 1, for a progress bar. An estimate: phases weigh the same. */
-  readonly fraction: number;
-  readonly phase: string | null;
-  /** Expert sections across every fan-out unit. */
-  readonly expertSections: { readonly done: number; readonly total: number; readonly skipped: number };
-  /** Sections of the final report. */
-  readonly reportSections: { readonly done: number; readonly total: number };
-  /** Fan-out units (experts) finished, while a fan-out runs. */
-  readonly units: { readonly done: number; readonly total: number } | null;
-}
-
-/**
- * Progress of a job from its document and its units. The fraction is exact at phase boundaries
- * and interpolated inside the fan-out (expert sections) and the final document (report sections).
- */
-export function summarizeProgress(job: JobView, units: readonly UnitView[], phases: readonly string[] = RESEARCH_PHASES): ProgressSummary {
-  const headings = job.progress.sectionsTotal ?? 0;
-  const expertDone = units.reduce((sum, unit) => sum + (unit.progress.sectionsDone ?? 0), 0);
-  const expertSkipped = units.reduce((sum, unit) => sum + (unit.progress.sectionsSkipped ?? 0), 0);
-  const expertTotal = headings * Math.max(units.length, job.fanout?.units ?? 0);
-  const reportDone = job.progress.documentSectionsDone ?? 0;
-  const summary = {
-    phase: job.phase,
-    expertSections: { done: expertDone, total: expertTotal, skipped: expertSkipped },
-    reportSections: { done: reportDone, total: headings },
-    units: job.fanout ? { done: job.fanout.done, total: job.fanout.units } : null,
-  };
-  if (job.status === 'completed') return { ...summary, fraction: 1 };
-  const index = job.phase === null ? -1 : phases.indexOf(job.phase);
-  if (index < 0) return { ...summary, fraction: 0 };
-  let within = 0;
-  if (job.phase === 'expert-content' && expertTotal > 0) within = expertDone / expertTotal;
-  else if (job.phase === 'final-document' && headings > 0) within = reportDone / headings;
-  return { ...summary, fraction: Math.min(1, (index + Math.min(1, within)) / phases.length) };
 }
 
 /** Dollars with enough digits to show a simulated cost of a fraction of a cent. */
@@ -385,10 +380,4 @@ export function describeStatus(job: JobView): string {
     case 'unknown':
       return 'Unknown status';
   }
-}
-
-/** A text progress bar for terminals, `width` cells wide. */
-export function textBar(fraction: number, width = 24): string {
-  const filled = Math.round(Math.max(0, Math.min(1, fraction)) * width);
-  return `${'█'.repeat(filled)}${'░'.repeat(width - filled)}`;
 }
