@@ -144,8 +144,14 @@ export function reclaimExpired<T extends Holder>(kind: HolderKind<T>, holder: T,
   return { next, events: [kind.event(holder, 'reclaimed', text)], dispatch: kind.dispatch(next) };
 }
 
+export interface GiveBackInput {
+  /** What the step saw (it made no progress): the timeline and a quarantine name it. */
+  readonly why: string;
+  readonly options: EngineOptions;
+}
+
 /** running → queued at the next step (or the holder's quarantine): the step showed no progress and gives its holder back, a lost worker. */
-export function giveBack<T extends Holder>(kind: HolderKind<T>, holder: T, input: { readonly why: string; readonly options: EngineOptions }, nowMs: number): HolderTransition<T> {
+export function giveBack<T extends Holder>(kind: HolderKind<T>, holder: T, input: GiveBackInput, nowMs: number): HolderTransition<T> {
   refuseUnless(holder, ['running'], `give a ${kind.noun} back`);
   const decision = decideExpiredLease(holder, input.options);
   if (decision.action === 'quarantine') return kind.quarantine(holder, `${decision.reason} (last: ${input.why})`, decision.staleReclaims, nowMs);
@@ -154,11 +160,27 @@ export function giveBack<T extends Holder>(kind: HolderKind<T>, holder: T, input
   return { next, events: [kind.event(holder, 'reclaimed', text)], dispatch: kind.dispatch(next) };
 }
 
+export interface RedispatchInput {
+  /** A step due before this and still queued lost its task. */
+  readonly lostBeforeMs: number;
+}
+
 /** queued → queued: no task claimed the step since it was due; a fresh dispatch of the same step. */
-export function redispatch<T extends Holder>(kind: HolderKind<T>, holder: T, input: { readonly lostBeforeMs: number }, nowMs: number): Transition<T> {
+export function redispatch<T extends Holder>(kind: HolderKind<T>, holder: T, input: RedispatchInput, nowMs: number): Transition<T> {
   refuseUnless(holder, ['queued'], `re-dispatch a ${kind.noun}`);
   if (holder.nextRunAtMs > input.lostBeforeMs) throw new TransitionRefused(`the ${kind.noun} is not overdue any more`);
   const next: T = { ...holder, dispatch: holder.dispatch + 1, nextRunAtMs: nowMs };
   const text = `dispatched again (dispatch ${next.dispatch}): no task claimed step ${holder.step} since ${iso(holder.nextRunAtMs)}`;
   return { next, events: [kind.event(holder, 'redispatched', text)], dispatch: kind.dispatch(next) };
+}
+
+/** The five moves bound to one kind of holder: transitions.ts names them as the job's and the unit's entries. */
+export function holderMoves<T extends Holder>(kind: HolderKind<T>) {
+  return {
+    claim: (holder: T, input: ClaimInput, nowMs: number): Transition<T> => claim(kind, holder, input, nowMs),
+    takeOver: (holder: T, input: ClaimInput, nowMs: number): HolderTransition<T> => takeOver(kind, holder, input, nowMs),
+    reclaimExpired: (holder: T, options: EngineOptions, nowMs: number): HolderTransition<T> => reclaimExpired(kind, holder, options, nowMs),
+    giveBack: (holder: T, input: GiveBackInput, nowMs: number): HolderTransition<T> => giveBack(kind, holder, input, nowMs),
+    redispatch: (holder: T, input: RedispatchInput, nowMs: number): Transition<T> => redispatch(kind, holder, input, nowMs),
+  };
 }

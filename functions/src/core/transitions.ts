@@ -15,25 +15,8 @@
  */
 import { addCounts } from './flusher';
 import { stepTaskId, unitTaskId, type Cancellation, type FanOutState, type JobError, type JobOutcome, type JobRecord, type JobStatus, type JobWait, type UnitRecord, type UnitStatus } from './job';
-import {
-  claim,
-  giveBack,
-  iso,
-  nextStep,
-  reclaimExpired,
-  redispatch,
-  refuseUnless,
-  takeOver,
-  TransitionRefused,
-  type ClaimInput,
-  type Dispatch,
-  type HolderKind,
-  type HolderTransition,
-  type TimelineEvent,
-  type Transition,
-} from './lease-holder';
+import { holderMoves, iso, nextStep, refuseUnless, TransitionRefused, type ClaimInput, type Dispatch, type HolderKind, type HolderTransition, type TimelineEvent, type Transition } from './lease-holder';
 import { BUDGET_RESUME, withRetentionDue, type ErrorDecision } from './lifecycle';
-import type { EngineOptions } from './options';
 
 // The table's vocabulary is lease-holder.ts's; named here too, where every caller of the table looks for it.
 export { TransitionRefused, type ClaimInput, type Dispatch, type TimelineEvent, type Transition } from './lease-holder';
@@ -152,20 +135,28 @@ const UNIT_HOLDER: HolderKind<UnitRecord> = {
   },
 };
 
+const JOB_MOVES = holderMoves(JOB_HOLDER);
+const UNIT_MOVES = holderMoves(UNIT_HOLDER);
+
 // ---- Job transitions --------------------------------------------------------------------------
 
 /** queued → running: a new fencing epoch and a lease. */
-export function claimJob(job: JobRecord, input: ClaimInput, nowMs: number): Transition<JobRecord> {
-  return claim(JOB_HOLDER, job, input, nowMs);
-}
+export const claimJob = JOB_MOVES.claim;
 
 /**
  * running → running (new epoch) or quarantined: a task finds its own step held by a worker whose
  * heartbeat is stale (early reclaim). A fresh heartbeat is refused with the wait until it would be stale.
  */
-export function takeOverJob(job: JobRecord, input: ClaimInput, nowMs: number): Transition<JobRecord> {
-  return takeOver(JOB_HOLDER, job, input, nowMs);
-}
+export const takeOverJob = JOB_MOVES.takeOver;
+
+/** running → queued (or quarantined): the lease expired; found by the sweeper. */
+export const reclaimExpiredJob = JOB_MOVES.reclaimExpired;
+
+/** running → queued (or quarantined): the step showed no progress and gives its job back. */
+export const giveBackJob = JOB_MOVES.giveBack;
+
+/** queued → queued: its task went missing; a fresh dispatch of the same step. */
+export const redispatchJob = JOB_MOVES.redispatch;
 
 export interface HandOffInput {
   /** True when a phase checkpointed: progress, so both budgets start again. */
@@ -255,21 +246,6 @@ export function startFanOutJob(job: JobRecord, input: { readonly fanout: FanOutS
 export function joinJob(job: JobRecord, input: { readonly nextPhase: string; readonly message: string }, nowMs: number): Transition<JobRecord> {
   const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', fanout: null, phase: input.nextPhase, attempts: 0, staleReclaims: 0 };
   return { next, events: [{ kind: 'joined', message: input.message }], dispatch: jobDispatch(next) };
-}
-
-/** running → queued (or quarantined): the lease expired; found by the sweeper. */
-export function reclaimExpiredJob(job: JobRecord, options: EngineOptions, nowMs: number): Transition<JobRecord> {
-  return reclaimExpired(JOB_HOLDER, job, options, nowMs);
-}
-
-/** running → queued (or quarantined): the step showed no progress and gives its job back. */
-export function giveBackJob(job: JobRecord, input: { readonly why: string; readonly options: EngineOptions }, nowMs: number): Transition<JobRecord> {
-  return giveBack(JOB_HOLDER, job, input, nowMs);
-}
-
-/** queued → queued: its task went missing; a fresh dispatch of the same step. */
-export function redispatchJob(job: JobRecord, input: { readonly lostBeforeMs: number }, nowMs: number): Transition<JobRecord> {
-  return redispatch(JOB_HOLDER, job, input, nowMs);
 }
 
 /** waiting (provider or budget) → queued: the resume time came. A decision wait never resumes by itself. */
@@ -459,13 +435,13 @@ function refuseOutsideFanOut(job: JobRecord, unit: UnitRecord): void {
 /** queued → running under the unit's own new epoch; the job must be in this unit's fan-out. */
 export function claimUnit(job: JobRecord, unit: UnitRecord, input: ClaimInput, nowMs: number): Transition<UnitRecord> {
   refuseOutsideFanOut(job, unit);
-  return claim(UNIT_HOLDER, unit, input, nowMs);
+  return UNIT_MOVES.claim(unit, input, nowMs);
 }
 
 /** running → running (new epoch): the unit's own step is held by a silent worker. Quarantine is the job's (see the caller). */
 export function takeOverUnit(job: JobRecord, unit: UnitRecord, input: ClaimInput, nowMs: number): HolderTransition<UnitRecord> {
   refuseOutsideFanOut(job, unit);
-  return takeOver(UNIT_HOLDER, unit, input, nowMs);
+  return UNIT_MOVES.takeOver(unit, input, nowMs);
 }
 
 /** running → queued at the unit's next step: more to do, a new task continues. */
@@ -483,19 +459,13 @@ export function requeueUnit(unit: UnitRecord, input: { readonly attempts: number
 }
 
 /** running → queued (the job is quarantined by the caller when the decision says so): the unit's lease expired. */
-export function reclaimExpiredUnit(unit: UnitRecord, options: EngineOptions, nowMs: number): HolderTransition<UnitRecord> {
-  return reclaimExpired(UNIT_HOLDER, unit, options, nowMs);
-}
+export const reclaimExpiredUnit = UNIT_MOVES.reclaimExpired;
 
 /** running → queued (the job is quarantined by the caller when the decision says so): the unit's step showed no progress. */
-export function giveBackUnit(unit: UnitRecord, input: { readonly why: string; readonly options: EngineOptions }, nowMs: number): HolderTransition<UnitRecord> {
-  return giveBack(UNIT_HOLDER, unit, input, nowMs);
-}
+export const giveBackUnit = UNIT_MOVES.giveBack;
 
 /** queued → queued: the unit's task went missing. */
-export function redispatchUnit(unit: UnitRecord, input: { readonly lostBeforeMs: number }, nowMs: number): Transition<UnitRecord> {
-  return redispatch(UNIT_HOLDER, unit, input, nowMs);
-}
+export const redispatchUnit = UNIT_MOVES.redispatch;
 
 /** A unit of a fan-out that ended: no lease and not queued, so no sweep query matches it again. */
 export function parkUnit(unit: UnitRecord, input: { readonly why: string }, nowMs: number): Transition<UnitRecord> {
