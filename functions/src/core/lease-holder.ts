@@ -56,16 +56,13 @@ export function refuseUnless(record: { readonly status: string }, allowed: reado
   if (!allowed.includes(record.status)) throw new TransitionRefused(`Cannot ${what}: the record is ${record.status}`);
 }
 
-/** A holder whose status a claim moves between queued and running (a job's other statuses are the job's). */
-type Holder = LeaseHolder<'queued' | 'running' | (string & {})>;
-
 /** What a move needs to know about the kind of holder it moves. */
-export interface HolderKind<T extends Holder> {
+export interface HolderKind<T extends LeaseHolder> {
   /** How refusals name it. */
   readonly noun: 'job' | 'unit';
   /**
-   * Whether its timeline records each claim. A job's does; a unit's claims are not recorded: its
-   * events go to its job's timeline, and the unit's work there is told by what it does.
+   * Whether the timeline records each claim: a job's claims are told; a unit's are not (its events
+   * go to its job's timeline, where its take-overs, reclaims and what it did are told).
    */
   readonly announcesClaims: boolean;
   /** A timeline event about the holder; `text` reads after the holder's name ("reclaimed at step 3"). */
@@ -79,7 +76,7 @@ export interface HolderKind<T extends Holder> {
 
 export const iso = (ms: number): string => new Date(ms).toISOString();
 
-export function lease(epoch: number, worker: string, nowMs: number, options: EngineOptions): Lease {
+function lease(epoch: number, worker: string, nowMs: number, options: EngineOptions): Lease {
   return { epoch, worker, expiresAtMs: nowMs + options.leaseSeconds * 1000, renewedAtMs: nowMs };
 }
 
@@ -99,12 +96,12 @@ export interface ClaimInput {
   readonly options: EngineOptions;
 }
 
-function claimed<T extends Holder>(kind: HolderKind<T>, holder: T, worker: string, epoch: number): TimelineEvent[] {
+function claimed<T extends LeaseHolder>(kind: HolderKind<T>, holder: T, worker: string, epoch: number): TimelineEvent[] {
   return kind.announcesClaims ? [kind.event(holder, 'claimed', `claimed by ${worker} (epoch ${epoch})`)] : [];
 }
 
 /** queued → running at the task's step, once due: a new fencing epoch and a lease. */
-export function claim<T extends Holder>(kind: HolderKind<T>, holder: T, input: ClaimInput, nowMs: number): Transition<T> {
+export function claim<T extends LeaseHolder>(kind: HolderKind<T>, holder: T, input: ClaimInput, nowMs: number): Transition<T> {
   const decision = decideClaim(holder, input.step, nowMs, kind.noun);
   if (!decision.claimable) throw new TransitionRefused(decision.reason, decision.notYetDueMs);
   const epoch = holder.epoch + 1;
@@ -116,7 +113,7 @@ export function claim<T extends Holder>(kind: HolderKind<T>, holder: T, input: C
  * by a worker whose heartbeat is stale (early reclaim). A fresh heartbeat is refused with the wait
  * until it would be stale.
  */
-export function takeOver<T extends Holder>(kind: HolderKind<T>, holder: T, input: ClaimInput, nowMs: number): HolderTransition<T> {
+export function takeOver<T extends LeaseHolder>(kind: HolderKind<T>, holder: T, input: ClaimInput, nowMs: number): HolderTransition<T> {
   const { noun } = kind;
   if (holder.status !== 'running' || holder.step !== input.step) throw new TransitionRefused(`${noun} is ${holder.status} at step ${holder.step}`);
   const decision = decideStaleTakeover(holder, nowMs, input.options);
@@ -131,7 +128,7 @@ export function takeOver<T extends Holder>(kind: HolderKind<T>, holder: T, input
 }
 
 /** running → queued at the next step (or the holder's quarantine): the sweeper found its lease expired. */
-export function reclaimExpired<T extends Holder>(kind: HolderKind<T>, holder: T, options: EngineOptions, nowMs: number): HolderTransition<T> {
+export function reclaimExpired<T extends LeaseHolder>(kind: HolderKind<T>, holder: T, options: EngineOptions, nowMs: number): HolderTransition<T> {
   const held = holder.lease;
   if (holder.status !== 'running' || held === null) throw new TransitionRefused(`the ${kind.noun} changed since the query: it is ${holder.status}${held ? '' : ' without a lease'}`);
   if (held.expiresAtMs > nowMs) throw new TransitionRefused('the lease was extended since the query');
@@ -151,7 +148,7 @@ export interface GiveBackInput {
 }
 
 /** running → queued at the next step (or the holder's quarantine): the step showed no progress and gives its holder back, a lost worker. */
-export function giveBack<T extends Holder>(kind: HolderKind<T>, holder: T, input: GiveBackInput, nowMs: number): HolderTransition<T> {
+export function giveBack<T extends LeaseHolder>(kind: HolderKind<T>, holder: T, input: GiveBackInput, nowMs: number): HolderTransition<T> {
   refuseUnless(holder, ['running'], `give a ${kind.noun} back`);
   const decision = decideExpiredLease(holder, input.options);
   if (decision.action === 'quarantine') return kind.quarantine(holder, `${decision.reason} (last: ${input.why})`, decision.staleReclaims, nowMs);
@@ -166,7 +163,7 @@ export interface RedispatchInput {
 }
 
 /** queued → queued: no task claimed the step since it was due; a fresh dispatch of the same step. */
-export function redispatch<T extends Holder>(kind: HolderKind<T>, holder: T, input: RedispatchInput, nowMs: number): Transition<T> {
+export function redispatch<T extends LeaseHolder>(kind: HolderKind<T>, holder: T, input: RedispatchInput, nowMs: number): Transition<T> {
   refuseUnless(holder, ['queued'], `re-dispatch a ${kind.noun}`);
   if (holder.nextRunAtMs > input.lostBeforeMs) throw new TransitionRefused(`the ${kind.noun} is not overdue any more`);
   const next: T = { ...holder, dispatch: holder.dispatch + 1, nextRunAtMs: nowMs };
@@ -175,7 +172,7 @@ export function redispatch<T extends Holder>(kind: HolderKind<T>, holder: T, inp
 }
 
 /** The five moves bound to one kind of holder: transitions.ts names them as the job's and the unit's entries. */
-export function holderMoves<T extends Holder>(kind: HolderKind<T>) {
+export function holderMoves<T extends LeaseHolder>(kind: HolderKind<T>) {
   return {
     claim: (holder: T, input: ClaimInput, nowMs: number): Transition<T> => claim(kind, holder, input, nowMs),
     takeOver: (holder: T, input: ClaimInput, nowMs: number): HolderTransition<T> => takeOver(kind, holder, input, nowMs),
