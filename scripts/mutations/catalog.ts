@@ -57,16 +57,17 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'claim-running-job',
     removes: 'the claim decision refusing a job that is not queued at this task\'s step (a stale task claims a running job)',
     file: 'functions/src/core/lifecycle.ts',
-    search: "  if (job.status !== 'queued') return { claimable: false, reason: `job is ${job.status}` };\n  if (job.step !== step) return { claimable: false, reason: `task is for step ${step}, job is at step ${job.step}` };\n",
-    replace: "  if (job.status === 'completed') return { claimable: false, reason: `job is ${job.status}` };\n",
+    search: "  if (holder.status !== 'queued') return { claimable: false, reason: `${noun} is ${holder.status}` };\n  if (holder.step !== step) return { claimable: false, reason: `task is for step ${step}, ${noun} is at step ${holder.step}` };\n",
+    replace: "  if (holder.status === 'completed') return { claimable: false, reason: `${noun} is ${holder.status}` };\n",
     tests: [{ files: [FENCING], names: 'bug 14: job, claim:' }],
   },
   {
     name: 'claim-running-unit',
+    // One claim decision serves jobs and units (core/lease-holder.ts): the same check as claim-running-job, held to the unit's tests.
     removes: 'the unit claim refusing a unit that is not queued at this task\'s step (a stale task claims a running unit)',
-    file: 'functions/src/core/transitions.ts',
-    search: "  if (unit.status !== 'queued') throw new TransitionRefused(`unit is ${unit.status}`);\n  if (unit.step !== input.step) throw new TransitionRefused(`task is for unit step ${input.step}, unit is at step ${unit.step}`);\n",
-    replace: "  if (unit.status === 'done') throw new TransitionRefused(`unit is ${unit.status}`);\n",
+    file: 'functions/src/core/lifecycle.ts',
+    search: "  if (holder.status !== 'queued') return { claimable: false, reason: `${noun} is ${holder.status}` };\n  if (holder.step !== step) return { claimable: false, reason: `task is for step ${step}, ${noun} is at step ${holder.step}` };\n",
+    replace: "  if (holder.status === 'done') return { claimable: false, reason: `${noun} is ${holder.status}` };\n",
     tests: [{ files: [FENCING], names: 'bug 14: unit, claim:' }],
   },
   {
@@ -194,9 +195,9 @@ export const MUTANTS: readonly Mutant[] = [
   {
     name: 'sweeper-lease-recheck',
     removes: "the sweeper's re-check, inside its transaction, that the lease is still expired",
-    file: 'functions/src/core/transitions.ts',
-    search: "  if (held.expiresAtMs > nowMs) throw new TransitionRefused('the lease was extended since the query');\n  const decision = decideExpiredLease(job, options);\n",
-    replace: '  const decision = decideExpiredLease(job, options);\n',
+    file: 'functions/src/core/lease-holder.ts',
+    search: "  if (held.expiresAtMs > nowMs) throw new TransitionRefused('the lease was extended since the query');\n  const decision = decideExpiredLease(holder, options);\n",
+    replace: '  const decision = decideExpiredLease(holder, options);\n',
     tests: [{ files: ['test/emulator/sweeper.test.ts'], names: 'fault 7:' }],
   },
   {

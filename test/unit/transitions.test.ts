@@ -301,7 +301,7 @@ describe('unit transitions', () => {
     expect(claimUnit(inFanOut, unit(), input, NOW).next).toMatchObject({ status: 'running', epoch: 6, lease: { epoch: 6 } });
     expect(() => claimUnit(running(), unit(), input, NOW)).toThrow(/not in this unit's fan-out/);
     expect(() => claimUnit(inFanOut, unit({ status: 'done' }), input, NOW)).toThrow(/unit is done/);
-    expect(() => claimUnit(inFanOut, unit({ step: 1 }), input, NOW)).toThrow(/unit step/);
+    expect(() => claimUnit(inFanOut, unit({ step: 1 }), input, NOW)).toThrow(/task is for step 2, unit is at step 1/);
     expect(() => claimUnit(inFanOut, unit({ nextRunAtMs: NOW + 10 }), input, NOW)).toThrow(/backing off/);
   });
 

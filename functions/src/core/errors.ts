@@ -68,12 +68,20 @@ export class OwnershipLostError extends PhaselineError {
   }
 }
 
-/** A checkpoint could not be made durable; the step stops and the job is requeued. */
-export class CheckpointWriteError extends RetryableError {
-  constructor(message: string, cause?: unknown) {
-    super(message, { code: 'checkpoint_write_failed', cause });
-  }
+/** RetryableError or TerminalError: a family that takes its code from the options. */
+type ErrorFamily = new (message: string, options: PhaselineErrorOptions & { readonly code?: ErrorCode }) => PhaselineError;
+
+/** A class of errors with one code, in the retryable or the terminal family, made from a message and what caused it. */
+function errorOfCode(family: ErrorFamily, code: ErrorCode) {
+  return class extends family {
+    constructor(message: string, cause?: unknown) {
+      super(message, { code, cause });
+    }
+  };
 }
+
+/** A checkpoint could not be made durable; the step stops and the job is requeued. */
+export class CheckpointWriteError extends errorOfCode(RetryableError, 'checkpoint_write_failed') {}
 
 /**
  * The job's owner reached their daily model spend cap: no model call starts. Not a failure of the
@@ -91,11 +99,7 @@ export class SpendLimitReachedError extends PhaselineError {
 }
 
 /** Stored state failed validation: refused, never trusted. */
-export class CorruptCheckpointError extends TerminalError {
-  constructor(message: string, cause?: unknown) {
-    super(message, { code: 'corrupt_checkpoint', cause });
-  }
-}
+export class CorruptCheckpointError extends errorOfCode(TerminalError, 'corrupt_checkpoint') {}
 
 /**
  * A job document the codec refuses: no decision can be made from it, so whatever finds it (its

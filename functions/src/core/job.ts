@@ -36,11 +36,42 @@ export interface Lease {
   readonly renewedAtMs?: number;
 }
 
-export interface JobError {
+/** The last caught error a job or a unit recorded. */
+export interface RecordedError {
   readonly code: string;
   readonly message: string;
-  readonly retryable: boolean;
   readonly atMs: number;
+}
+
+export interface JobError extends RecordedError {
+  readonly retryable: boolean;
+}
+
+/**
+ * The lease-holding part of a job and of a fan-out unit: what a claim, a take-over, a reclaim, a
+ * give-back and a re-dispatch read and change (core/lease-holder.ts). Declared once, because a unit
+ * is claimed like a job.
+ */
+export interface LeaseHolder<TStatus extends string = string, TError extends RecordedError = RecordedError> {
+  readonly status: TStatus;
+  /** Fencing epoch: incremented by every claim. */
+  readonly epoch: number;
+  readonly lease: Lease | null;
+  /** Hand-offs so far; with the epoch and dispatch count it names the next task. */
+  readonly step: number;
+  /** Times the sweeper re-dispatched the current step because its task went missing. */
+  readonly dispatch: number;
+  /** Caught errors so far (the retry budget). */
+  readonly attempts: number;
+  /** Workers lost without progress so far (the poison budget). */
+  readonly staleReclaims: number;
+  readonly nextRunAtMs: number;
+  readonly progress: Readonly<Record<string, number>>;
+  readonly cost: Readonly<Record<string, number>>;
+  readonly lastError: TError | null;
+  /** What the current claim already recorded (running cost, notes), so retried writes add nothing twice. */
+  readonly claimTally: ClaimTally | null;
+  readonly updatedAtMs: number;
 }
 
 /** Why a job waits (JobWait.reason): the readers that validate a job document take this list, so a new reason reaches all of them. */
@@ -75,30 +106,16 @@ export interface FanOutState {
   readonly unitIds?: readonly string[];
 }
 
-export interface JobRecord {
+export interface JobRecord extends LeaseHolder<JobStatus, JobError> {
   readonly id: string;
   readonly owner: string;
   readonly pipeline: string;
   readonly input: unknown;
   readonly conversationId: string | null;
   readonly idempotencyKey: string | null;
-  readonly status: JobStatus;
   readonly outcome: JobOutcome | null;
   /** The phase the job was last working on or handed off to: advisory on resume. */
   readonly phase: string | null;
-  /** Fencing epoch: incremented by every claim. */
-  readonly epoch: number;
-  readonly lease: Lease | null;
-  /** Hand-offs so far; with the epoch and dispatch count it names the next task. */
-  readonly step: number;
-  /** Times the sweeper re-dispatched the current step because its task went missing. */
-  readonly dispatch: number;
-  readonly attempts: number;
-  readonly staleReclaims: number;
-  readonly nextRunAtMs: number;
-  readonly progress: Readonly<Record<string, number>>;
-  readonly cost: Readonly<Record<string, number>>;
-  readonly lastError: JobError | null;
   readonly waiting: JobWait | null;
   readonly quarantine: { readonly reason: string; readonly atMs: number } | null;
   /** Answers people gave, by question ID; phases read them through their context. */
@@ -115,11 +132,8 @@ export interface JobRecord {
   /** Set by the commit that ends the job, cleared once every expiring child document carries `expireAt`. */
   readonly retention?: RetentionStamping | null;
   readonly fanout: FanOutState | null;
-  /** What the current claim already recorded (running cost, notes), so retried writes add nothing twice. */
-  readonly claimTally: ClaimTally | null;
   readonly eventSeq: number;
   readonly createdAtMs: number;
-  readonly updatedAtMs: number;
   readonly finishedAtMs: number | null;
   /**
    * The version of its pipeline the job was submitted on (`PipelineDefinition.version`). A job
@@ -212,30 +226,17 @@ export interface Cancellation {
 export const UNIT_STATUSES = ['queued', 'running', 'done'] as const;
 export type UnitStatus = (typeof UNIT_STATUSES)[number];
 
-export interface UnitRecord {
+export interface UnitRecord extends LeaseHolder<UnitStatus> {
   readonly jobId: string;
   readonly unit: string;
   readonly phase: string;
   /** The job epoch of the fan-out this unit belongs to. */
   readonly fanoutEpoch: number;
-  readonly status: UnitStatus;
-  readonly epoch: number;
-  readonly lease: Lease | null;
-  readonly step: number;
-  readonly dispatch: number;
-  readonly attempts: number;
-  readonly staleReclaims: number;
-  readonly nextRunAtMs: number;
-  readonly progress: Readonly<Record<string, number>>;
-  readonly cost: Readonly<Record<string, number>>;
   /** The part of `cost` already added to the job's cost: each unit's cost is counted once. */
   readonly costInJob: Readonly<Record<string, number>>;
-  readonly claimTally: ClaimTally | null;
   readonly result: unknown;
   /** The version of its phase that produced `result` (core/versions.ts); absent on results from before versions existed (version 1). */
   readonly resultVersion?: number;
-  readonly lastError: { readonly code: string; readonly message: string; readonly atMs: number } | null;
-  readonly updatedAtMs: number;
 }
 
 /** What a task carries. Everything else is read from the job document. */

@@ -1,6 +1,6 @@
 /** Pure decisions about job state changes; the store applies them in transactions. */
 import { TerminalError, type PhaselineError } from './errors';
-import { ENDED_STATUSES, type JobRecord, type JobWait, type Lease } from './job';
+import { ENDED_STATUSES, type JobRecord, type JobWait, type LeaseHolder } from './job';
 import type { DecisionWait, ProviderWait } from './pipeline';
 import type { EngineOptions } from './options';
 import type { RandomSource } from './clock';
@@ -10,12 +10,12 @@ export type ClaimDecision =
   | { readonly claimable: true }
   | { readonly claimable: false; readonly reason: string; readonly notYetDueMs?: number };
 
-/** Whether a task for `step` may claim this job now. */
-export function decideClaim(job: JobRecord, step: number, nowMs: number): ClaimDecision {
-  if (job.status !== 'queued') return { claimable: false, reason: `job is ${job.status}` };
-  if (job.step !== step) return { claimable: false, reason: `task is for step ${step}, job is at step ${job.step}` };
-  if (job.nextRunAtMs > nowMs) {
-    return { claimable: false, reason: 'job is backing off', notYetDueMs: job.nextRunAtMs - nowMs };
+/** Whether a task for `step` may claim this job (or unit: `noun` names it in the reason) now. */
+export function decideClaim(holder: Pick<LeaseHolder, 'status' | 'step' | 'nextRunAtMs'>, step: number, nowMs: number, noun: 'job' | 'unit' = 'job'): ClaimDecision {
+  if (holder.status !== 'queued') return { claimable: false, reason: `${noun} is ${holder.status}` };
+  if (holder.step !== step) return { claimable: false, reason: `task is for step ${step}, ${noun} is at step ${holder.step}` };
+  if (holder.nextRunAtMs > nowMs) {
+    return { claimable: false, reason: `${noun} is backing off`, notYetDueMs: holder.nextRunAtMs - nowMs };
   }
   return { claimable: true };
 }
@@ -76,8 +76,8 @@ export type ExpiredLeaseDecision =
   | { readonly action: 'quarantine'; readonly staleReclaims: number; readonly reason: string };
 
 /** A lease that expired means the worker died or hung: count it, and stop retrying a job that keeps doing it. */
-export function decideExpiredLease(job: Pick<JobRecord, 'staleReclaims'>, options: EngineOptions): ExpiredLeaseDecision {
-  const staleReclaims = job.staleReclaims + 1;
+export function decideExpiredLease(holder: Pick<LeaseHolder, 'staleReclaims'>, options: EngineOptions): ExpiredLeaseDecision {
+  const staleReclaims = holder.staleReclaims + 1;
   if (staleReclaims > options.maxStaleReclaims) {
     return {
       action: 'quarantine',
@@ -128,12 +128,6 @@ export function budgetWait(reached: { readonly message: string; readonly resetAt
   };
 }
 
-/** Anything that holds a lease and a lost-worker count: a job or a unit. */
-export interface Leased {
-  readonly lease: Lease | null;
-  readonly staleReclaims: number;
-}
-
 export type TakeoverDecision =
   /** The holder heartbeated recently: it may be alive. Ask for a redelivery after `retryAfterMs`. */
   | { readonly action: 'redeliver-later'; readonly retryAfterMs: number; readonly reason: string }
@@ -147,7 +141,7 @@ export type TakeoverDecision =
  * as a lost worker like any reclaim. A fresh heartbeat means the holder may be alive and only
  * slow to answer: the task asks to be redelivered once the heartbeat would be stale.
  */
-export function decideStaleTakeover(holder: Leased, nowMs: number, options: EngineOptions): TakeoverDecision | null {
+export function decideStaleTakeover(holder: Pick<LeaseHolder, 'lease' | 'staleReclaims'>, nowMs: number, options: EngineOptions): TakeoverDecision | null {
   const lease = holder.lease;
   if (lease === null) return null;
   const renewedAtMs = lease.renewedAtMs ?? lease.expiresAtMs - options.leaseSeconds * 1000;

@@ -5,58 +5,21 @@
  * computed only here. A transition that does not apply throws `TransitionRefused`, and nothing
  * is written.
  *
+ * The moves a job and a unit share as lease holders (claim, take-over, reclaim, give-back,
+ * re-dispatch) are written once in lease-holder.ts; their entries here add only what is the
+ * job's (its quarantine) or the unit's (its fan-out must be the job's current one).
+ *
  * `JOB_TRANSITIONS` / `UNIT_TRANSITIONS` say which status each transition leaves from and goes
  * to: the README's lifecycle diagram is checked against them by a test, and the chaos soak checks
  * every job's committed timeline against `allowedJobMove`.
  */
-import { OwnershipLostError } from './errors';
 import { addCounts } from './flusher';
-import {
-  stepTaskId,
-  unitTaskId,
-  type Cancellation,
-  type FanOutState,
-  type JobError,
-  type JobOutcome,
-  type JobRecord,
-  type JobStatus,
-  type JobWait,
-  type Lease,
-  type StepTask,
-  type UnitRecord,
-  type UnitStatus,
-} from './job';
-import { BUDGET_RESUME, decideClaim, decideExpiredLease, decideStaleTakeover, withRetentionDue, type ErrorDecision } from './lifecycle';
-import type { EngineOptions } from './options';
+import { stepTaskId, unitTaskId, type Cancellation, type FanOutState, type JobError, type JobOutcome, type JobRecord, type JobStatus, type JobWait, type UnitRecord, type UnitStatus } from './job';
+import { holderMoves, iso, nextStep, refuseUnless, TransitionRefused, type ClaimInput, type Dispatch, type HolderKind, type HolderTransition, type TimelineEvent, type Transition } from './lease-holder';
+import { BUDGET_RESUME, withRetentionDue, type ErrorDecision } from './lifecycle';
 
-export interface TimelineEvent {
-  readonly kind: string;
-  readonly message: string;
-  readonly unit?: string;
-}
-
-/** A task to enqueue once the transition has committed. */
-export interface Dispatch {
-  readonly task: StepTask;
-  readonly id: string;
-  readonly delayMs: number;
-}
-
-export interface Transition<TRecord> {
-  readonly next: TRecord;
-  readonly events: readonly TimelineEvent[];
-  readonly dispatch?: Dispatch;
-}
-
-/** The transition does not apply to the record as it stands. `notYetDueMs`: ask again that much later. */
-export class TransitionRefused extends OwnershipLostError {
-  constructor(
-    message: string,
-    readonly notYetDueMs?: number,
-  ) {
-    super(message);
-  }
-}
+// The table's vocabulary is lease-holder.ts's; named here too, where every caller of the table looks for it.
+export { TransitionRefused, type ClaimInput, type Dispatch, type TimelineEvent, type Transition } from './lease-holder';
 
 type Move<TStatus extends string> = { readonly from: readonly TStatus[]; readonly to: readonly TStatus[] };
 
@@ -121,10 +84,6 @@ export function allowedJobMove(from: JobStatus, to: JobStatus): boolean {
   return jobMoves().has(`${from} -> ${to}`);
 }
 
-function refuseUnless(record: { readonly status: string }, allowed: readonly string[], what: string): void {
-  if (!allowed.includes(record.status)) throw new TransitionRefused(`Cannot ${what}: the record is ${record.status}`);
-}
-
 // ---- Task IDs: computed here only -----------------------------------------------------------
 
 export function jobDispatch(job: Pick<JobRecord, 'id' | 'step' | 'dispatch'>, delayMs = 0): Dispatch {
@@ -133,17 +92,6 @@ export function jobDispatch(job: Pick<JobRecord, 'id' | 'step' | 'dispatch'>, de
 
 export function unitDispatch(unit: Pick<UnitRecord, 'jobId' | 'unit' | 'phase' | 'fanoutEpoch' | 'step' | 'dispatch'>, delayMs = 0): Dispatch {
   return { task: { jobId: unit.jobId, step: unit.step, unit: unit.unit, phase: unit.phase }, id: unitTaskId(unit.jobId, unit.fanoutEpoch, unit.unit, unit.step, unit.dispatch), delayMs };
-}
-
-const iso = (ms: number): string => new Date(ms).toISOString();
-
-function lease(epoch: number, worker: string, nowMs: number, options: EngineOptions): Lease {
-  return { epoch, worker, expiresAtMs: nowMs + options.leaseSeconds * 1000, renewedAtMs: nowMs };
-}
-
-/** The record back in the queue at its next step, due at `atMs`. */
-function nextStep<T extends { readonly step: number; readonly dispatch: number; readonly nextRunAtMs: number; readonly lease: Lease | null }>(record: T, atMs: number): T {
-  return { ...record, lease: null, step: record.step + 1, dispatch: 0, nextRunAtMs: atMs };
 }
 
 /**
@@ -155,46 +103,60 @@ function quarantined(job: JobRecord, reason: string, staleReclaims: number, nowM
   return { ...job, status: 'quarantined', lease: null, fanout: null, staleReclaims, quarantine: { reason, atMs: nowMs }, finishedAtMs: nowMs };
 }
 
+// ---- The job and the unit as lease holders ---------------------------------------------------
+
+const capitalized = (text: string): string => text.charAt(0).toUpperCase() + text.slice(1);
+
+/** A job as a lease holder: past the lost-worker limit it is quarantined, its fan-out ended with it. */
+const JOB_HOLDER: HolderKind<JobRecord> = {
+  noun: 'job',
+  announcesClaims: true,
+  event: (_job, kind, text) => ({ kind, message: capitalized(text) }),
+  dispatch: jobDispatch,
+  dispatchAfterReclaim: () => 0,
+  quarantine: (job, reason, staleReclaims, nowMs) => ({ next: quarantined(job, reason, staleReclaims, nowMs), events: [{ kind: 'quarantined', message: `Quarantined: ${reason}` }] }),
+};
+
+/**
+ * A fan-out unit as a lease holder. Its events go to its job's timeline, named by the unit. Past
+ * the lost-worker limit it is the job that is quarantined: the unit lets go of its lease and names
+ * the reason (the caller commits the job's quarantine with it).
+ */
+const UNIT_HOLDER: HolderKind<UnitRecord> = {
+  noun: 'unit',
+  announcesClaims: false,
+  event: (unit, kind, text) => ({ kind, message: `Unit ${unit.unit} ${text}`, unit: unit.unit }),
+  dispatch: unitDispatch,
+  // Unit task IDs carry the dispatch number: a reclaimed unit takes one never used in this fan-out.
+  dispatchAfterReclaim: (unit) => unit.dispatch + 1,
+  quarantine: (unit, why, staleReclaims) => {
+    const reason = `unit ${unit.unit}: ${why}`;
+    return { next: { ...unit, lease: null, staleReclaims }, events: [{ kind: 'quarantined', message: `Quarantined: ${reason}`, unit: unit.unit }], quarantine: reason };
+  },
+};
+
+const JOB_MOVES = holderMoves(JOB_HOLDER);
+const UNIT_MOVES = holderMoves(UNIT_HOLDER);
+
 // ---- Job transitions --------------------------------------------------------------------------
 
-export interface ClaimInput {
-  readonly step: number;
-  readonly worker: string;
-  readonly options: EngineOptions;
-}
-
 /** queued → running: a new fencing epoch and a lease. */
-export function claimJob(job: JobRecord, input: ClaimInput, nowMs: number): Transition<JobRecord> {
-  const decision = decideClaim(job, input.step, nowMs);
-  if (!decision.claimable) throw new TransitionRefused(decision.reason, decision.notYetDueMs);
-  const epoch = job.epoch + 1;
-  return {
-    next: { ...job, status: 'running', epoch, lease: lease(epoch, input.worker, nowMs, input.options) },
-    events: [{ kind: 'claimed', message: `Claimed by ${input.worker} (epoch ${epoch})` }],
-  };
-}
+export const claimJob = JOB_MOVES.claim;
 
 /**
  * running → running (new epoch) or quarantined: a task finds its own step held by a worker whose
  * heartbeat is stale (early reclaim). A fresh heartbeat is refused with the wait until it would be stale.
  */
-export function takeOverJob(job: JobRecord, input: ClaimInput, nowMs: number): Transition<JobRecord> {
-  if (job.status !== 'running' || job.step !== input.step) throw new TransitionRefused(`job is ${job.status} at step ${job.step}`);
-  const decision = decideStaleTakeover(job, nowMs, input.options);
-  if (decision === null) throw new TransitionRefused('job is running without a lease (in a fan-out)');
-  if (decision.action === 'redeliver-later') throw new TransitionRefused(`job is running: ${decision.reason}`, decision.retryAfterMs);
-  if (decision.action === 'quarantine') {
-    return { next: quarantined(job, decision.reason, decision.staleReclaims, nowMs), events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}` }] };
-  }
-  const epoch = job.epoch + 1;
-  return {
-    next: { ...job, epoch, staleReclaims: decision.staleReclaims, lease: lease(epoch, input.worker, nowMs, input.options) },
-    events: [
-      { kind: 'reclaimed', message: `Reclaimed at step ${job.step}: ${decision.reason}` },
-      { kind: 'claimed', message: `Claimed by ${input.worker} (epoch ${epoch})` },
-    ],
-  };
-}
+export const takeOverJob = JOB_MOVES.takeOver;
+
+/** running → queued (or quarantined): the lease expired; found by the sweeper. */
+export const reclaimExpiredJob = JOB_MOVES.reclaimExpired;
+
+/** running → queued (or quarantined): the step showed no progress and gives its job back. */
+export const giveBackJob = JOB_MOVES.giveBack;
+
+/** queued → queued: its task went missing; a fresh dispatch of the same step. */
+export const redispatchJob = JOB_MOVES.redispatch;
 
 export interface HandOffInput {
   /** True when a phase checkpointed: progress, so both budgets start again. */
@@ -284,49 +246,6 @@ export function startFanOutJob(job: JobRecord, input: { readonly fanout: FanOutS
 export function joinJob(job: JobRecord, input: { readonly nextPhase: string; readonly message: string }, nowMs: number): Transition<JobRecord> {
   const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', fanout: null, phase: input.nextPhase, attempts: 0, staleReclaims: 0 };
   return { next, events: [{ kind: 'joined', message: input.message }], dispatch: jobDispatch(next) };
-}
-
-/** running → queued (or quarantined): the lease expired; found by the sweeper. */
-export function reclaimExpiredJob(job: JobRecord, options: EngineOptions, nowMs: number): Transition<JobRecord> {
-  const held = job.lease;
-  if (job.status !== 'running' || held === null) throw new TransitionRefused(`job is ${job.status}${held ? '' : ' without a lease'}`);
-  if (held.expiresAtMs > nowMs) throw new TransitionRefused('the lease was extended since the query');
-  const decision = decideExpiredLease(job, options);
-  if (decision.action === 'quarantine') {
-    return { next: quarantined(job, decision.reason, decision.staleReclaims, nowMs), events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}` }] };
-  }
-  const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', staleReclaims: decision.staleReclaims };
-  const message =
-    `The lease of epoch ${held.epoch} held by ${held.worker} expired at ${iso(held.expiresAtMs)}; ` +
-    `requeued at step ${next.step} (stale reclaim ${decision.staleReclaims} of at most ${options.maxStaleReclaims})`;
-  return { next, events: [{ kind: 'reclaimed', message }], dispatch: jobDispatch(next) };
-}
-
-/** running → queued (or quarantined): the step showed no progress and gives its job back. */
-export function giveBackJob(job: JobRecord, input: { readonly why: string; readonly options: EngineOptions }, nowMs: number): Transition<JobRecord> {
-  refuseUnless(job, JOB_TRANSITIONS.giveBack.from, 'give a job back');
-  const decision = decideExpiredLease(job, input.options);
-  if (decision.action === 'quarantine') {
-    return {
-      next: quarantined(job, `${decision.reason} (last: ${input.why})`, decision.staleReclaims, nowMs),
-      events: [{ kind: 'quarantined', message: `Quarantined: ${decision.reason}; last: ${input.why}` }],
-    };
-  }
-  const next: JobRecord = { ...nextStep(job, nowMs), status: 'queued', staleReclaims: decision.staleReclaims };
-  const message = `Gave the job back at step ${job.step}: ${input.why} (lost worker ${decision.staleReclaims} of at most ${input.options.maxStaleReclaims})`;
-  return { next, events: [{ kind: 'reclaimed', message }], dispatch: jobDispatch(next) };
-}
-
-/** queued → queued: its task went missing; a fresh dispatch of the same step. */
-export function redispatchJob(job: JobRecord, input: { readonly lostBeforeMs: number }, nowMs: number): Transition<JobRecord> {
-  refuseUnless(job, JOB_TRANSITIONS.redispatch.from, 're-dispatch');
-  if (job.nextRunAtMs > input.lostBeforeMs) throw new TransitionRefused('the job is not overdue any more');
-  const next: JobRecord = { ...job, dispatch: job.dispatch + 1, nextRunAtMs: nowMs };
-  return {
-    next,
-    events: [{ kind: 'redispatched', message: `No task claimed step ${job.step} since ${iso(job.nextRunAtMs)}; dispatched again (dispatch ${next.dispatch})` }],
-    dispatch: jobDispatch(next),
-  };
 }
 
 /** waiting (provider or budget) → queued: the resume time came. A decision wait never resumes by itself. */
@@ -508,32 +427,21 @@ export function rerunUnit(unit: UnitRecord, input: { readonly why: string }, now
   return { next, events: [{ kind: 'rerun', message: `${unit.unit}: runs again: ${input.why}`, unit: unit.unit }], dispatch: unitDispatch(next) };
 }
 
+/** A unit's task may claim or take over only while its job runs the fan-out the unit belongs to. */
+function refuseOutsideFanOut(job: JobRecord, unit: UnitRecord): void {
+  if (!inFanOut(job, unit)) throw new TransitionRefused(`job is ${job.status}, not in this unit's fan-out`);
+}
+
 /** queued → running under the unit's own new epoch; the job must be in this unit's fan-out. */
 export function claimUnit(job: JobRecord, unit: UnitRecord, input: ClaimInput, nowMs: number): Transition<UnitRecord> {
-  if (!inFanOut(job, unit)) throw new TransitionRefused(`job is ${job.status}, not in this unit's fan-out`);
-  if (unit.status !== 'queued') throw new TransitionRefused(`unit is ${unit.status}`);
-  if (unit.step !== input.step) throw new TransitionRefused(`task is for unit step ${input.step}, unit is at step ${unit.step}`);
-  if (unit.nextRunAtMs > nowMs) throw new TransitionRefused('unit is backing off', unit.nextRunAtMs - nowMs);
-  const epoch = unit.epoch + 1;
-  return { next: { ...unit, status: 'running', epoch, lease: lease(epoch, input.worker, nowMs, input.options) }, events: [] };
+  refuseOutsideFanOut(job, unit);
+  return UNIT_MOVES.claim(unit, input, nowMs);
 }
 
 /** running → running (new epoch): the unit's own step is held by a silent worker. Quarantine is the job's (see the caller). */
-export function takeOverUnit(job: JobRecord, unit: UnitRecord, input: ClaimInput, nowMs: number): Transition<UnitRecord> & { readonly quarantine?: string } {
-  if (!inFanOut(job, unit)) throw new TransitionRefused(`job is ${job.status}, not in this unit's fan-out`);
-  if (unit.status !== 'running' || unit.step !== input.step) throw new TransitionRefused(`unit is ${unit.status} at step ${unit.step}`);
-  const decision = decideStaleTakeover(unit, nowMs, input.options);
-  if (decision === null) throw new TransitionRefused('unit is running without a lease (parked)');
-  if (decision.action === 'redeliver-later') throw new TransitionRefused(`unit is running: ${decision.reason}`, decision.retryAfterMs);
-  if (decision.action === 'quarantine') {
-    const reason = `unit ${unit.unit}: ${decision.reason}`;
-    return { next: { ...unit, lease: null, staleReclaims: decision.staleReclaims }, events: [{ kind: 'quarantined', message: `Quarantined: ${reason}`, unit: unit.unit }], quarantine: reason };
-  }
-  const epoch = unit.epoch + 1;
-  return {
-    next: { ...unit, epoch, staleReclaims: decision.staleReclaims, lease: lease(epoch, input.worker, nowMs, input.options) },
-    events: [{ kind: 'reclaimed', message: `Unit ${unit.unit} reclaimed at step ${unit.step}: ${decision.reason}`, unit: unit.unit }],
-  };
+export function takeOverUnit(job: JobRecord, unit: UnitRecord, input: ClaimInput, nowMs: number): HolderTransition<UnitRecord> {
+  refuseOutsideFanOut(job, unit);
+  return UNIT_MOVES.takeOver(unit, input, nowMs);
 }
 
 /** running → queued at the unit's next step: more to do, a new task continues. */
@@ -551,47 +459,13 @@ export function requeueUnit(unit: UnitRecord, input: { readonly attempts: number
 }
 
 /** running → queued (the job is quarantined by the caller when the decision says so): the unit's lease expired. */
-export function reclaimExpiredUnit(unit: UnitRecord, options: EngineOptions, nowMs: number): Transition<UnitRecord> & { readonly quarantine?: string } {
-  const held = unit.lease;
-  if (unit.status !== 'running' || held === null) throw new TransitionRefused('the unit changed since the query');
-  if (held.expiresAtMs > nowMs) throw new TransitionRefused('the lease was extended since the query');
-  const decision = decideExpiredLease(unit, options);
-  if (decision.action === 'quarantine') {
-    const reason = `unit ${unit.unit}: ${decision.reason}`;
-    return { next: { ...unit, lease: null, staleReclaims: decision.staleReclaims }, events: [{ kind: 'quarantined', message: `Quarantined: ${reason}`, unit: unit.unit }], quarantine: reason };
-  }
-  // Unit task IDs carry the dispatch number: a reclaimed unit takes one never used in this fan-out.
-  const next: UnitRecord = { ...unit, status: 'queued', lease: null, staleReclaims: decision.staleReclaims, step: unit.step + 1, dispatch: unit.dispatch + 1, nextRunAtMs: nowMs };
-  const message =
-    `Unit ${unit.unit}: the lease of epoch ${held.epoch} held by ${held.worker} expired at ${iso(held.expiresAtMs)}; ` +
-    `requeued at step ${next.step} (stale reclaim ${decision.staleReclaims} of at most ${options.maxStaleReclaims})`;
-  return { next, events: [{ kind: 'reclaimed', message, unit: unit.unit }], dispatch: unitDispatch(next) };
-}
+export const reclaimExpiredUnit = UNIT_MOVES.reclaimExpired;
 
 /** running → queued (the job is quarantined by the caller when the decision says so): the unit's step showed no progress. */
-export function giveBackUnit(unit: UnitRecord, input: { readonly why: string; readonly options: EngineOptions }, nowMs: number): Transition<UnitRecord> & { readonly quarantine?: string } {
-  refuseUnless(unit, UNIT_TRANSITIONS.giveBack.from, 'give a unit back');
-  const decision = decideExpiredLease(unit, input.options);
-  if (decision.action === 'quarantine') {
-    const reason = `unit ${unit.unit}: ${decision.reason} (last: ${input.why})`;
-    return { next: { ...unit, lease: null, staleReclaims: decision.staleReclaims }, events: [{ kind: 'quarantined', message: `Quarantined: ${reason}`, unit: unit.unit }], quarantine: reason };
-  }
-  const next: UnitRecord = { ...nextStep(unit, nowMs), status: 'queued', staleReclaims: decision.staleReclaims };
-  const message = `${unit.unit}: gave the unit back at step ${unit.step}: ${input.why} (lost worker ${decision.staleReclaims} of at most ${input.options.maxStaleReclaims})`;
-  return { next, events: [{ kind: 'reclaimed', message, unit: unit.unit }], dispatch: unitDispatch(next) };
-}
+export const giveBackUnit = UNIT_MOVES.giveBack;
 
 /** queued → queued: the unit's task went missing. */
-export function redispatchUnit(unit: UnitRecord, input: { readonly lostBeforeMs: number }, nowMs: number): Transition<UnitRecord> {
-  refuseUnless(unit, UNIT_TRANSITIONS.redispatch.from, 're-dispatch a unit');
-  if (unit.nextRunAtMs > input.lostBeforeMs) throw new TransitionRefused('the unit is not overdue any more');
-  const next: UnitRecord = { ...unit, dispatch: unit.dispatch + 1, nextRunAtMs: nowMs };
-  return {
-    next,
-    events: [{ kind: 'redispatched', message: `Unit ${unit.unit}: no task claimed step ${unit.step} since ${iso(unit.nextRunAtMs)}; dispatched again (dispatch ${next.dispatch})`, unit: unit.unit }],
-    dispatch: unitDispatch(next),
-  };
-}
+export const redispatchUnit = UNIT_MOVES.redispatch;
 
 /** A unit of a fan-out that ended: no lease and not queued, so no sweep query matches it again. */
 export function parkUnit(unit: UnitRecord, input: { readonly why: string }, nowMs: number): Transition<UnitRecord> {

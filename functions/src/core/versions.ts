@@ -25,7 +25,7 @@
  * before versions existed) was written by version 1: every phase was at version 1 until versions existed.
  */
 import { z } from 'zod';
-import type { OlderVersionReading, PhaseDefinition } from './pipeline';
+import type { OlderVersionReading, PhaseDefinition, PhaseMigration } from './pipeline';
 
 /** What a stored value is: a phase's checkpoint state, a section's data, or a fan-out unit's result. */
 export type StoredKind = 'checkpoint' | 'section' | 'unit result';
@@ -46,15 +46,12 @@ export function phaseVersion(phase: Pick<PhaseDefinition<unknown, unknown>, 'ver
   return phase.version ?? 1;
 }
 
+/** Where each kind is declared: the phase's schema and a migration's function carry the same name. */
+const DECLARED_AS = { checkpoint: 'state', section: 'section', 'unit result': 'unitState' } as const satisfies Record<StoredKind, keyof PhaseMigration>;
+
 function schemaFor(phase: VersionedPhase, kind: StoredKind): z.ZodType | undefined {
-  switch (kind) {
-    case 'checkpoint':
-      return phase.state;
-    case 'section':
-      return phase.section;
-    case 'unit result':
-      return phase.fanOut?.unitState;
-  }
+  const field = DECLARED_AS[kind];
+  return field === 'unitState' ? phase.fanOut?.unitState : phase[field];
 }
 
 function parsed(schema: z.ZodType | undefined, value: unknown): { ok: true; value: unknown } | { ok: false; reason: string } {
@@ -64,15 +61,7 @@ function parsed(schema: z.ZodType | undefined, value: unknown): { ok: true; valu
 }
 
 function migrationOf(reading: OlderVersionReading, kind: StoredKind): ((old: unknown) => unknown) | undefined {
-  if ('refuse' in reading) return undefined;
-  switch (kind) {
-    case 'checkpoint':
-      return reading.state;
-    case 'section':
-      return reading.section;
-    case 'unit result':
-      return reading.unitState;
-  }
+  return 'refuse' in reading ? undefined : reading[DECLARED_AS[kind]];
 }
 
 /** Runs one declared migration and parses its result; the reason when either fails. */

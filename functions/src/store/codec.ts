@@ -5,7 +5,7 @@
 import { Timestamp, type DocumentData } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import { CorruptCheckpointError, UnreadableJobError } from '../core/errors';
-import { JOB_STATUSES, UNIT_STATUSES, WAIT_REASONS, type Cancellation, type FanOutState, type JobRecord, type Lease, type UnitRecord } from '../core/job';
+import { JOB_STATUSES, UNIT_STATUSES, WAIT_REASONS, type Cancellation, type FanOutState, type JobRecord, type Lease, type LeaseHolder, type RecordedError, type UnitRecord } from '../core/job';
 
 const millis = z.instanceof(Timestamp).transform((value) => value.toMillis());
 const counts = z.record(z.string(), z.number());
@@ -18,6 +18,88 @@ function decodeLease(lease: z.infer<typeof leaseSchema> | null): Lease | null {
   return lease.renewedAt === null || lease.renewedAt === undefined ? base : { ...base, renewedAtMs: lease.renewedAt };
 }
 const claimTallySchema = z.object({ epoch: z.number().int(), cost: counts, notes: z.number().int().nonnegative() });
+
+const ts = (ms: number): Timestamp => Timestamp.fromMillis(ms);
+const tsOrNull = (ms: number | null): Timestamp | null => (ms === null ? null : ts(ms));
+
+const encodeLease = (lease: Lease | null) =>
+  lease && { epoch: lease.epoch, worker: lease.worker, expiresAt: ts(lease.expiresAtMs), renewedAt: lease.renewedAtMs === undefined ? null : ts(lease.renewedAtMs) };
+
+/**
+ * The claim fields a job document and a unit document share (core's `LeaseHolder`), declared once:
+ * each record names its statuses and what its last error carries beyond code, message and time.
+ */
+const claimFields = z.object({
+  epoch: z.number().int().nonnegative(),
+  lease: leaseSchema.nullable(),
+  step: z.number().int().nonnegative(),
+  dispatch: z.number().int().nonnegative(),
+  attempts: z.number().int().nonnegative(),
+  staleReclaims: z.number().int().nonnegative(),
+  nextRunAt: millis,
+  progress: counts,
+  cost: counts,
+  claimTally: claimTallySchema.nullable().default(null),
+  updatedAt: millis,
+});
+
+function claimSchema<const TStatuses extends readonly [string, ...string[]], TErrorExtra extends z.ZodRawShape>(statuses: TStatuses, errorExtra: TErrorExtra) {
+  return claimFields.extend({
+    status: z.enum(statuses),
+    lastError: z.object({ code: z.string(), message: z.string(), at: millis, ...errorExtra }).nullable(),
+  });
+}
+
+interface StoredError {
+  readonly code: string;
+  readonly message: string;
+  readonly at: number;
+}
+
+type StoredClaim<TStatus extends string, TError extends StoredError> = z.output<typeof claimFields> & { readonly status: TStatus; readonly lastError: TError | null };
+
+function decodeClaim<TStatus extends string, TError extends StoredError>(doc: StoredClaim<TStatus, TError>): LeaseHolder<TStatus, RecordedError & Omit<TError, 'at'>> {
+  let lastError: (RecordedError & Omit<TError, 'at'>) | null = null;
+  if (doc.lastError !== null) {
+    const { at, ...rest } = doc.lastError;
+    lastError = { ...rest, code: doc.lastError.code, message: doc.lastError.message, atMs: at };
+  }
+  return {
+    status: doc.status,
+    epoch: doc.epoch,
+    lease: decodeLease(doc.lease),
+    step: doc.step,
+    dispatch: doc.dispatch,
+    attempts: doc.attempts,
+    staleReclaims: doc.staleReclaims,
+    nextRunAtMs: doc.nextRunAt,
+    progress: doc.progress,
+    cost: doc.cost,
+    lastError,
+    claimTally: doc.claimTally,
+    updatedAtMs: doc.updatedAt,
+  };
+}
+
+/** The shared claim fields as stored; `errorExtra` gives what the holder's last error carries beyond code, message and time. */
+function encodeClaim<TError extends RecordedError>(holder: LeaseHolder<string, TError>, errorExtra: (error: TError) => DocumentData): DocumentData {
+  const error = holder.lastError;
+  return {
+    status: holder.status,
+    epoch: holder.epoch,
+    lease: encodeLease(holder.lease),
+    step: holder.step,
+    dispatch: holder.dispatch,
+    attempts: holder.attempts,
+    staleReclaims: holder.staleReclaims,
+    nextRunAt: ts(holder.nextRunAtMs),
+    progress: holder.progress,
+    cost: holder.cost,
+    lastError: error && { code: error.code, message: error.message, ...errorExtra(error), at: ts(error.atMs) },
+    claimTally: holder.claimTally,
+    updatedAt: ts(holder.updatedAtMs),
+  };
+}
 
 const effectCountsSchema = z.object({
   planned: z.number().int().nonnegative(),
@@ -43,25 +125,14 @@ const cancellationSchema = z.object({
     .default(null),
 });
 
-const jobDocumentSchema = z.object({
+const jobDocumentSchema = claimSchema(JOB_STATUSES, { retryable: z.boolean() }).extend({
   owner: z.string(),
   pipeline: z.string(),
   input: z.unknown(),
   conversationId: z.string().nullable(),
   idempotencyKey: z.string().nullable(),
-  status: z.enum(JOB_STATUSES),
   outcome: z.enum(['complete', 'partial']).nullable(),
   phase: z.string().nullable(),
-  epoch: z.number().int().nonnegative(),
-  lease: leaseSchema.nullable(),
-  step: z.number().int().nonnegative(),
-  dispatch: z.number().int().nonnegative(),
-  attempts: z.number().int().nonnegative(),
-  staleReclaims: z.number().int().nonnegative(),
-  nextRunAt: millis,
-  progress: counts,
-  cost: counts,
-  lastError: z.object({ code: z.string(), message: z.string(), retryable: z.boolean(), at: millis }).nullable(),
   waiting: z
     .object({
       reason: z.enum(WAIT_REASONS),
@@ -80,10 +151,8 @@ const jobDocumentSchema = z.object({
   fanout: z
     .object({ phase: z.string(), epoch: z.number().int(), units: z.number().int(), done: z.number().int(), unitIds: z.array(z.string()).optional() })
     .nullable(),
-  claimTally: claimTallySchema.nullable().default(null),
   eventSeq: z.number().int().nonnegative(),
   createdAt: millis,
-  updatedAt: millis,
   finishedAt: millis.nullable(),
   /** Absent on jobs written before versions existed: version 1 (every pipeline was at 1 then). Null: not recorded by its creator. */
   pipelineVersion: z.number().int().positive().nullable().default(1),
@@ -102,9 +171,6 @@ const jobDocumentSchema = z.object({
     .nullable()
     .default(null),
 });
-
-const ts = (ms: number): Timestamp => Timestamp.fromMillis(ms);
-const tsOrNull = (ms: number | null): Timestamp | null => (ms === null ? null : ts(ms));
 
 function decodeCancellation(doc: z.infer<typeof cancellationSchema>): Cancellation {
   const effects = doc.effects && { counts: doc.effects.counts, settled: doc.effects.settled, checkedWith: doc.effects.checkedWith, checkedAtMs: doc.effects.checkedAt };
@@ -128,25 +194,15 @@ export function decodeJob(id: string, data: DocumentData | undefined): JobRecord
   if (!parsed.success) throw new UnreadableJobError(id, `Job ${id} has a malformed document: ${z.prettifyError(parsed.error)}`);
   const doc = parsed.data;
   return {
+    ...decodeClaim(doc),
     id,
     owner: doc.owner,
     pipeline: doc.pipeline,
     input: doc.input,
     conversationId: doc.conversationId,
     idempotencyKey: doc.idempotencyKey,
-    status: doc.status,
     outcome: doc.outcome,
     phase: doc.phase,
-    epoch: doc.epoch,
-    lease: decodeLease(doc.lease),
-    step: doc.step,
-    dispatch: doc.dispatch,
-    attempts: doc.attempts,
-    staleReclaims: doc.staleReclaims,
-    nextRunAtMs: doc.nextRunAt,
-    progress: doc.progress,
-    cost: doc.cost,
-    lastError: doc.lastError && { code: doc.lastError.code, message: doc.lastError.message, retryable: doc.lastError.retryable, atMs: doc.lastError.at },
     waiting: doc.waiting && {
       reason: doc.waiting.reason,
       questionId: doc.waiting.questionId,
@@ -160,10 +216,8 @@ export function decodeJob(id: string, data: DocumentData | undefined): JobRecord
     effectsToSettleAtMs: doc.effectsToSettleAt,
     retention: doc.retention && { dueAtMs: doc.retention.dueAt, cursor: doc.retention.cursor },
     fanout: doc.fanout === null ? null : decodeFanOut(doc.fanout),
-    claimTally: doc.claimTally,
     eventSeq: doc.eventSeq,
     createdAtMs: doc.createdAt,
-    updatedAtMs: doc.updatedAt,
     finishedAtMs: doc.finishedAt,
     pipelineVersion: doc.pipelineVersion,
     redrive: doc.redrive && {
@@ -179,29 +233,16 @@ export function decodeJob(id: string, data: DocumentData | undefined): JobRecord
   };
 }
 
-const encodeLease = (lease: Lease | null) =>
-  lease && { epoch: lease.epoch, worker: lease.worker, expiresAt: ts(lease.expiresAtMs), renewedAt: lease.renewedAtMs === undefined ? null : ts(lease.renewedAtMs) };
-
 export function encodeJob(job: JobRecord): DocumentData {
   return {
+    ...encodeClaim(job, (error) => ({ retryable: error.retryable })),
     owner: job.owner,
     pipeline: job.pipeline,
     input: job.input,
     conversationId: job.conversationId,
     idempotencyKey: job.idempotencyKey,
-    status: job.status,
     outcome: job.outcome,
     phase: job.phase,
-    epoch: job.epoch,
-    lease: encodeLease(job.lease),
-    step: job.step,
-    dispatch: job.dispatch,
-    attempts: job.attempts,
-    staleReclaims: job.staleReclaims,
-    nextRunAt: ts(job.nextRunAtMs),
-    progress: job.progress,
-    cost: job.cost,
-    lastError: job.lastError && { code: job.lastError.code, message: job.lastError.message, retryable: job.lastError.retryable, at: ts(job.lastError.atMs) },
     waiting: job.waiting && {
       reason: job.waiting.reason,
       questionId: job.waiting.questionId,
@@ -215,10 +256,8 @@ export function encodeJob(job: JobRecord): DocumentData {
     effectsToSettleAt: tsOrNull(job.effectsToSettleAtMs ?? null),
     retention: job.retention ? { dueAt: ts(job.retention.dueAtMs), cursor: job.retention.cursor } : null,
     fanout: job.fanout,
-    claimTally: job.claimTally,
     eventSeq: job.eventSeq,
     createdAt: ts(job.createdAtMs),
-    updatedAt: ts(job.updatedAtMs),
     finishedAt: tsOrNull(job.finishedAtMs),
     pipelineVersion: job.pipelineVersion ?? null,
     redrive: job.redrive
@@ -238,28 +277,15 @@ export function encodeJob(job: JobRecord): DocumentData {
 
 export { UNIT_STATUSES, type UnitRecord, type UnitStatus } from '../core/job';
 
-const unitDocumentSchema = z.object({
+const unitDocumentSchema = claimSchema(UNIT_STATUSES, {}).extend({
   jobId: z.string(),
   unit: z.string(),
   phase: z.string(),
   fanoutEpoch: z.number().int(),
-  status: z.enum(UNIT_STATUSES),
-  epoch: z.number().int().nonnegative(),
-  lease: leaseSchema.nullable(),
-  step: z.number().int().nonnegative(),
-  dispatch: z.number().int().nonnegative(),
-  attempts: z.number().int().nonnegative(),
-  staleReclaims: z.number().int().nonnegative(),
-  nextRunAt: millis,
-  progress: counts,
-  cost: counts,
   costInJob: counts.default({}),
-  claimTally: claimTallySchema.nullable().default(null),
   result: z.unknown(),
   /** Absent on results from before versions existed: version 1. */
   resultVersion: z.number().int().positive().optional(),
-  lastError: z.object({ code: z.string(), message: z.string(), at: millis }).nullable(),
-  updatedAt: millis,
 });
 
 function decodeFanOut(stored: { phase: string; epoch: number; units: number; done: number; unitIds?: string[] | undefined }): FanOutState {
@@ -267,32 +293,24 @@ function decodeFanOut(stored: { phase: string; epoch: number; units: number; don
   return unitIds === undefined ? counts : { ...counts, unitIds };
 }
 
+/** A unit's fields beyond its claim: stored as they are held, so one picking serves both directions. */
+function unitOwnFields(from: Pick<UnitRecord, 'jobId' | 'unit' | 'phase' | 'fanoutEpoch' | 'costInJob' | 'result'> & { readonly resultVersion?: number | undefined }) {
+  return {
+    jobId: from.jobId,
+    unit: from.unit,
+    phase: from.phase,
+    fanoutEpoch: from.fanoutEpoch,
+    costInJob: from.costInJob,
+    result: from.result ?? null,
+    ...(from.resultVersion === undefined ? {} : { resultVersion: from.resultVersion }),
+  };
+}
+
 export function decodeUnit(path: string, data: DocumentData | undefined): UnitRecord {
   const parsed = unitDocumentSchema.safeParse(data);
   if (!parsed.success) throw new CorruptCheckpointError(`Unit ${path} has a malformed document: ${z.prettifyError(parsed.error)}`);
   const doc = parsed.data;
-  return {
-    jobId: doc.jobId,
-    unit: doc.unit,
-    phase: doc.phase,
-    fanoutEpoch: doc.fanoutEpoch,
-    status: doc.status,
-    epoch: doc.epoch,
-    lease: decodeLease(doc.lease),
-    step: doc.step,
-    dispatch: doc.dispatch,
-    attempts: doc.attempts,
-    staleReclaims: doc.staleReclaims,
-    nextRunAtMs: doc.nextRunAt,
-    progress: doc.progress,
-    cost: doc.cost,
-    costInJob: doc.costInJob,
-    claimTally: doc.claimTally,
-    result: doc.result ?? null,
-    ...(doc.resultVersion === undefined ? {} : { resultVersion: doc.resultVersion }),
-    lastError: doc.lastError && { code: doc.lastError.code, message: doc.lastError.message, atMs: doc.lastError.at },
-    updatedAtMs: doc.updatedAt,
-  };
+  return { ...decodeClaim(doc), ...unitOwnFields(doc) };
 }
 
 /**
@@ -304,26 +322,5 @@ export function encodeUnitFlush(unit: Pick<UnitRecord, 'lease' | 'progress' | 'c
 }
 
 export function encodeUnit(unit: UnitRecord): DocumentData {
-  return {
-    jobId: unit.jobId,
-    unit: unit.unit,
-    phase: unit.phase,
-    fanoutEpoch: unit.fanoutEpoch,
-    status: unit.status,
-    epoch: unit.epoch,
-    lease: encodeLease(unit.lease),
-    step: unit.step,
-    dispatch: unit.dispatch,
-    attempts: unit.attempts,
-    staleReclaims: unit.staleReclaims,
-    nextRunAt: ts(unit.nextRunAtMs),
-    progress: unit.progress,
-    cost: unit.cost,
-    costInJob: unit.costInJob,
-    claimTally: unit.claimTally,
-    result: unit.result ?? null,
-    ...(unit.resultVersion === undefined ? {} : { resultVersion: unit.resultVersion }),
-    lastError: unit.lastError && { code: unit.lastError.code, message: unit.lastError.message, at: ts(unit.lastError.atMs) },
-    updatedAt: ts(unit.updatedAtMs),
-  };
+  return { ...encodeClaim(unit, () => ({})), ...unitOwnFields(unit) };
 }
