@@ -21,6 +21,7 @@ import { DEFAULT_SECTION_POLICY, type SectionPolicy } from '../agent/section-run
 import type { AllowedAddress, PageFetchLimits } from '../agent/web/page-fetcher';
 import { DEFAULT_OFFLINE_SETTINGS, offlineSettingsSchema, type OfflineSettings } from '../providers/offline/settings';
 import { openAiCompatibleConfigSchema, type OpenAiCompatibleConfig } from '../providers/openai-compatible';
+import { TRACE_EXPORTERS, type TracingConfig } from '../telemetry/tracing';
 
 /** A setting is missing or malformed; the message names the variable and what it must be. */
 export class ConfigurationError extends TerminalError {
@@ -298,8 +299,6 @@ const STEP_QUEUE_VARIABLES = {
   ),
   PHASELINE_STEP_QUEUE_DISPATCHES_PER_SECOND: variable(numberText.pipe(z.number().positive().max(500)).default(50), '50', 'Step and unit tasks the queue starts per second at most.'),
 };
-
-const TRACE_EXPORTERS = ['none', 'console', 'otlp'] as const;
 
 /** Traces of steps, model calls, tool calls and commits (telemetry/tracing.ts); read once, when the step function first runs. */
 const TRACE_VARIABLES = {
@@ -582,11 +581,6 @@ export function quotaDefaultsFromEnv(env: Environment = process.env): QuotaDefau
     anonymousJobsInFlightTotal: text.PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL,
   };
 }
-
-export type TracingConfig =
-  | { readonly exporter: 'none' }
-  | { readonly exporter: 'console'; readonly sampleRatio: number }
-  | { readonly exporter: 'otlp'; readonly url: string; readonly sampleRatio: number };
 
 /** Where spans go; the OTLP URL is read only for otlp, the ratio only when spans are exported. */
 export function tracingConfigFromEnv(env: Environment = process.env): TracingConfig {

@@ -13,7 +13,7 @@ import type { JobStore } from '../store/job-store';
 import { countSetAside, readEarlierAttempt, readOutbox, readSetAsidePage, setAsidePrefix, SET_ASIDE, writeSetAside, type SetAsideMark } from '../store/phase-documents';
 import type { TaskQueuePort } from '../store/task-queue';
 import { failedBecauseStopped } from '../effects/after-stop';
-import { parseEffectEntry } from '../effects/firestore-ledger';
+import { parseEffectEntry } from '../store/firestore-ledger';
 import { markEffectUnknown } from '../store/effect-access';
 import { clearExpiryStamps } from '../store/retention';
 import { UNITS } from './indexed-queries';

@@ -5,7 +5,7 @@
  * engine's cap (`maxServerDelayMs`) is treated as down: the job waits, resuming at the cap.
  */
 import { z } from 'zod';
-import type { CircuitState, ProviderCircuit } from '../../agent/circuit';
+import type { CircuitState, ProviderCircuit } from '../../core/circuit';
 import { isProviderOutage, type ModelProvider } from '../../agent/provider';
 import { runSection, type SectionOutcome, type SectionPolicy, type SectionSpec, type StoredTranscript, type UsageEntry } from '../../agent/section-runner';
 import type { Toolbox } from '../../agent/tools';

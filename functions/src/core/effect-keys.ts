@@ -4,7 +4,7 @@
  * after any crash, sends the same idempotency key.
  */
 import { createHash } from 'node:crypto';
-import type { EffectIntent } from './ledger';
+import type { EffectIntent } from './effect-ledger';
 
 const KEY_VERSION = 'phaseline-effect/v1';
 
