@@ -7,6 +7,7 @@ import { describeError, OwnershipLostError, PhaselineError } from '../core/error
 import type { Cancellation, JobRecord, JobStatus } from '../core/job';
 import type { PipelineRegistry } from '../core/pipeline';
 import { chargeUnits, JOB_TRANSITIONS, jobDispatch, redriveJobRecord, releaseJob, type Transition } from '../core/transitions';
+// eslint-disable-next-line no-restricted-imports -- removed when the operator is handed its registry
 import { deployedPipelines } from '../pipelines';
 import { decodeUnit } from '../store/codec';
 import type { JobStore } from '../store/job-store';
