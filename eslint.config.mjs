@@ -2,100 +2,105 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
-/** Relative imports of these functions/src folders, from any depth below them. */
-const folders = (/** @type {string[]} */ names) => `^(\\.\\./)+(${names.join('|')})(/|$)`;
+/**
+ * The layers of functions/src, bottom to top: a folder imports only the folders before it in this
+ * list (and itself), never one after it; the deploy entry functions/src/index.ts sits above them
+ * all. test/unit/import-graph.test.ts checks every import, type imports included, against this same
+ * list, and finds no cycle. Chosen from the imports as they stood: this order left 7 imports from 5
+ * files running up (the store on effects/ and agent/, telemetry on agent/ and config/, the engine on
+ * the deployed pipelines), and no order tried left fewer; engine/ and config/ import neither the
+ * other, nor do effects/ and agent/, so their places relative to each other are a choice.
+ * core/ is the pure centre. telemetry/ observes and is called, it does not call. store/ is
+ * every Firestore access (a handle at its bottom, JobStore on top). effects/ is the external
+ * effects protocol over the store's ledger; agent/ the model and tool toolkit, providers/ its model
+ * backends; engine/ runs steps on the store; config/ reads the environment into options for the
+ * toolkit and the engine; pipelines/ are the work, handed their backends; http/ the handlers;
+ * triggers/ bind it all to Cloud Functions. Each folder's reason is the message its rule gives.
+ */
+export const LAYER_ORDER = /** @type {const} */ ([
+  ['core', 'the pure centre, tested without an emulator: move what it needs down into core/.'],
+  ['telemetry', 'it sits below the code it observes: it is called, it does not call.'],
+  ['store', 'move the interface it implements down (into core/, as pure types), or the implementation up.'],
+  ['effects', 'the protocol takes the store and its adapters; what it needs from above comes in as a port.'],
+  ['agent', 'the toolkit is handed its providers and settings: take them as parameters.'],
+  ['providers', 'a model backend implements the agent\'s ports and is handed its settings.'],
+  ['engine', 'the engine is handed its pipelines and backends by the triggers.'],
+  ['config', 'it sits below the code that reads it (pipelines/, triggers/).'],
+  ['pipelines', 'pipelines are handed their backends by the triggers: take them as parameters.'],
+  ['http', 'handlers are mounted by the triggers: take what they need as parameters.'],
+  ['triggers', 'only the deploy entry (functions/src/index.ts) sits above the triggers.'],
+]);
+
+/** The deepest folder nesting under a layer that its rule covers (test/unit/import-graph.test.ts covers every depth). */
+const MAX_DEPTH = 4;
+
+const FIREBASE_PACKAGES = '^(firebase-admin|firebase-functions|firebase|@firebase/[^/]+|@google-cloud/[^/]+)(/|$)';
+
+/** Patterns a layer forbids besides the layers above it. */
+const EXTRA_PATTERNS = /** @type {Record<string, { regex: string, message: string }[]>} */ ({
+  core: [{ regex: FIREBASE_PACKAGES, message: 'core/ imports no Firebase or Google Cloud package: it is tested without an emulator.' }],
+  telemetry: [{ regex: FIREBASE_PACKAGES, message: 'telemetry/ imports no Firebase package: the store and triggers call it.' }],
+});
 
 /**
- * Layering of functions/src, checked rather than promised (test/unit/layering.test.ts proves each
- * rule fires). core/ is the pure centre, tested without an emulator: no Firebase package and
- * nothing from the folders above it. pipelines/ are handed their backends by the triggers, never
- * reach for them. config/ is read by pipelines/ and triggers/, so it imports neither. engine/ talks
- * to Firestore only through store/: no `.db`, no value imported from firebase-admin/firestore.
+ * One rule per layer and depth: from a file `depth` folders below functions/src, `../` taken
+ * `depth` times reaches functions/src, so the pattern names a layer, not a subfolder of the same
+ * name nearer by. `index` at that level is the deploy entry.
  */
-const layering = [
-  {
-    files: ['functions/src/core/**/*.ts'],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        {
-          patterns: [
-            {
-              regex: '^(firebase-admin|firebase-functions|firebase|@firebase/[^/]+|@google-cloud/[^/]+)(/|$)',
-              message: 'core/ imports no Firebase or Google Cloud package: it is tested without an emulator.',
-            },
-            {
-              regex: folders(['engine', 'store', 'triggers', 'http', 'pipelines', 'providers', 'agent', 'effects', 'config', 'telemetry']),
-              message: 'core/ imports nothing above it: move what it needs down into core/.',
-            },
-          ],
-        },
-      ],
-    },
+const layering = LAYER_ORDER.flatMap(([layer, reason], position) => {
+  const above = [...LAYER_ORDER.slice(position + 1).map(([name]) => name), 'index'];
+  const order = LAYER_ORDER.map(([name]) => name).join(' < ');
+  return Array.from({ length: MAX_DEPTH }, (_, index) => {
+    const depth = index + 1;
+    return {
+      files: [`functions/src/${layer}/${'*/'.repeat(depth - 1)}*.ts`],
+      rules: {
+        'no-restricted-imports': [
+          'error',
+          {
+            patterns: [
+              ...(EXTRA_PATTERNS[layer] ?? []),
+              { regex: `^(\\.\\./){${depth}}(${above.join('|')})(/|$)`, message: `${layer}/ imports nothing above it in the layers (${order}): ${reason}` },
+            ],
+          },
+        ],
+      },
+    };
+  });
+});
+
+/**
+ * engine/ talks to Firestore only through store/: no Firestore instance, no Firestore values
+ * (FieldValue, Timestamp, FieldPath, getFirestore); types for signatures only.
+ */
+const engineThroughStore = {
+  files: ['functions/src/engine/**/*.ts'],
+  rules: {
+    '@typescript-eslint/no-restricted-imports': [
+      'error',
+      {
+        paths: [
+          {
+            name: 'firebase-admin/firestore',
+            allowTypeImports: true,
+            message: 'engine/ reaches Firestore only through the store: move the Firestore access into functions/src/store/ (type-only imports are allowed).',
+          },
+        ],
+      },
+    ],
+    'no-restricted-syntax': [
+      'error',
+      {
+        selector: "MemberExpression[property.name='db']",
+        message: 'engine/ does not use the store\'s Firestore instance (.db): add the access to functions/src/store/ and call it through the JobStore.',
+      },
+      {
+        selector: "ObjectPattern > Property[key.name='db']",
+        message: 'engine/ does not use the store\'s Firestore instance (.db): add the access to functions/src/store/ and call it through the JobStore.',
+      },
+    ],
   },
-  {
-    files: ['functions/src/telemetry/**/*.ts'],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        {
-          patterns: [
-            { regex: '^(firebase-admin|firebase-functions|firebase|@firebase/[^/]+|@google-cloud/[^/]+)(/|$)', message: 'telemetry/ imports no Firebase package: the store and triggers call it.' },
-            { regex: folders(['engine', 'store', 'triggers', 'http', 'pipelines']), message: 'telemetry/ sits below the code it observes: it is called, it does not call.' },
-          ],
-        },
-      ],
-    },
-  },
-  {
-    files: ['functions/src/pipelines/**/*.ts'],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        { patterns: [{ regex: folders(['triggers']), message: 'pipelines/ do not import triggers/: take backends as parameters.' }] },
-      ],
-    },
-  },
-  {
-    // The engine talks to Firestore only through the store (store/*.ts): no Firestore instance, no
-    // Firestore values (FieldValue, Timestamp, FieldPath, getFirestore); types for signatures only.
-    files: ['functions/src/engine/**/*.ts'],
-    rules: {
-      '@typescript-eslint/no-restricted-imports': [
-        'error',
-        {
-          paths: [
-            {
-              name: 'firebase-admin/firestore',
-              allowTypeImports: true,
-              message: 'engine/ reaches Firestore only through the store: move the Firestore access into functions/src/store/ (type-only imports are allowed).',
-            },
-          ],
-        },
-      ],
-      'no-restricted-syntax': [
-        'error',
-        {
-          selector: "MemberExpression[property.name='db']",
-          message: 'engine/ does not use the store\'s Firestore instance (.db): add the access to functions/src/store/ and call it through the JobStore.',
-        },
-        {
-          selector: "ObjectPattern > Property[key.name='db']",
-          message: 'engine/ does not use the store\'s Firestore instance (.db): add the access to functions/src/store/ and call it through the JobStore.',
-        },
-      ],
-    },
-  },
-  {
-    files: ['functions/src/config/**/*.ts'],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        { patterns: [{ regex: folders(['triggers', 'pipelines', 'engine', 'http', 'store']), message: 'config/ sits below the code that reads it.' }] },
-      ],
-    },
-  },
-];
+};
 
 export default tseslint.config(
   { ignores: ['**/node_modules/', 'functions/lib/', 'coverage/', 'bench/results/', 'web/dist/'] },
@@ -121,4 +126,5 @@ export default tseslint.config(
     rules: { '@typescript-eslint/no-non-null-assertion': 'off' },
   },
   ...layering,
+  engineThroughStore,
 );

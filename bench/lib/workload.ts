@@ -8,7 +8,7 @@
  * redelivery) is not slept: Phaseline's runs it on an injected clock, the baselines' is computed
  * from their retry rules, and both are reported as "recovery wait (virtual)".
  */
-import type { ProviderCircuit } from '../../functions/src/agent/circuit';
+import type { ProviderCircuit } from '../../functions/src/core/circuit';
 import type { SectionPolicy } from '../../functions/src/agent/section-runner';
 import type { Clock } from '../../functions/src/core/clock';
 import { pipelineRegistry, type PipelineDefinition, type PipelineRegistry } from '../../functions/src/core/pipeline';

@@ -713,7 +713,7 @@ export const MUTANTS: readonly Mutant[] = [
   {
     name: 'well-formed-text-checked',
     removes: 'the refusal of ill-formed text (a lone surrogate) in every endpoint\'s body (Firestore refuses it later and the caller is told of an internal error)',
-    file: 'functions/src/http/submit-handler.ts',
+    file: 'functions/src/http/request.ts',
     search: '  const where = illFormedTextAt(parsed.value);',
     replace: '  const where: string | null = null;',
     tests: [

@@ -3,7 +3,7 @@
  * window answers from what this process last read or wrote (no read), a circuit another worker
  * opened is seen once the window has passed, and this process's own outage is seen at once.
  */
-import { DEFAULT_CIRCUIT_POLICY, type CircuitPolicy } from '../../functions/src/agent/circuit';
+import { DEFAULT_CIRCUIT_POLICY, type CircuitPolicy } from '../../functions/src/core/circuit';
 import { firestoreCircuit } from '../../functions/src/store/provider-circuit';
 import { openTestFirestore, type TestFirestore } from '../support/firestore';
 

@@ -8,7 +8,7 @@ import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { runStep } from '../../functions/src/engine/runner';
-import { firestoreEffectLedger } from '../../functions/src/effects/firestore-ledger';
+import { firestoreEffectLedger } from '../../functions/src/store/firestore-ledger';
 import { UNRESOLVED_EFFECT_STATES } from '../../functions/src/effects/ledger';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS, resultPath } from '../../functions/src/store/paths';

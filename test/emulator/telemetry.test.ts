@@ -24,7 +24,8 @@ import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
 import { firestoreCircuit } from '../../functions/src/store/provider-circuit';
 import { JOB_CLAIM_SLOT, JOBS } from '../../functions/src/store/paths';
 import { provideBackends } from '../../functions/src/triggers/admin';
-import { stepLogger, tracedProvider, tracedToolbox, traceStep, type LogEntry } from '../../functions/src/telemetry';
+import { stepLogger, traceStep, type LogEntry } from '../../functions/src/telemetry';
+import { tracedProvider, tracedToolbox } from '../../functions/src/agent/traced';
 import { engineHarness, type EngineHarness } from '../support/engine';
 import { immediateTimers } from '../support/research';
 

@@ -4,7 +4,7 @@
  * (bug 4) and how a section that runs out of step time ends (bug 11). The OpenAI-compatible
  * provider answers through an injected fetch, so its own Retry-After parsing is part of the path.
  */
-import { afterOutage, circuitState, CLOSED_CIRCUIT, DEFAULT_CIRCUIT_POLICY, type CircuitRecord, type ProviderCircuit } from '../../functions/src/agent/circuit';
+import { afterOutage, circuitState, CLOSED_CIRCUIT, DEFAULT_CIRCUIT_POLICY, type CircuitRecord, type ProviderCircuit } from '../../functions/src/core/circuit';
 import { ProviderRateLimitedError, type ModelProvider } from '../../functions/src/agent/provider';
 import { ManualClock } from '../../functions/src/core/clock';
 import type { PhaseDefinition, StepContext } from '../../functions/src/core/pipeline';

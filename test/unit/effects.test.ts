@@ -1,5 +1,5 @@
 import { ManualClock } from '../../functions/src/core/clock';
-import { canonicalJson, deriveEffectKey, intentFingerprint } from '../../functions/src/effects/keys';
+import { canonicalJson, deriveEffectKey, intentFingerprint } from '../../functions/src/core/effect-keys';
 import {
   applyChange,
   DEFAULT_IN_FLIGHT_GRACE_MS,

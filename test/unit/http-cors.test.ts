@@ -6,7 +6,8 @@
  */
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { answerPreflight, applyCorsHeaders, type CorsRequest } from '../../functions/src/http/cors';
-import { createSubmitHandler, type HttpResponse } from '../../functions/src/http/submit-handler';
+import type { HttpResponse } from '../../functions/src/http/request';
+import { createSubmitHandler } from '../../functions/src/http/submit-handler';
 
 class RecordingResponse implements HttpResponse {
   readonly headers = new Map<string, string>();

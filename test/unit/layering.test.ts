@@ -15,10 +15,12 @@ interface Probe {
 }
 
 // Import rules need no type information, and the probe files exist only in memory, outside the
-// TypeScript project: type-checked linting is switched off for them.
+// TypeScript project: type-checked linting is switched off for them. The child also reports the
+// layer order the configuration declares (LAYER_ORDER, exported beside the default config).
 const LINT_IN_MEMORY = `
 const { ESLint } = require('eslint');
 const tseslint = require('typescript-eslint');
+const { pathToFileURL } = require('node:url');
 (async () => {
   const probes = JSON.parse(require('node:fs').readFileSync(0, 'utf8'));
   const eslint = new ESLint({ cwd: process.cwd(), overrideConfig: [tseslint.configs.disableTypeChecked] });
@@ -28,26 +30,49 @@ const tseslint = require('typescript-eslint');
     const layering = ['no-restricted-imports', '@typescript-eslint/no-restricted-imports', 'no-restricted-syntax'];
     found.push(result.messages.filter((m) => layering.includes(m.ruleId) || m.fatal).map((m) => (m.fatal ? 'fatal: ' : '') + m.message));
   }
-  process.stdout.write(JSON.stringify(found));
+  const { LAYER_ORDER } = await import(pathToFileURL(require('node:path').join(process.cwd(), 'eslint.config.mjs')).href);
+  process.stdout.write(JSON.stringify({ found, layers: LAYER_ORDER.map(([name]) => name) }));
 })().catch((error) => { console.error(error); process.exit(1); });
 `;
 
-function lint(probes: readonly Probe[]): string[][] {
+function lint(probes: readonly Probe[]): { found: string[][]; layers: string[] } {
   const run = spawnSync(process.execPath, ['-e', LINT_IN_MEMORY], { cwd: ROOT, input: JSON.stringify(probes), encoding: 'utf8', timeout: 120_000 });
   if (run.status !== 0) throw new Error(`ESLint did not run: ${run.stderr}`);
-  return JSON.parse(run.stdout) as string[][];
+  return JSON.parse(run.stdout) as { found: string[][]; layers: string[] };
 }
 
-const ABOVE_CORE = ['engine', 'store', 'triggers', 'http', 'pipelines', 'providers', 'agent', 'effects', 'config'];
+/** The layers of functions/src, bottom to top, as eslint.config.mjs declares them (checked below): a folder imports only those before it. */
+const LAYERS = ['core', 'telemetry', 'store', 'effects', 'agent', 'providers', 'engine', 'config', 'pipelines', 'http', 'triggers'] as const;
+type Layer = (typeof LAYERS)[number];
+
+const importsOf = (prefix: string, folders: readonly string[]) =>
+  folders.map((folder, index) => `import type * as layer${index} from '${prefix}${folder}/anything';\nexport type Layer${index} = typeof layer${index};\n`).join('');
+
+/**
+ * Per layer: a file directly in it and one a folder deeper, each importing every layer above it
+ * (and the deploy entry), which must each be an error; the same files importing every layer below
+ * and their own, which must pass; and a deeper file importing a subfolder of its own layer named
+ * like a layer above, which is not that layer and must pass.
+ */
+const layerProbes = Object.fromEntries(
+  LAYERS.flatMap((layer, position) => {
+    const above = [...LAYERS.slice(position + 1), 'index'];
+    const below = [...LAYERS.slice(0, position + 1)];
+    const nearestAbove = LAYERS[position + 1] ?? 'index';
+    return [
+      [`${layer}:above`, { filePath: `functions/src/${layer}/probe.ts`, text: importsOf('../', above) }],
+      [`${layer}:nested-above`, { filePath: `functions/src/${layer}/nested/probe.ts`, text: importsOf('../../', above) }],
+      [`${layer}:below`, { filePath: `functions/src/${layer}/probe.ts`, text: importsOf('../', below) + importsOf('./', ['sibling']) }],
+      [`${layer}:nested-below`, { filePath: `functions/src/${layer}/nested/probe.ts`, text: importsOf('../../', below) + importsOf('../', [nearestAbove]) }],
+    ] as const;
+  }),
+) as Record<`${Layer}:${'above' | 'nested-above' | 'below' | 'nested-below'}`, Probe>;
 
 const probes = {
+  ...layerProbes,
   coreFirebaseAdmin: { filePath: 'functions/src/core/probe.ts', text: "import { getFirestore } from 'firebase-admin/firestore';\nexport const probe = getFirestore;\n" },
   coreFirebaseFunctions: { filePath: 'functions/src/core/probe.ts', text: "import { logger } from 'firebase-functions';\nexport const probe = logger;\n" },
   coreGoogleCloud: { filePath: 'functions/src/core/probe.ts', text: "import { CloudTasksClient } from '@google-cloud/tasks';\nexport const probe = CloudTasksClient;\n" },
-  coreAbove: {
-    filePath: 'functions/src/core/probe.ts',
-    text: ABOVE_CORE.map((folder, index) => `import type * as above${index} from '../${folder}/anything';\nexport type Above${index} = typeof above${index};\n`).join(''),
-  },
   coreReexport: { filePath: 'functions/src/core/probe.ts', text: "export { runStep } from '../engine/runner';\n" },
   coreAllowed: { filePath: 'functions/src/core/probe.ts', text: "import { z } from 'zod';\nimport { TerminalError } from './errors';\nexport const probe = [z, TerminalError];\n" },
   pipelineTriggers: { filePath: 'functions/src/pipelines/probe.ts', text: "import { firestore } from '../triggers/admin';\nexport const probe = firestore;\n" },
@@ -56,6 +81,11 @@ const probes = {
     filePath: 'functions/src/pipelines/probe.ts',
     text: "import type { Firestore } from 'firebase-admin/firestore';\nimport { firestoreCircuit } from '../store/provider-circuit';\nexport const probe = (db: Firestore) => firestoreCircuit(db, 'x');\n",
   },
+  storeEffectLedger: { filePath: 'functions/src/store/probe.ts', text: "import type { EffectLedger } from '../effects/ledger';\nexport type Probe = EffectLedger;\n" },
+  storeAgentCircuit: { filePath: 'functions/src/store/probe.ts', text: "import { CLOSED_CIRCUIT } from '../agent/circuit';\nexport const probe = CLOSED_CIRCUIT;\n" },
+  telemetryAgent: { filePath: 'functions/src/telemetry/probe.ts', text: "import type { ModelProvider } from '../agent/provider';\nexport type Probe = ModelProvider;\n" },
+  telemetryConfig: { filePath: 'functions/src/telemetry/probe.ts', text: "import type { TracingConfig } from '../config/environment';\nexport type Probe = TracingConfig;\n" },
+  engineDeployedPipelines: { filePath: 'functions/src/engine/probe.ts', text: "import { deployedPipelines } from '../pipelines';\nexport const probe = deployedPipelines;\n" },
   configTriggers: { filePath: 'functions/src/config/probe.ts', text: "import { firestore } from '../triggers/admin';\nexport const probe = firestore;\n" },
   engineFirestoreValue: { filePath: 'functions/src/engine/probe.ts', text: "import { getFirestore } from 'firebase-admin/firestore';\nexport const probe = getFirestore;\n" },
   engineFirestoreMixed: {
@@ -80,11 +110,31 @@ const probes = {
 
 describe('layering rules', () => {
   let found: Record<keyof typeof probes, string[]>;
+  let declaredLayers: string[];
   beforeAll(() => {
     const names = Object.keys(probes) as (keyof typeof probes)[];
     const results = lint(names.map((name) => probes[name]));
-    found = Object.fromEntries(names.map((name, index) => [name, results[index] ?? ['(no result)']])) as Record<keyof typeof probes, string[]>;
+    found = Object.fromEntries(names.map((name, index) => [name, results.found[index] ?? ['(no result)']])) as Record<keyof typeof probes, string[]>;
+    declaredLayers = results.layers;
   }, 120_000);
+
+  test('eslint.config.mjs declares the layer order these probes hold it to', () => {
+    expect(declaredLayers).toEqual([...LAYERS]);
+  });
+
+  test.each(LAYERS.map((layer, position) => ({ layer, above: [...LAYERS.slice(position + 1), 'index'] })))(
+    '$layer/ imports no layer above it (nor the deploy entry), from any depth, type imports included',
+    ({ layer, above }) => {
+      const upward = above.map((): unknown => expect.stringContaining(`${layer}/ imports nothing above it in the layers`));
+      expect(found[`${layer}:above`]).toEqual(upward);
+      expect(found[`${layer}:nested-above`]).toEqual(upward);
+    },
+  );
+
+  test.each([...LAYERS])('%s/ imports the layers below it and its own folder, and a subfolder of its own named like a layer above', (layer) => {
+    expect(found[`${layer}:below`]).toEqual([]);
+    expect(found[`${layer}:nested-below`]).toEqual([]);
+  });
 
   test('core/ imports no Firebase or Google Cloud package', () => {
     for (const probe of ['coreFirebaseAdmin', 'coreFirebaseFunctions', 'coreGoogleCloud'] as const) {
@@ -92,15 +142,19 @@ describe('layering rules', () => {
     }
   });
 
-  test('core/ imports nothing from the folders above it, re-exports included', () => {
-    expect(found.coreAbove).toEqual(ABOVE_CORE.map((): unknown => expect.stringContaining('core/ imports nothing above it')));
+  test('a re-export counts as an import', () => {
     expect(found.coreReexport).toEqual([expect.stringContaining('core/ imports nothing above it')]);
   });
 
-  test('pipelines/ do not import triggers/, at any depth; config/ neither', () => {
-    expect(found.pipelineTriggers).toEqual([expect.stringContaining('pipelines/ do not import triggers/')]);
-    expect(found.nestedPipelineTriggers).toEqual([expect.stringContaining('pipelines/ do not import triggers/')]);
-    expect(found.configTriggers).toEqual([expect.stringContaining('config/ sits below the code that reads it')]);
+  test('the moves that broke the order would each be refused: the store on effects/ and agent/, telemetry on agent/ and config/, the engine on pipelines/', () => {
+    expect(found.storeEffectLedger).toEqual([expect.stringContaining('store/ imports nothing above it')]);
+    expect(found.storeAgentCircuit).toEqual([expect.stringContaining('store/ imports nothing above it')]);
+    expect(found.telemetryAgent).toEqual([expect.stringContaining('telemetry/ imports nothing above it')]);
+    expect(found.telemetryConfig).toEqual([expect.stringContaining('telemetry/ imports nothing above it')]);
+    expect(found.engineDeployedPipelines).toEqual([expect.stringContaining('engine/ imports nothing above it')]);
+    expect(found.pipelineTriggers).toEqual([expect.stringContaining('pipelines/ imports nothing above it')]);
+    expect(found.nestedPipelineTriggers).toEqual([expect.stringContaining('pipelines/ imports nothing above it')]);
+    expect(found.configTriggers).toEqual([expect.stringContaining('config/ imports nothing above it')]);
   });
 
   test('engine/ reaches Firestore only through the store: no Firestore value imported, no .db', () => {

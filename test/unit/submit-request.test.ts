@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { definePhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
 import { parseIdempotencyKey, submissionValidator } from '../../functions/src/engine/submit';
-import { bearerToken, checkContentType, readJsonBody, SUBMIT_BODY_LIMIT_BYTES } from '../../functions/src/http/submit-handler';
+import { bearerToken, checkContentType, readJsonBody, SUBMIT_BODY_LIMIT_BYTES } from '../../functions/src/http/request';
 
 const echoInput = z.strictObject({ text: z.string().min(1).max(1000), times: z.number().int().positive().default(1) });
 type EchoInput = z.infer<typeof echoInput>;

@@ -25,13 +25,12 @@ import {
   startTracing,
   stepLogger,
   traceCommit,
-  tracedProvider,
-  tracedToolbox,
   traceStep,
   unitCommitKind,
   type LogEntry,
 } from '../../functions/src/telemetry';
 import { jsonLineSink, safeJson } from '../../functions/src/telemetry/logging';
+import { tracedProvider, tracedToolbox } from '../../functions/src/agent/traced';
 
 const TRACE_ID = '4bf92f3577b34da6a3ce929d0e0e4736';
 const PARENT_SPAN = '00f067aa0ba902b7';

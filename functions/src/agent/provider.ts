@@ -3,7 +3,7 @@
  * Providers translate their wire format to this and their failures to the error types below, so
  * recovery code never matches on strings.
  */
-import { PhaselineError, RetryableError, type PhaselineErrorOptions } from '../core/errors';
+import { PhaselineError, RetryableError, type ErrorCode, type PhaselineErrorOptions } from '../core/errors';
 
 export interface ToolCall {
   readonly id: string;
@@ -107,39 +107,49 @@ export class ProviderRateLimitedError extends RetryableError {
   }
 }
 
-/** 5xx or a connection failure: the provider is (perhaps briefly) down. */
-export class ProviderUnavailableError extends RetryableError {
-  constructor(message: string, options: PhaselineErrorOptions = {}) {
-    super(message, { ...options, code: 'provider_unavailable' });
+/** The base of a provider error class whose instances all carry `code`: retryable ones are RetryableErrors. */
+function providerErrorWith(code: ErrorCode, retryable: boolean) {
+  if (retryable) {
+    return class extends RetryableError {
+      constructor(message: string, options: PhaselineErrorOptions = {}) {
+        super(message, { ...options, code });
+      }
+    };
   }
+  return class extends PhaselineError {
+    constructor(message: string, options: PhaselineErrorOptions = {}) {
+      super(code, false, message, options);
+    }
+  };
 }
+
+/** 5xx or a connection failure: the provider is (perhaps briefly) down. */
+export class ProviderUnavailableError extends providerErrorWith('provider_unavailable', true) {}
 
 /** No answer within the deadline. The call may or may not have been processed. */
-export class ProviderTimeoutError extends RetryableError {
-  constructor(message: string, options: PhaselineErrorOptions = {}) {
-    super(message, { ...options, code: 'timeout' });
-  }
-}
+export class ProviderTimeoutError extends providerErrorWith('timeout', true) {}
 
 /** The request does not fit the model's context window: shrink the transcript, do not just retry. */
-export class ContextWindowError extends PhaselineError {
-  constructor(message: string, options: PhaselineErrorOptions = {}) {
-    super('context_window', false, message, options);
-  }
-}
+export class ContextWindowError extends providerErrorWith('context_window', false) {}
 
 /** The provider answered with something that is not a valid response. Retrying may help. */
-export class MalformedResponseError extends RetryableError {
-  constructor(message: string, options: PhaselineErrorOptions = {}) {
-    super(message, { ...options, code: 'malformed_response' });
-  }
-}
+export class MalformedResponseError extends providerErrorWith('malformed_response', true) {}
 
 /** Bad key, unknown model, invalid request: retrying cannot help. */
-export class ProviderRequestError extends PhaselineError {
-  constructor(message: string, options: PhaselineErrorOptions = {}) {
-    super('provider_rejected', false, message, options);
-  }
+export class ProviderRequestError extends providerErrorWith('provider_rejected', false) {}
+
+/**
+ * The port's error for an HTTP provider's error status: 429 rate limited, 5xx unavailable, 408 a
+ * timeout, 400 about the context's length a context window error, any other a refused request.
+ * Every HTTP adapter answers with it, and the offline simulator for the statuses it fakes.
+ */
+export function providerErrorForStatus(status: number, message: string, detail: { readonly retryAfterMs?: number | undefined; readonly contextTooLong?: boolean } = {}): PhaselineError {
+  const { retryAfterMs } = detail;
+  if (status === 429) return new ProviderRateLimitedError(message, retryAfterMs);
+  if (status >= 500) return new ProviderUnavailableError(message, retryAfterMs === undefined ? {} : { retryAfterMs });
+  if (status === 408) return new ProviderTimeoutError(message);
+  if (status === 400 && detail.contextTooLong === true) return new ContextWindowError(message);
+  return new ProviderRequestError(message);
 }
 
 /** Errors that say the provider as a whole is unhealthy (they feed the shared circuit). */

@@ -21,6 +21,7 @@ import { DEFAULT_SECTION_POLICY, type SectionPolicy } from '../agent/section-run
 import type { AllowedAddress, PageFetchLimits } from '../agent/web/page-fetcher';
 import { DEFAULT_OFFLINE_SETTINGS, offlineSettingsSchema, type OfflineSettings } from '../providers/offline/settings';
 import { openAiCompatibleConfigSchema, type OpenAiCompatibleConfig } from '../providers/openai-compatible';
+import { TRACE_EXPORTERS, type TracingConfig } from '../telemetry/tracing';
 
 /** A setting is missing or malformed; the message names the variable and what it must be. */
 export class ConfigurationError extends TerminalError {
@@ -247,46 +248,19 @@ const PAGE_VARIABLES = {
   ),
 };
 
-const quotaLimit = (max: number, fallback: number) => numberText.pipe(z.int().min(0).max(max)).default(fallback);
-const spendCap = (fallback: number) => numberText.pipe(z.number().min(0).max(MAX_SPEND_USD_PER_DAY)).default(fallback);
+/** A count per user, 0 to `max`, and a USD spend per day: the default they document is the one they parse to. */
+const quotaLimit = (max: number, fallback: number, description: string) => variable(numberText.pipe(z.int().min(0).max(max)).default(fallback), String(fallback), description);
+const spendCap = (fallback: number, description: string) => variable(numberText.pipe(z.number().min(0).max(MAX_SPEND_USD_PER_DAY)).default(fallback), String(fallback), description);
 
 /** Limits per user at submit (core/quota.ts); an operator's userLimits/{uid} document overrides them per user. */
 const QUOTA_VARIABLES = {
-  PHASELINE_QUOTA_JOBS_IN_FLIGHT: variable(
-    quotaLimit(MAX_JOBS_IN_FLIGHT, DEFAULT_QUOTA_DEFAULTS.signedIn.jobsInFlight),
-    String(DEFAULT_QUOTA_DEFAULTS.signedIn.jobsInFlight),
-    'Jobs a signed-in user may have in flight (not completed, failed or cancelled) at once; submitJob answers 429 past it.',
-  ),
-  PHASELINE_QUOTA_SUBMITS_PER_MINUTE: variable(
-    quotaLimit(MAX_SUBMITS_PER_MINUTE, DEFAULT_QUOTA_DEFAULTS.signedIn.submitsPerMinute),
-    String(DEFAULT_QUOTA_DEFAULTS.signedIn.submitsPerMinute),
-    'Jobs a signed-in user may submit in any 60 seconds.',
-  ),
-  PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT: variable(
-    quotaLimit(MAX_JOBS_IN_FLIGHT, DEFAULT_QUOTA_DEFAULTS.anonymous.jobsInFlight),
-    String(DEFAULT_QUOTA_DEFAULTS.anonymous.jobsInFlight),
-    'The same for anonymous accounts.',
-  ),
-  PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: variable(
-    quotaLimit(MAX_SUBMITS_PER_MINUTE, DEFAULT_QUOTA_DEFAULTS.anonymous.submitsPerMinute),
-    String(DEFAULT_QUOTA_DEFAULTS.anonymous.submitsPerMinute),
-    'The same for anonymous accounts.',
-  ),
-  PHASELINE_QUOTA_SPEND_USD_PER_DAY: variable(
-    spendCap(DEFAULT_QUOTA_DEFAULTS.signedIn.spendUsdPerDay),
-    String(DEFAULT_QUOTA_DEFAULTS.signedIn.spendUsdPerDay),
-    "A signed-in user's model spend per UTC day in USD, wasted calls included: a running job at it waits (reason `budget`) until the day ends or its owner resumes it, and submitJob answers 429.",
-  ),
-  PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY: variable(
-    spendCap(DEFAULT_QUOTA_DEFAULTS.anonymous.spendUsdPerDay),
-    String(DEFAULT_QUOTA_DEFAULTS.anonymous.spendUsdPerDay),
-    'The same for anonymous accounts.',
-  ),
-  PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL: variable(
-    quotaLimit(MAX_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL, DEFAULT_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL),
-    String(DEFAULT_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL),
-    'Jobs of all anonymous accounts together that may be in flight at once (fresh accounts are free to make); submitJob answers 429 past it.',
-  ),
+  PHASELINE_QUOTA_JOBS_IN_FLIGHT: quotaLimit(MAX_JOBS_IN_FLIGHT, DEFAULT_QUOTA_DEFAULTS.signedIn.jobsInFlight, 'Jobs a signed-in user may have in flight (not completed, failed or cancelled) at once; submitJob answers 429 past it.'),
+  PHASELINE_QUOTA_SUBMITS_PER_MINUTE: quotaLimit(MAX_SUBMITS_PER_MINUTE, DEFAULT_QUOTA_DEFAULTS.signedIn.submitsPerMinute, 'Jobs a signed-in user may submit in any 60 seconds.'),
+  PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT: quotaLimit(MAX_JOBS_IN_FLIGHT, DEFAULT_QUOTA_DEFAULTS.anonymous.jobsInFlight, 'The same for anonymous accounts.'),
+  PHASELINE_QUOTA_ANONYMOUS_SUBMITS_PER_MINUTE: quotaLimit(MAX_SUBMITS_PER_MINUTE, DEFAULT_QUOTA_DEFAULTS.anonymous.submitsPerMinute, 'The same for anonymous accounts.'),
+  PHASELINE_QUOTA_SPEND_USD_PER_DAY: spendCap(DEFAULT_QUOTA_DEFAULTS.signedIn.spendUsdPerDay, "A signed-in user's model spend per UTC day in USD, wasted calls included: a running job at it waits (reason `budget`) until the day ends or its owner resumes it, and submitJob answers 429."),
+  PHASELINE_QUOTA_ANONYMOUS_SPEND_USD_PER_DAY: spendCap(DEFAULT_QUOTA_DEFAULTS.anonymous.spendUsdPerDay, 'The same for anonymous accounts.'),
+  PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL: quotaLimit(MAX_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL, DEFAULT_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL, 'Jobs of all anonymous accounts together that may be in flight at once (fresh accounts are free to make); submitJob answers 429 past it.'),
 };
 
 /** Cloud Tasks' dispatch limits of the step queue, read when the functions load (at deploy, and when an emulator loads them). */
@@ -298,8 +272,6 @@ const STEP_QUEUE_VARIABLES = {
   ),
   PHASELINE_STEP_QUEUE_DISPATCHES_PER_SECOND: variable(numberText.pipe(z.number().positive().max(500)).default(50), '50', 'Step and unit tasks the queue starts per second at most.'),
 };
-
-const TRACE_EXPORTERS = ['none', 'console', 'otlp'] as const;
 
 /** Traces of steps, model calls, tool calls and commits (telemetry/tracing.ts); read once, when the step function first runs. */
 const TRACE_VARIABLES = {
@@ -582,11 +554,6 @@ export function quotaDefaultsFromEnv(env: Environment = process.env): QuotaDefau
     anonymousJobsInFlightTotal: text.PHASELINE_QUOTA_ANONYMOUS_JOBS_IN_FLIGHT_TOTAL,
   };
 }
-
-export type TracingConfig =
-  | { readonly exporter: 'none' }
-  | { readonly exporter: 'console'; readonly sampleRatio: number }
-  | { readonly exporter: 'otlp'; readonly url: string; readonly sampleRatio: number };
 
 /** Where spans go; the OTLP URL is read only for otlp, the ratio only when spans are exported. */
 export function tracingConfigFromEnv(env: Environment = process.env): TracingConfig {

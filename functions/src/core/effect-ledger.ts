@@ -13,7 +13,7 @@
  *
  * An entry found in `applying` by anyone but the worker that wrote it is treated as `unknown`.
  * It lives in core because the step context (core/pipeline) and the job record (core/job) name
- * its types; it has no Firebase import: the Firestore implementation is effects/firestore-ledger.ts.
+ * its types; it has no Firebase import: the Firestore implementation is store/firestore-ledger.ts.
  */
 import { z } from 'zod';
 import { RetryableError } from './errors';

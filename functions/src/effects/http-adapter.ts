@@ -19,7 +19,7 @@
 import { z } from 'zod';
 import { describeError } from '../core/errors';
 import { parseRetryAfter } from '../core/server-delay';
-import { canonicalJson } from './keys';
+import { canonicalJson } from '../core/effect-keys';
 import type { EffectEvidence, EffectIntent } from './ledger';
 import type { ApplyOutcome, EffectAdapter, LookupOutcome } from './port';
 

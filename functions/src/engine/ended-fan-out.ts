@@ -10,7 +10,8 @@ import type { JobRecord } from '../core/job';
 import { chargeUnit, chargeUnits } from '../core/transitions';
 import { readFanOutUnits } from '../store/checkpoint-reads';
 import { decodeUnit, type UnitRecord } from '../store/codec';
-import type { JobStore, JobWriter } from '../store/job-store';
+import type { JobWriter } from '../store/firestore-handle';
+import type { JobStore } from '../store/job-store';
 
 export interface FanOutCharge {
   /** The unit the commit writes itself (the one ending the fan-out): the caller charges it, so it is not written twice. */

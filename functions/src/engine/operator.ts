@@ -7,13 +7,14 @@ import { describeError, OwnershipLostError, PhaselineError } from '../core/error
 import type { Cancellation, JobRecord, JobStatus } from '../core/job';
 import type { PipelineRegistry } from '../core/pipeline';
 import { chargeUnits, JOB_TRANSITIONS, jobDispatch, redriveJobRecord, releaseJob, type Transition } from '../core/transitions';
+// eslint-disable-next-line no-restricted-imports -- removed when the operator is handed its registry
 import { deployedPipelines } from '../pipelines';
 import { decodeUnit } from '../store/codec';
 import type { JobStore } from '../store/job-store';
 import { countSetAside, readEarlierAttempt, readOutbox, readSetAsidePage, setAsidePrefix, SET_ASIDE, writeSetAside, type SetAsideMark } from '../store/phase-documents';
 import type { TaskQueuePort } from '../store/task-queue';
 import { failedBecauseStopped } from '../effects/after-stop';
-import { parseEffectEntry } from '../effects/firestore-ledger';
+import { parseEffectEntry } from '../store/firestore-ledger';
 import { markEffectUnknown } from '../store/effect-access';
 import { clearExpiryStamps } from '../store/retention';
 import { UNITS } from './indexed-queries';

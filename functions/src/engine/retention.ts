@@ -36,8 +36,9 @@ import { endedAtMs, expireAtMs } from '../core/lifecycle';
 import type { JobStore } from '../store/job-store';
 import type { RetentionStamping } from '../core/job';
 import { MAX_STAMPS_PER_BATCH, parseStampingCursor, readStampingJob, saveStamping, stampingAt, stampPage, type StampingJob, type StampingPosition } from '../store/retention';
-import { readSweepPage, type PageCursor, type SweepPage } from '../store/sweep-queries';
-import { SWEEP_QUERIES, type SweepQueryName } from './indexed-queries';
+import type { PageCursor } from '../store/sweep-queries';
+import type { SweepQueryName } from './indexed-queries';
+import { readPassPage } from './sweep-pages';
 
 export const RETENTION_QUERIES: readonly SweepQueryName[] = ['completedRetentionDue', 'failedRetentionDue', 'cancelledRetentionDue'];
 /**
@@ -112,14 +113,8 @@ export async function stampEndedJobs(deps: { readonly store: JobStore; readonly 
     let cursor: PageCursor | null = null;
     do {
       if (budget <= 0) return { ...counts, budgetSpent: true };
-      let found: SweepPage;
-      try {
-        found = await readSweepPage(store, SWEEP_QUERIES[name], endedBeforeMs, pageSize, cursor);
-      } catch (error) {
-        counts.errors += 1;
-        log('retention: query failed', { query: name, error: describeError(error) });
-        break;
-      }
+      const found = await readPassPage(store, name, endedBeforeMs, pageSize, cursor, { counts, log, message: 'retention: query failed' });
+      if (found === null) break;
       counts.queryPages += 1;
       for (const doc of found.docs) {
         if (budget <= 0) return { ...counts, budgetSpent: true };

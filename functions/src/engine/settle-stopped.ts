@@ -29,8 +29,9 @@ import type { EffectEntry } from '../effects/ledger';
 import type { EffectAdapter } from '../effects/port';
 import { unresolvedEffectsIn } from '../store/effect-access';
 import type { JobStore } from '../store/job-store';
-import { readSweepPage, timestampMillis, type PageCursor, type SweepPage } from '../store/sweep-queries';
-import { SWEEP_QUERIES, type SweepQueryName } from './indexed-queries';
+import { timestampMillis, type PageCursor } from '../store/sweep-queries';
+import type { SweepQueryName } from './indexed-queries';
+import { readPassPage } from './sweep-pages';
 import { forEachLimited } from './concurrency';
 
 /** How a pipeline's effects are checked after its job stopped. */
@@ -174,12 +175,8 @@ export async function settleStoppedEffects(deps: { readonly store: JobStore; rea
     let cursor: PageCursor | null = null;
     let finished = false;
     for (let page = 0; page < SETTLE_MAX_PAGES && !finished; page += 1) {
-      let found: SweepPage;
-      try {
-        found = await readSweepPage(store, SWEEP_QUERIES[name], nowMs, batch, cursor);
-      } catch (error) {
-        counts.errors += 1;
-        log('settling stopped effects: query failed', { query: name, error: describeError(error) });
+      const found = await readPassPage(store, name, nowMs, batch, cursor, { counts, log, message: 'settling stopped effects: query failed' });
+      if (found === null) {
         finished = true;
         continue;
       }

@@ -5,7 +5,6 @@
  * pipeline (its access policy, core/pipeline.ts): it would make the job go on.
  */
 import { z } from 'zod';
-import { describeError } from '../core/errors';
 import { documentId } from '../core/ids';
 import type { JobRecord } from '../core/job';
 import { pipelineAccessRefusal, type PipelineCaller, type PipelineRegistry } from '../core/pipeline';
@@ -13,8 +12,8 @@ import { cancellationReport } from '../effects/stop-report';
 import { cancelJob, decideJob, OwnerActionError } from '../engine/owner-actions';
 import type { JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
-import { answerPreflight, applyCorsHeaders, CORS_ALLOWED_METHODS } from './cors';
-import { bearerToken, callerOf, checkContentType, readJsonBody, reply, unauthenticated, type HttpRequest, type HttpResponse, type VerifyToken } from './submit-handler';
+import { answering, checkContentType, openRequest, readJsonBody, reply, type HttpRequest, type HttpResponse } from './request';
+import { callerOf, type VerifyToken } from './submit-handler';
 
 // Checked before any read: an ID Firestore refuses would otherwise surface as a 500.
 const jobId = documentId('jobId');
@@ -35,20 +34,17 @@ type Action = 'cancel' | 'decide';
 export function createJobActionHandler(action: Action, deps: JobActionDeps): (request: HttpRequest, response: HttpResponse) => Promise<void> {
   const logger = deps.logger ?? { warn: console.warn, error: console.error };
 
+  const opening = {
+    endpoint: `${action}Job`,
+    usePost: 'use POST',
+    verifyToken: (token: string): Promise<PipelineCaller> => deps.verifyToken(token).then(callerOf),
+    tokenRejected: 'The ID token was rejected: sign in again',
+    logger,
+  };
+
   async function handle(request: HttpRequest, response: HttpResponse): Promise<void> {
-    if (request.method === 'OPTIONS') return answerPreflight(response);
-    if (request.method !== 'POST') {
-      return reply(response, { status: 405, error: 'method_not_allowed', message: `Method ${request.method} is not allowed: use POST`, headers: { Allow: CORS_ALLOWED_METHODS } });
-    }
-    const token = bearerToken(request.get('authorization'));
-    if (!token.ok) return reply(response, token.rejection);
-    let caller: PipelineCaller;
-    try {
-      caller = callerOf(await deps.verifyToken(token.value));
-    } catch (error) {
-      logger.warn(`${action}Job: ID token rejected`, { reason: describeError(error) });
-      return reply(response, unauthenticated('The ID token was rejected: sign in again', true).rejection);
-    }
+    const caller = await openRequest(request, response, opening);
+    if (caller === null) return;
     const owner = caller.uid;
     const contentType = checkContentType(request.get('content-type'));
     if (contentType) return reply(response, contentType);
@@ -76,13 +72,5 @@ export function createJobActionHandler(action: Action, deps: JobActionDeps): (re
     }
   }
 
-  return async (request, response) => {
-    applyCorsHeaders(request, response);
-    try {
-      await handle(request, response);
-    } catch (error) {
-      logger.error(`${action}Job: internal error`, { error: describeError(error) });
-      reply(response, { status: 500, error: 'internal', message: `The ${action} request failed because of an internal error; it is safe to retry` });
-    }
-  };
+  return answering(`${action}Job`, logger, `The ${action} request failed because of an internal error; it is safe to retry`, handle);
 }

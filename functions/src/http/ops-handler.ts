@@ -15,7 +15,7 @@
  * action does not apply to the job as it stands, 413/415 as for the other endpoints.
  */
 import { z } from 'zod';
-import { describeError, PhaselineError } from '../core/errors';
+import { PhaselineError } from '../core/errors';
 import { documentId } from '../core/ids';
 import { PHASE_NAME_PATTERN } from '../core/pipeline';
 import { cancellationReport } from '../effects/stop-report';
@@ -23,8 +23,7 @@ import { OperatorActionRefusedError, redriveJob, releaseQuarantined } from '../e
 import { cancelJob, OwnerActionError } from '../engine/owner-actions';
 import type { JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
-import { answerPreflight, applyCorsHeaders, CORS_ALLOWED_METHODS } from './cors';
-import { bearerToken, checkContentType, readJsonBody, reply, unauthenticated, type HttpRequest, type HttpResponse } from './submit-handler';
+import { answering, checkContentType, openRequest, readJsonBody, reply, type HttpRequest, type HttpResponse } from './request';
 
 /** The custom claim that makes a user an operator; only the value `true` counts. */
 export const OPERATOR_CLAIM = 'admin';
@@ -97,20 +96,17 @@ async function perform(deps: OpsActionDeps, request: OpsActionRequest, by: strin
 export function createOpsActionHandler(deps: OpsActionDeps): (request: HttpRequest, response: HttpResponse) => Promise<void> {
   const log = deps.logger ?? consoleLogger;
 
+  const opening = {
+    endpoint: 'opsAction',
+    usePost: 'use POST',
+    verifyToken: deps.verifyToken,
+    tokenRejected: 'The ID token was rejected (expired, revoked, malformed or for another project): sign in again',
+    logger: log,
+  };
+
   async function handle(request: HttpRequest, response: HttpResponse): Promise<void> {
-    if (request.method === 'OPTIONS') return answerPreflight(response);
-    if (request.method !== 'POST') {
-      return reply(response, { status: 405, error: 'method_not_allowed', message: `Method ${request.method} is not allowed: use POST`, headers: { Allow: CORS_ALLOWED_METHODS } });
-    }
-    const token = bearerToken(request.get('authorization'));
-    if (!token.ok) return reply(response, token.rejection);
-    let identity: { readonly uid: string; readonly admin: boolean };
-    try {
-      identity = await deps.verifyToken(token.value);
-    } catch (error) {
-      log.warn('opsAction: ID token rejected', { reason: describeError(error) });
-      return reply(response, unauthenticated('The ID token was rejected (expired, revoked, malformed or for another project): sign in again', true).rejection);
-    }
+    const identity = await openRequest(request, response, opening);
+    if (identity === null) return;
     if (!identity.uid) throw new Error('The token verifier returned no uid');
     if (!identity.admin) {
       log.warn('opsAction: refused a user without the operator claim', { uid: identity.uid });
@@ -141,15 +137,7 @@ export function createOpsActionHandler(deps: OpsActionDeps): (request: HttpReque
     }
   }
 
-  return async (request, response) => {
-    applyCorsHeaders(request, response);
-    try {
-      await handle(request, response);
-    } catch (error) {
-      log.error('opsAction: internal error', { error: describeError(error), stack: error instanceof Error ? error.stack : undefined });
-      reply(response, { status: 500, error: 'internal', message: 'The operator action failed because of an internal error; look at the job before trying again' });
-    }
-  };
+  return answering('opsAction', log, 'The operator action failed because of an internal error; look at the job before trying again', handle);
 }
 
 /** The engine's refusals as answers: nothing was written when one of these is thrown. */

@@ -2,7 +2,7 @@
  * The model provider and research tools the deployed functions use, chosen by configuration
  * (config/environment.ts): the offline simulator by default (no key, no network), or any Chat
  * Completions-compatible endpoint; the bundled corpus tools by default, or web search (SearXNG or
- * Tavily) with fetch_page. Both come wrapped for tracing (telemetry/agent.ts): every model call and
+ * Tavily) with fetch_page. Both come wrapped for tracing (agent/traced.ts): every model call and
  * every tool call is a span of the step that made it (no-op spans unless an exporter is configured).
  */
 import { defineSecret } from 'firebase-functions/params';
@@ -16,7 +16,7 @@ import type { Clock } from '../core/clock';
 import { createCorpusToolbox, createOfflineProvider } from '../providers/offline';
 import { createOpenAiCompatibleProvider } from '../providers/openai-compatible';
 import type { ArtifactStore } from '../store/artifact-store';
-import { tracedProvider, tracedToolbox } from '../telemetry/agent';
+import { tracedProvider, tracedToolbox } from '../agent/traced';
 
 /** Bound to the step function only for the keyed provider; its value reaches the function as an environment variable. */
 export const modelApiKey = defineSecret(MODEL_API_KEY_VARIABLE);

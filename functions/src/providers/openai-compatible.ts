@@ -16,9 +16,8 @@
 import { createParser } from 'eventsource-parser';
 import { z } from 'zod';
 import {
-  ContextWindowError,
   MalformedResponseError,
-  ProviderRateLimitedError,
+  providerErrorForStatus,
   ProviderRequestError,
   ProviderTimeoutError,
   ProviderUnavailableError,
@@ -429,11 +428,7 @@ class OpenAiCompatibleProvider implements ModelProvider {
     const described = `${this.name}: HTTP ${status}${message === '' ? '' : `: ${message}`}`;
     // Raw (finite, not capped): what the server asked for. The caller caps it (`maxServerDelayMs`).
     const retryAfterMs = parseRetryAfter(headers.get('retry-after'), this.clock.now()) ?? undefined;
-    if (status === 429) return new ProviderRateLimitedError(described, retryAfterMs);
-    if (status >= 500) return new ProviderUnavailableError(described, retryAfterMs === undefined ? {} : { retryAfterMs });
-    if (status === 408) return new ProviderTimeoutError(described);
-    if (status === 400 && isContextLengthError(code, message)) return new ContextWindowError(described);
-    return new ProviderRequestError(described);
+    return providerErrorForStatus(status, described, { retryAfterMs, contextTooLong: isContextLengthError(code, message) });
   }
 
   /** The provider's error code and message from an error body, if it has the usual shape; else the text itself. */

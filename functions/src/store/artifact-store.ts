@@ -15,8 +15,7 @@ import { createHash } from 'node:crypto';
 import { AggregateField, type DocumentSnapshot, type Firestore } from 'firebase-admin/firestore';
 import type { Clock } from '../core/clock';
 import { CorruptCheckpointError, TerminalError } from '../core/errors';
-import { isAlreadyExists } from './firestore-errors';
-import type { JobStore } from './job-store';
+import { isAlreadyExists, type FirestoreHandle } from './firestore-handle';
 import { ARTIFACTS, artifactChunkPath, artifactPath, JOBS } from './paths';
 
 export interface ArtifactRef {
@@ -206,6 +205,6 @@ export function firestoreArtifactStore(db: Firestore, clock: Clock): ArtifactSto
 }
 
 /** The artifact store on the job store's Firestore, for the engine (which does not touch Firestore itself). */
-export function artifactStoreOf(store: JobStore): ArtifactStore {
+export function artifactStoreOf(store: FirestoreHandle): ArtifactStore {
   return firestoreArtifactStore(store.db, store.clock);
 }

@@ -8,9 +8,18 @@
  */
 import type { DocumentReference, Timestamp, WriteBatch } from 'firebase-admin/firestore';
 import { CheckpointWriteError, OwnershipLostError } from '../core/errors';
-import { isFailedPrecondition } from './firestore-errors';
+import { isFailedPrecondition, type FirestoreHandle } from './firestore-handle';
 import { noteCommitPreconditionFailed, traceCommit } from '../telemetry/commits';
-import type { JobStore } from './job-store';
+
+/** What a claim slot document holds: the epoch it was last given to, and whether that claim still stands. */
+export interface ClaimSlotRecord {
+  /** Null when a whole fan-out's units were revoked without reading which epoch each one was at. */
+  readonly epoch: number | null;
+  readonly state: 'held' | 'revoked';
+  readonly worker: string | null;
+  readonly atMs: number;
+}
+
 /** Lost answers in a row before a write gives up: each one costs a read, so this stays small. */
 const MAX_SLOT_REFRESHES = 3;
 
@@ -18,7 +27,7 @@ export class ClaimSession {
   private tail: Promise<unknown> = Promise.resolve();
 
   constructor(
-    private readonly store: JobStore,
+    private readonly store: FirestoreHandle,
     readonly slot: DocumentReference,
     readonly epoch: number,
     private readonly what: string,
@@ -30,7 +39,7 @@ export class ClaimSession {
    * Commits the writes `build` adds, with the slot's precondition, after every earlier commit of
    * this session (one holder's writes land in the order it made them). Resolves to what `build`
    * returned; an ALREADY_EXISTS from a `create` in the batch comes back as it is (nothing landed).
-   * Transient failures are retried like every store write (JobStore.retryingWrite).
+   * Transient failures are retried like every store write (FirestoreHandle.retryingWrite).
    */
   commit<T>(label: string, build: (batch: WriteBatch) => T): Promise<T> {
     const run = this.tail.then(() => traceCommit(`${label} for ${this.what}`, () => this.commitInOrder(label, build)));

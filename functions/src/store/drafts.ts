@@ -5,8 +5,8 @@
  * are written without the owner's precondition and carry the claim's epoch, with which a reader
  * tells a zombie's late draft from the current holder's.
  */
+import type { FirestoreHandle } from './firestore-handle';
 import { draftPath, sectionKey } from './paths';
-import type { JobStore } from './job-store';
 
 export interface DraftDocument {
   readonly phase: string;
@@ -17,7 +17,7 @@ export interface DraftDocument {
   readonly updatedAtMs: number;
 }
 
-export async function writeDraft(store: JobStore, jobId: string, draft: Omit<DraftDocument, 'updatedAtMs'>): Promise<void> {
+export async function writeDraft(store: FirestoreHandle, jobId: string, draft: Omit<DraftDocument, 'updatedAtMs'>): Promise<void> {
   const document: DraftDocument = { ...draft, updatedAtMs: store.clock.now() };
   await store.db.doc(draftPath(jobId, sectionKey(draft.phase, draft.unit, draft.id))).set(document);
 }

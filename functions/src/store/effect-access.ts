@@ -1,20 +1,20 @@
 /**
- * The effect ledger (effects/firestore-ledger.ts) on the store's Firestore instance, for the engine:
+ * The effect ledger (store/firestore-ledger.ts) on the store's Firestore instance, for the engine:
  * a claim holder's ledger, the unresolved entries (in a transaction or plainly), and the cancel's update of
  * an in-flight entry.
  */
 import { FieldValue, type DocumentReference, type Transaction } from 'firebase-admin/firestore';
-import type { EffectLedger } from '../effects/ledger';
-import { firestoreEffectLedger, unresolvedEffectKeys, type FirestoreLedgerParts } from '../effects/firestore-ledger';
-import type { JobStore } from './job-store';
+import type { EffectLedger } from '../core/effect-ledger';
+import type { FirestoreHandle } from './firestore-handle';
+import { firestoreEffectLedger, unresolvedEffectKeys, type FirestoreLedgerParts } from './firestore-ledger';
 
 /** A claim holder's effect ledger on the store's Firestore. */
-export function effectLedgerOf(store: JobStore, parts: Omit<FirestoreLedgerParts, 'db'>): EffectLedger {
+export function effectLedgerOf(store: FirestoreHandle, parts: Omit<FirestoreLedgerParts, 'db'>): EffectLedger {
   return firestoreEffectLedger({ db: store.db, ...parts });
 }
 
 /** Up to `limit` keys of a job's entries whose outcome is unknown (or in flight), read inside `tx`. */
-export function unresolvedEffectsIn(store: JobStore, tx: Transaction, jobId: string, limit?: number): Promise<string[]> {
+export function unresolvedEffectsIn(store: FirestoreHandle, tx: Transaction, jobId: string, limit?: number): Promise<string[]> {
   return unresolvedEffectKeys(tx, store.db, jobId, limit);
 }
 
@@ -26,7 +26,7 @@ export function unresolvedEffectsIn(store: JobStore, tx: Transaction, jobId: str
  * job). The publishing claim itself holds no ledger, and must not: a move under it would change
  * no job and go unfenced. The publication's context refuses effects (publication-races.test.ts).
  */
-export function unresolvedEffectsOf(store: JobStore, jobId: string, limit?: number): Promise<string[]> {
+export function unresolvedEffectsOf(store: FirestoreHandle, jobId: string, limit?: number): Promise<string[]> {
   return unresolvedEffectKeys(null, store.db, jobId, limit);
 }
 

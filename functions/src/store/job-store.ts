@@ -6,24 +6,22 @@
  * other documents to decide (effects, the outbox, units) run in a Firestore transaction instead.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { FieldValue, Timestamp, type DocumentData, type DocumentReference, type DocumentSnapshot, type Firestore, type Precondition, type SetOptions, type Transaction, type UpdateData, type WriteBatch } from 'firebase-admin/firestore';
-import pRetry, { AbortError } from 'p-retry';
-import type { Clock } from '../core/clock';
+import { FieldValue, Timestamp, type DocumentData, type DocumentReference, type DocumentSnapshot, type Precondition, type SetOptions, type Transaction, type UpdateData, type WriteBatch } from 'firebase-admin/firestore';
 import { CheckpointWriteError, OwnershipLostError, PhaselineError } from '../core/errors';
 import { ENDED_STATUSES, newQueuedJob, type FanOutState, type JobRecord } from '../core/job';
 import { endedAtMs, expireAtMs, withRetentionDue } from '../core/lifecycle';
-import type { EngineOptions } from '../core/options';
 import type { QuotaRefusal } from '../core/quota';
 import { currentFanOut } from '../core/transitions';
 import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from './codec';
 import { readFanOutUnits } from './checkpoint-reads';
-import { ClaimSession } from './claim-session';
-import { isAlreadyExists, isFailedPrecondition, isTransientFirestoreError } from './firestore-errors';
+import { ClaimSession, type ClaimSlotRecord } from './claim-session';
+import { FirestoreHandle, isAlreadyExists, isFailedPrecondition, isTransientFirestoreError, type JobVersion, type JobWriter } from './firestore-handle';
 import type { JobAdmission } from './quota-documents';
-import { checkpointPath, claimPath, conversationPath, eventPath, JOB_CLAIM_SLOT, jobPath, JOBS, unitClaimSlot, unitPath } from './paths';
-import { noteCommitPreconditionFailed, noteJobCommit, noteUnitCommit, traceCommit } from '../telemetry/commits';
+import { conversationPath, eventId, eventPath, JOB_CLAIM_SLOT, JOBS, unitClaimSlot } from './paths';
+import type { JobCommit, UnitCommit } from './record-commits';
+import { noteCommitPreconditionFailed, noteJobCommit, noteUnitCommit } from '../telemetry/commits';
 
-export { isAlreadyExists, isTransientFirestoreError } from './firestore-errors';
+export { isAlreadyExists, isTransientFirestoreError } from './firestore-handle';
 
 export interface JobClaim {
   readonly jobId: string;
@@ -93,15 +91,6 @@ export function heldUnitEpoch(unit: Pick<UnitRecord, 'status' | 'lease'>): numbe
   return unit.status === 'running' && unit.lease !== null ? unit.lease.epoch : null;
 }
 
-/** What a claim slot document holds: the epoch it was last given to, and whether that claim still stands. */
-export interface ClaimSlotRecord {
-  /** Null when a whole fan-out's units were revoked without reading which epoch each one was at. */
-  readonly epoch: number | null;
-  readonly state: 'held' | 'revoked';
-  readonly worker: string | null;
-  readonly atMs: number;
-}
-
 /** A unit change as `commitUnitChange` commits it. */
 export interface UnitChange<T> {
   readonly next?: JobRecord;
@@ -122,25 +111,11 @@ export interface SlotFence {
   readonly updateTime: Timestamp | null;
 }
 
-/** The writes a job commit carries: a batch's (conditioned commits) or a transaction's. */
-export interface JobWriter {
-  set(ref: DocumentReference, data: DocumentData, options?: SetOptions): unknown;
-  create(ref: DocumentReference, data: DocumentData): unknown;
-  update(ref: DocumentReference, data: UpdateData<DocumentData>, precondition?: Precondition): unknown;
-  delete(ref: DocumentReference, precondition?: Precondition): unknown;
-}
-
 /** A unit as read for a commit that rewrites it: its record (null: absent) and the update time the commit is conditioned on. */
 export interface UnitVersion {
   readonly unit: string;
   readonly record: UnitRecord | null;
   readonly updateTime: Timestamp | null;
-}
-
-/** The job document as a commit is conditioned on it: its reference and the update time decided from. */
-export interface JobVersion {
-  readonly ref: DocumentReference;
-  readonly updateTime?: Timestamp | undefined;
 }
 
 /** A job change that decides from the job record alone: its writes go out in one conditioned commit. */
@@ -206,25 +181,11 @@ export interface UnitCommitOptions {
   readonly beforeRetry?: (unit: UnitRecord) => Promise<void>;
 }
 
-export class JobStore {
+export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
   /** Fan-outs a commit ends, per commit attempt (a batch or a transaction): their running units lose their claims after it commits. */
   private readonly endedFanOuts = new WeakMap<object, { jobId: string; fanout: FanOutState }[]>();
   /** The mark of each commit attempt (a batch or a transaction), written on the records it commits (COMMIT_MARK_FIELD). */
   private readonly commitMarks = new WeakMap<object, string>();
-
-  constructor(
-    readonly db: Firestore,
-    readonly clock: Clock,
-    readonly options: EngineOptions,
-  ) {}
-
-  jobRef(jobId: string): DocumentReference {
-    return this.db.doc(jobPath(jobId));
-  }
-
-  unitRef(jobId: string, phase: string, unit: string): DocumentReference {
-    return this.db.doc(unitPath(jobId, phase, unit));
-  }
 
   async read(jobId: string): Promise<JobRecord | null> {
     const snapshot = await this.jobRef(jobId).get();
@@ -559,10 +520,6 @@ export class JobStore {
     });
   }
 
-  claimSlotRef(jobId: string, slot: string): DocumentReference {
-    return this.db.doc(claimPath(jobId, slot));
-  }
-
   /** The owner-write path of a job claim: see ClaimSession. */
   jobSession(claim: JobClaim): ClaimSession {
     // Seeded with the slot's update time when this process made the claim: the first write needs no read either.
@@ -757,35 +714,6 @@ export class JobStore {
       tx.set(this.claimSlotRef(record.jobId, unitClaimSlot(record.phase, record.unit)), revoked);
     }
   }
-
-  checkpointRef(jobId: string, phase: string): DocumentReference {
-    return this.db.doc(checkpointPath(jobId, phase));
-  }
-
-  /** Retries transient failures; ownership and validation errors go straight through. One commit span (telemetry/commits.ts) covers the tries. */
-  retryingWrite<T>(what: string, write: () => Promise<T>): Promise<T> {
-    return traceCommit(what, () => this.retryingWriteUntraced(what, write));
-  }
-
-  private async retryingWriteUntraced<T>(what: string, write: () => Promise<T>): Promise<T> {
-    try {
-      return await pRetry(
-        async () => {
-          try {
-            return await write();
-          } catch (error) {
-            if (isTransientFirestoreError(error)) throw error;
-            throw new AbortError(error instanceof Error ? error : new Error(String(error)));
-          }
-        },
-        { retries: this.options.writeRetries, minTimeout: 50, maxTimeout: 1_000, factor: 3, randomize: true },
-      );
-    } catch (error) {
-      if (error instanceof PhaselineError) throw error;
-      if (isTransientFirestoreError(error)) throw new CheckpointWriteError(`Writing ${what} failed after ${this.options.writeRetries + 1} tries`, error);
-      throw error;
-    }
-  }
 }
 
 function ownerRefusal(job: JobRecord, claim: JobClaim): string | null {
@@ -823,10 +751,6 @@ class CountingBatch implements JobWriter {
     this.batch.delete(ref, precondition);
     return this;
   }
-}
-
-export function eventId(seq: number): string {
-  return `j${String(seq).padStart(8, '0')}`;
 }
 
 function eventDocument(job: Pick<JobRecord, 'epoch' | 'status' | 'phase'>, event: EventDraft, nowMs: number) {

@@ -30,6 +30,8 @@ export const ARTIFACT_CHUNKS = 'artifactChunks';
 export const artifactPath = (jobId: string, sha256: string): string => `${JOBS}/${jobId}/${ARTIFACTS}/${sha256}`;
 export const artifactChunkPath = (jobId: string, sha256: string, index: number): string => `${JOBS}/${jobId}/${ARTIFACT_CHUNKS}/${sha256}~${String(index).padStart(6, '0')}`;
 export const eventPath = (jobId: string, eventId: string): string => `${JOBS}/${jobId}/events/${eventId}`;
+/** The ID of a job's `seq`-th timeline event: zero-padded, so the events sort in the order they were numbered. */
+export const eventId = (seq: number): string => `j${String(seq).padStart(8, '0')}`;
 export const resultPath = (jobId: string): string => `${JOBS}/${jobId}/results/final`;
 export const conversationPath = (conversationId: string): string => `conversations/${conversationId}`;
 export const messagePath = (conversationId: string, jobId: string): string => `conversations/${conversationId}/messages/${jobId}`;

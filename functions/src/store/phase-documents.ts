@@ -14,7 +14,8 @@ import type { JobRecord } from '../core/job';
 import { decodeUnit } from './codec';
 import { prefixSuccessor, type StoredDocument } from './checkpoint-reads';
 import { outboxRef } from './job-documents';
-import type { JobStore } from './job-store';
+import type { FirestoreHandle } from './firestore-handle';
+import type { UnitCommitHandle } from './record-commits';
 import { JOBS } from './paths';
 
 /** Where set-aside documents are kept: a subcollection of their job (owner-readable, like the others; no TTL). */
@@ -43,14 +44,14 @@ export interface SetAsideDocument {
   readonly snapshot: DocumentSnapshot;
 }
 
-const phaseRange = (store: JobStore, jobId: string, collection: string, phase: string): Query =>
+const phaseRange = (store: FirestoreHandle, jobId: string, collection: string, phase: string): Query =>
   store.db
     .collection(`${JOBS}/${jobId}/${collection}`)
     .where(FieldPath.documentId(), '>=', `${phase}~`)
     .where(FieldPath.documentId(), '<', prefixSuccessor(`${phase}~`));
 
 /** Every section document of one phase, all units included, as stored. */
-export async function readPhaseSectionDocuments(store: JobStore, jobId: string, phase: string): Promise<StoredDocument[]> {
+export async function readPhaseSectionDocuments(store: FirestoreHandle, jobId: string, phase: string): Promise<StoredDocument[]> {
   const snapshot = await phaseRange(store, jobId, 'sections', phase).get();
   return snapshot.docs.map((doc) => ({ id: doc.id, data: doc.data() }));
 }
@@ -71,7 +72,7 @@ export interface SetAsidePage {
  * first (an attempt interrupted between pages leaves a job whose later phases are set aside, never
  * a gap before a phase it kept), at most `maxDocuments` and about `maxBytes` (at least one).
  */
-export async function readSetAsidePage(store: JobStore, tx: Transaction, jobId: string, phases: readonly string[], maxDocuments: number, maxBytes: number): Promise<SetAsidePage> {
+export async function readSetAsidePage(store: FirestoreHandle, tx: Transaction, jobId: string, phases: readonly string[], maxDocuments: number, maxBytes: number): Promise<SetAsidePage> {
   const documents: SetAsideDocument[] = [];
   let bytes = 0;
   const take = (collection: SetAsideCollection, snapshot: DocumentSnapshot): boolean => {
@@ -93,13 +94,13 @@ export async function readSetAsidePage(store: JobStore, tx: Transaction, jobId: 
 }
 
 /** The job's published answer, if there is one (its conversation's message, or `results/final`). */
-export async function readOutbox(store: JobStore, tx: Transaction, job: Pick<JobRecord, 'id' | 'conversationId'>): Promise<SetAsideDocument | null> {
+export async function readOutbox(store: FirestoreHandle, tx: Transaction, job: Pick<JobRecord, 'id' | 'conversationId'>): Promise<SetAsideDocument | null> {
   const snapshot = await tx.get(outboxRef(store, job));
   return snapshot.exists ? { collection: 'outbox', snapshot } : null;
 }
 
 /** Which phase an earlier, interrupted attempt with these IDs was re-driving from, if it set anything aside. */
-export async function readEarlierAttempt(store: JobStore, tx: Transaction, jobId: string, mark: Pick<SetAsideMark, 'redrive' | 'epoch'>): Promise<string | null> {
+export async function readEarlierAttempt(store: FirestoreHandle, tx: Transaction, jobId: string, mark: Pick<SetAsideMark, 'redrive' | 'epoch'>): Promise<string | null> {
   const prefix = setAsidePrefix(mark);
   const found = await tx.get(
     store.db.collection(`${JOBS}/${jobId}/${SET_ASIDE}`).where(FieldPath.documentId(), '>=', prefix).where(FieldPath.documentId(), '<', prefixSuccessor(prefix)).limit(1),
@@ -109,7 +110,7 @@ export async function readEarlierAttempt(store: JobStore, tx: Transaction, jobId
 }
 
 /** How many documents attempts with these IDs set aside so far (interrupted ones included). */
-export async function countSetAside(store: JobStore, tx: Transaction, jobId: string, mark: Pick<SetAsideMark, 'redrive' | 'epoch'>): Promise<number> {
+export async function countSetAside(store: FirestoreHandle, tx: Transaction, jobId: string, mark: Pick<SetAsideMark, 'redrive' | 'epoch'>): Promise<number> {
   const prefix = setAsidePrefix(mark);
   const counted = await tx.get(
     store.db.collection(`${JOBS}/${jobId}/${SET_ASIDE}`).where(FieldPath.documentId(), '>=', prefix).where(FieldPath.documentId(), '<', prefixSuccessor(prefix)).count(),
@@ -117,7 +118,7 @@ export async function countSetAside(store: JobStore, tx: Transaction, jobId: str
   return counted.data().count;
 }
 
-function auditRef(store: JobStore, jobId: string, mark: SetAsideMark, document: SetAsideDocument): DocumentReference {
+function auditRef(store: FirestoreHandle, jobId: string, mark: SetAsideMark, document: SetAsideDocument): DocumentReference {
   return store.db.doc(`${JOBS}/${jobId}/${SET_ASIDE}/${setAsidePrefix(mark)}${document.collection}~${document.snapshot.id}`);
 }
 
@@ -126,7 +127,7 @@ function auditRef(store: JobStore, jobId: string, mark: SetAsideMark, document: 
  * `setAside` with its record, then the original removed, or, for a unit, parked without its result
  * and with fresh budgets (see the module comment). Returns the number of writes added.
  */
-export function writeSetAside(store: JobStore, tx: Transaction, jobId: string, mark: SetAsideMark, documents: readonly SetAsideDocument[]): number {
+export function writeSetAside(store: UnitCommitHandle, tx: Transaction, jobId: string, mark: SetAsideMark, documents: readonly SetAsideDocument[]): number {
   let writes = 0;
   for (const document of documents) {
     const { snapshot } = document;

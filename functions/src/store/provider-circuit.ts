@@ -10,7 +10,7 @@ import {
   type CircuitPolicy,
   type CircuitRecord,
   type ProviderCircuit,
-} from '../agent/circuit';
+} from '../core/circuit';
 import { circuitPath } from './paths';
 
 const circuitSchema = z.object({

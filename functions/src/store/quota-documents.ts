@@ -14,7 +14,6 @@ import { FieldValue, Timestamp, type DocumentData, type DocumentReference, type 
 import { z } from 'zod';
 import { PhaselineError } from '../core/errors';
 import type { JobStatus } from '../core/job';
-import type { JobStore, JobWriter } from './job-store';
 import {
   anonymousTotalNeedsPruning,
   anonymousTotalSchema,
@@ -37,7 +36,7 @@ import {
   type UserLimits,
   type UserLimitsOverride,
 } from '../core/quota';
-import { isAlreadyExists } from './firestore-errors';
+import { isAlreadyExists, type FirestoreHandle, type JobWriter } from './firestore-handle';
 import { ANONYMOUS_TOTAL_PATH, jobPath, quotaUsagePath, spendChargePath, spendDayPath, userLimitsPath } from './paths';
 import { EXPIRE_AT } from './retention';
 
@@ -398,6 +397,6 @@ function readable<T>(decode: () => T): T {
 }
 
 /** The ledger a runner uses when none was given: the store's Firestore, the default caps. */
-export function defaultSpendLedger(store: JobStore): SpendLedger {
+export function defaultSpendLedger(store: FirestoreHandle): SpendLedger {
   return new SpendLedger(store.db, DEFAULT_QUOTA_DEFAULTS);
 }

@@ -12,8 +12,8 @@
 import { FieldPath, FieldValue, Timestamp, type DocumentReference, type QueryDocumentSnapshot } from 'firebase-admin/firestore';
 import type { JobRecord, RetentionStamping } from '../core/job';
 import { decodeJob } from './codec';
-import type { JobStore, JobVersion } from './job-store';
-import { isFailedPrecondition } from './firestore-errors';
+import { isFailedPrecondition, type FirestoreHandle, type JobVersion } from './firestore-handle';
+import type { JobCommitHandle } from './record-commits';
 import { REJECTED_TASKS, SPEND_CHARGES, SPEND_DAYS } from './paths';
 
 /** The field every TTL policy of this project reads. */
@@ -64,7 +64,7 @@ export interface StampingJob {
   readonly version: JobVersion;
 }
 
-export async function readStampingJob(store: JobStore, jobId: string): Promise<StampingJob | null> {
+export async function readStampingJob(store: FirestoreHandle, jobId: string): Promise<StampingJob | null> {
   const snapshot = await store.jobRef(jobId).get();
   if (!snapshot.exists) return null;
   return { job: decodeJob(jobId, snapshot.data()), version: { ref: snapshot.ref, updateTime: snapshot.updateTime } };
@@ -105,7 +105,7 @@ export function stampingAt(dueAtMs: number, position: StampingPosition | null): 
  * it: a job written since (a re-drive, a re-run's first step) fails the batch, so no stamp lands
  * on a job that runs again, whatever the pass read before. A batch that fails writes nothing.
  */
-export async function stampPage(store: JobStore, stamping: StampingJob, position: StampingPosition, limit: number, expireAtMs: number): Promise<StampedPage> {
+export async function stampPage(store: JobCommitHandle, stamping: StampingJob, position: StampingPosition, limit: number, expireAtMs: number): Promise<StampedPage> {
   const { job } = stamping;
   const size = Math.max(1, Math.min(MAX_STAMPS_PER_BATCH, Math.floor(limit)));
   let query = store.jobRef(job.id).collection(position.collection).orderBy(FieldPath.documentId()).select(EXPIRE_AT);
@@ -141,7 +141,7 @@ function isTimestamp(value: unknown, expected: Timestamp): boolean {
  * for the next sweep, which starts again from the stored cursor (stamping is idempotent, so
  * nothing is lost, only some reads repeated).
  */
-export async function saveStamping(store: JobStore, stamping: StampingJob, retention: RetentionStamping | null): Promise<boolean> {
+export async function saveStamping(store: JobCommitHandle, stamping: StampingJob, retention: RetentionStamping | null): Promise<boolean> {
   const batch = store.db.batch();
   store.commitJob(batch, stamping.version, stamping.job, { ...stamping.job, retention }, []);
   try {
@@ -159,7 +159,7 @@ export async function saveStamping(store: JobStore, stamping: StampingJob, reten
  * (one batch per page); a document gone meanwhile (TTL got there first) is skipped. Returns how
  * many stamps were removed. When the job ends again, the sweeper stamps everything afresh.
  */
-export async function clearExpiryStamps(store: JobStore, jobId: string, pageSize = MAX_STAMPS_PER_BATCH): Promise<number> {
+export async function clearExpiryStamps(store: FirestoreHandle, jobId: string, pageSize = MAX_STAMPS_PER_BATCH): Promise<number> {
   let cleared = 0;
   for (const collection of EXPIRING_JOB_COLLECTIONS) {
     let after: string | null = null;

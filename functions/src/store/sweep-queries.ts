@@ -4,7 +4,7 @@
  * builds and runs one page of such a shape, so the engine's sweeps reach Firestore only through here.
  */
 import { FieldPath, Timestamp, type DocumentReference, type Query, type QueryDocumentSnapshot } from 'firebase-admin/firestore';
-import type { JobStore } from './job-store';
+import type { FirestoreHandle } from './firestore-handle';
 
 export type QueryScope = 'COLLECTION' | 'COLLECTION_GROUP';
 
@@ -31,7 +31,7 @@ export interface SweepPage {
 }
 
 /** Builds one page of a declared query: documents with `range <= upTo`, oldest first. */
-function sweepQuery(store: JobStore, shape: QueryShape, upTo: Timestamp, limit: number, after: PageCursor | null): Query {
+function sweepQuery(store: FirestoreHandle, shape: QueryShape, upTo: Timestamp, limit: number, after: PageCursor | null): Query {
   let query: Query = shape.scope === 'COLLECTION' ? store.db.collection(shape.collection) : store.db.collectionGroup(shape.collection);
   for (const [field, value] of Object.entries(shape.equals)) query = query.where(field, '==', value);
   query = query.where(shape.range, '<=', upTo).orderBy(shape.range, 'asc').orderBy(FieldPath.documentId(), 'asc');
@@ -40,7 +40,7 @@ function sweepQuery(store: JobStore, shape: QueryShape, upTo: Timestamp, limit: 
 }
 
 /** Reads one page of `shape` up to `upToMs` (inclusive), `limit` documents at most, after `after`. */
-export async function readSweepPage(store: JobStore, shape: QueryShape, upToMs: number, limit: number, after: PageCursor | null): Promise<SweepPage> {
+export async function readSweepPage(store: FirestoreHandle, shape: QueryShape, upToMs: number, limit: number, after: PageCursor | null): Promise<SweepPage> {
   const docs = (await sweepQuery(store, shape, Timestamp.fromMillis(upToMs), limit, after).get()).docs;
   const last = docs.at(-1);
   if (!last || docs.length < limit) return { docs, next: null };

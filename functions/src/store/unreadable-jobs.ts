@@ -18,8 +18,9 @@ import { UnreadableJobError } from '../core/errors';
 import { ENDED_STATUSES, type JobStatus } from '../core/job';
 import { expireAtMs } from '../core/lifecycle';
 import { decodeJob } from './codec';
-import { eventId, type ClaimSlotRecord, type JobStore } from './job-store';
-import { eventPath, JOB_CLAIM_SLOT, unitClaimSlot } from './paths';
+import type { ClaimSlotRecord } from './claim-session';
+import type { FirestoreHandle } from './firestore-handle';
+import { eventId, eventPath, JOB_CLAIM_SLOT, unitClaimSlot } from './paths';
 
 export type UnreadableJobEnding =
   /** Quarantined now, with the reason. */
@@ -42,7 +43,7 @@ export function unreadableReason(error: UnreadableJobError): string {
 }
 
 /** Ends the job `error` names where it stands (see above), in one transaction conditioned on the document as read. */
-export async function endUnreadableJob(store: JobStore, error: UnreadableJobError): Promise<UnreadableJobEnding> {
+export async function endUnreadableJob(store: FirestoreHandle, error: UnreadableJobError): Promise<UnreadableJobEnding> {
   const ref = store.jobRef(error.jobId);
   return store.retryingWrite(`unreadable job ${error.jobId}`, () =>
     store.db.runTransaction(async (tx): Promise<UnreadableJobEnding> => {

@@ -15,9 +15,16 @@
  */
 import { trace, type Tracer } from '@opentelemetry/api';
 import type { Sampler } from '@opentelemetry/sdk-trace-base';
-import type { TracingConfig } from '../config/environment';
 import { JsonLineSpanExporter } from './json-span-exporter';
 import { TRACER_NAME } from './scope';
+
+export const TRACE_EXPORTERS = ['none', 'console', 'otlp'] as const;
+
+/** Where spans go, as configuration says (config/environment.ts reads it from the environment). */
+export type TracingConfig =
+  | { readonly exporter: 'none' }
+  | { readonly exporter: 'console'; readonly sampleRatio: number }
+  | { readonly exporter: 'otlp'; readonly url: string; readonly sampleRatio: number };
 
 export interface Tracing {
   readonly exporter: TracingConfig['exporter'];

@@ -1,7 +1,8 @@
 import { logger } from 'firebase-functions/logger';
 import { onRequest } from 'firebase-functions/v2/https';
 import { systemClock } from '../core/clock';
-import { createSubmitHandler, type HttpRequest, type HttpResponse } from '../http/submit-handler';
+import type { HttpRequest, HttpResponse } from '../http/request';
+import { createSubmitHandler } from '../http/submit-handler';
 import { quotaDefaultsFromEnv } from '../config/environment';
 import { JobStore } from '../store/job-store';
 import { SubmitQuota } from '../store/quota-documents';

@@ -17,7 +17,7 @@ import { z } from 'zod';
 import { CorruptCheckpointError, TerminalError } from '../../core/errors';
 import { capServerDelay } from '../../core/server-delay';
 import { definePhase, definePipeline, type PhaseOutcome, type StepContext } from '../../core/pipeline';
-import { deriveEffectKey } from '../../effects/keys';
+import { deriveEffectKey } from '../../core/effect-keys';
 import { UNRESOLVED_EFFECT_STATES, type EffectEntry } from '../../effects/ledger';
 import type { EffectAdapter } from '../../effects/port';
 import { settleEffect, type SettleResult } from '../../effects/protocol';

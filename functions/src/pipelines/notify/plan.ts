@@ -5,7 +5,7 @@
  * keys, and the keys depend on who the message is for, not on its wording.
  */
 import { z } from 'zod';
-import { deriveEffectKey } from '../../effects/keys';
+import { deriveEffectKey } from '../../core/effect-keys';
 import { effectKeySchema, type EffectIntent } from '../../effects/ledger';
 
 export const MAX_RECIPIENTS = 500;

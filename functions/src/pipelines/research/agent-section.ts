@@ -5,9 +5,9 @@
  * engine's cap (`maxServerDelayMs`) is treated as down: the job waits, resuming at the cap.
  */
 import { z } from 'zod';
-import type { CircuitState, ProviderCircuit } from '../../agent/circuit';
+import type { CircuitState, ProviderCircuit } from '../../core/circuit';
 import { isProviderOutage, type ModelProvider } from '../../agent/provider';
-import { runSection, type SectionOutcome, type SectionPolicy, type SectionSpec, type StoredTranscript, type UsageEntry } from '../../agent/section-runner';
+import { runSection, type CostTally, type SectionOutcome, type SectionPolicy, type SectionSpec, type StoredTranscript, type UsageEntry } from '../../agent/section-runner';
 import type { Toolbox } from '../../agent/tools';
 import { describeError, PhaselineError } from '../../core/errors';
 import type { Timers } from '../../core/flusher';
@@ -70,18 +70,14 @@ function storable(transcript: StoredTranscript): unknown {
   return JSON.parse(JSON.stringify(transcript)) as unknown;
 }
 
+/** The field of the job's cost each counter of a section's tally adds to; the job does not keep wasted tokens apart. */
+const JOB_COST_FIELD = {
+  modelCalls: 'modelCalls', toolCalls: 'toolCalls', inputTokens: 'inputTokens', outputTokens: 'outputTokens', usd: 'spentUsd',
+  wastedModelCalls: 'wastedModelCalls', wastedToolCalls: 'wastedToolCalls', wastedUsd: 'wastedUsd',
+} as const satisfies Partial<Record<keyof CostTally, string>>;
+
 function costIncrements(entry: UsageEntry): Record<string, number> {
-  const delta = entry.delta;
-  return {
-    modelCalls: delta.modelCalls,
-    toolCalls: delta.toolCalls,
-    inputTokens: delta.inputTokens,
-    outputTokens: delta.outputTokens,
-    spentUsd: delta.usd,
-    wastedModelCalls: delta.wastedModelCalls,
-    wastedToolCalls: delta.wastedToolCalls,
-    wastedUsd: delta.wastedUsd,
-  };
+  return Object.fromEntries(Object.entries(JOB_COST_FIELD).map(([counter, field]) => [field, entry.delta[counter as keyof typeof JOB_COST_FIELD]]));
 }
 
 /**

@@ -96,25 +96,35 @@ function providerWait(outcome: { readonly untilMs: number; readonly question: st
   return { kind: 'wait' as const, reason: 'provider' as const, questionId: 'provider', question: outcome.question, untilMs: outcome.untilMs };
 }
 
+/**
+ * A planning section: asks for a list of `count` items (`prompt` says what and how many) and gives
+ * them back, padded from `fallback`; or how the phase stops first: a provider wait, or the step's
+ * time ran out mid-section (its transcript is saved, a new step goes on with it).
+ */
+async function planList(
+  context: StepContext<ResearchInput>,
+  deps: ResearchDeps,
+  sectionId: string,
+  prompt: string,
+  count: number,
+  fallback: readonly string[],
+): Promise<{ readonly items: string[] } | { readonly stop: PhaseOutcome<never> }> {
+  const outcome = await runAgentSection(context, deps, { sectionId, promptId: sectionId, system: SYSTEM, prompt, coldContext: '', maxToolRounds: MAX_TOOL_ROUNDS });
+  if (outcome.kind === 'provider-wait') return { stop: providerWait(outcome) };
+  if (outcome.kind === 'out-of-time') return { stop: { kind: 'yield' } };
+  return { items: pad(outcome.kind === 'written' ? listItems(outcome.text) : [], fallback, count) };
+}
+
 export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
   const outline = definePhase<ResearchInput, z.infer<typeof outlineState>>({
     name: 'outline',
     state: outlineState,
     run: async (context) => {
       const { question, sections } = context.input;
-      const outcome = await runAgentSection(context, resolveDeps(), {
-        sectionId: 'outline',
-        promptId: 'outline',
-        system: SYSTEM,
-        prompt: `Plan a report answering: "${question}". List exactly ${sections} section headings, one per line, each starting with "- ".`,
-        coldContext: '',
-        maxToolRounds: MAX_TOOL_ROUNDS,
-      });
-      if (outcome.kind === 'provider-wait') return providerWait(outcome);
-      // The step's time ran out mid-section: its transcript is saved, a new step goes on with it.
-      if (outcome.kind === 'out-of-time') return { kind: 'yield' };
-      const proposed = outcome.kind === 'written' ? listItems(outcome.text) : [];
-      const headings = pad(proposed, FALLBACK_HEADINGS, sections).map((heading, index) => ({ id: `h${index + 1}`, heading }));
+      const ask = `Plan a report answering: "${question}". List exactly ${sections} section headings, one per line, each starting with "- ".`;
+      const planned = await planList(context, resolveDeps(), 'outline', ask, sections, FALLBACK_HEADINGS);
+      if ('stop' in planned) return planned.stop;
+      const headings = planned.items.map((heading, index) => ({ id: `h${index + 1}`, heading }));
       context.reportProgress({ sectionsTotal: sections });
       return { kind: 'done', state: { title: `Research report: ${question}`, headings } };
     },
@@ -126,19 +136,10 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
     needs: [outline],
     run: async (context) => {
       const { question, experts } = context.input;
-      const outcome = await runAgentSection(context, resolveDeps(), {
-        sectionId: 'perspectives',
-        promptId: 'perspectives',
-        system: SYSTEM,
-        prompt: `Who should be consulted on "${question}"? Name exactly ${experts} distinct expert perspectives, one per line, each starting with "- ".`,
-        coldContext: '',
-        maxToolRounds: MAX_TOOL_ROUNDS,
-      });
-      if (outcome.kind === 'provider-wait') return providerWait(outcome);
-      if (outcome.kind === 'out-of-time') return { kind: 'yield' };
-      const proposed = outcome.kind === 'written' ? listItems(outcome.text) : [];
-      const names = pad(proposed, FALLBACK_EXPERTS, experts);
-      return { kind: 'done', state: { experts: names.map((name, index) => ({ id: `e${index + 1}`, name })) } };
+      const ask = `Who should be consulted on "${question}"? Name exactly ${experts} distinct expert perspectives, one per line, each starting with "- ".`;
+      const planned = await planList(context, resolveDeps(), 'perspectives', ask, experts, FALLBACK_EXPERTS);
+      if ('stop' in planned) return planned.stop;
+      return { kind: 'done', state: { experts: planned.items.map((name, index) => ({ id: `e${index + 1}`, name })) } };
     },
   });
 

@@ -32,33 +32,44 @@ export const OFFLINE_WEB_NOTE = 'Offline simulator: extractive notes from the we
 interface Reader {
   readonly tool: string;
   readonly note: string;
-  readonly searching: string;
+  /** What it searches, as it says so ("searching the web for ..."). */
+  readonly searched: string;
+  /** How it says it reads hits ("fetching a, b"), and the argument of the call that reads one (a corpus document id, or a page URL). */
+  readonly verb: string;
+  readonly argument: 'id' | 'url';
   readonly nothingFound: string;
-  reading(targets: readonly string[]): string;
-  /** The call that reads one hit (a corpus document id, or a page URL). */
-  argumentsFor(target: string): Record<string, unknown>;
   /** Only whole sentences of some length: the text of a web page also has headings, captions and menus. */
   readonly wholeSentencesOnly: boolean;
+  /** The document a reading call's result holds (null: not one), and the URL its citation key names it by. */
+  documentOf(result: unknown): ReadDocument | null;
+  citationUrl(id: string): string;
 }
 
 const CORPUS_READER: Reader = {
   tool: READ_TOOL,
   note: OFFLINE_NOTE,
-  searching: 'searching the bundled corpus for',
+  searched: 'the bundled corpus',
+  verb: 'reading',
+  argument: 'id',
   nothingFound: 'The bundled corpus has no document that matches this prompt, so there is nothing to report from it.',
-  reading: (ids) => `Offline simulator: reading ${ids.join(', ')}.`,
-  argumentsFor: (id) => ({ id }),
   wholeSentencesOnly: false,
+  documentOf: (result) => readResultSchema.safeParse(result).data ?? null,
+  citationUrl: corpusDocumentUrl,
 };
 
 const WEB_READER: Reader = {
   tool: FETCH_PAGE_TOOL,
   note: OFFLINE_WEB_NOTE,
-  searching: 'searching the web for',
+  searched: 'the web',
+  verb: 'fetching',
+  argument: 'url',
   nothingFound: 'No page it could fetch matches this prompt, so there is nothing to report from the web.',
-  reading: (urls) => `Offline simulator: fetching ${urls.join(', ')}.`,
-  argumentsFor: (url) => ({ url }),
   wholeSentencesOnly: true,
+  documentOf: (result) => {
+    const page = fetchedPageSchema.safeParse(result);
+    return page.success ? { id: page.data.url, title: page.data.title, text: page.data.text } : null;
+  },
+  citationUrl: urlForText,
 };
 
 /** What a fetch_page result shows, as far as the agent reads it (web/toolbox.ts writes more). */
@@ -218,27 +229,18 @@ function progressOf(after: readonly ChatMessage[]): Progress {
       if (result.success) {
         for (const hit of result.data.results) scores.set(hit.id, (scores.get(hit.id) ?? 0) + hit.score);
       }
-    } else if (name === READ_TOOL) {
-      const id = stringArgument(call, 'id');
-      if (id !== undefined) attemptedReads.add(id.trim());
+    } else {
+      const reader = name === READ_TOOL ? CORPUS_READER : name === FETCH_PAGE_TOOL ? WEB_READER : null;
+      if (reader === null) continue;
+      const named = stringArgument(call, reader.argument);
+      if (named !== undefined) attemptedReads.add(named.trim());
       const { body, entries } = splitCitationKey(message.content);
-      const result = readResultSchema.safeParse(parseJson(body));
-      if (result.success && !reads.some((read) => read.id === result.data.id)) {
-        attemptedReads.add(result.data.id);
-        const citation = entries.find((entry) => entry.url === corpusDocumentUrl(result.data.id))?.number;
-        reads.push(citation === undefined ? result.data : { ...result.data, citation });
-      }
-    } else if (name === FETCH_PAGE_TOOL) {
-      const url = stringArgument(call, 'url');
-      if (url !== undefined) attemptedReads.add(url.trim());
-      const { body, entries } = splitCitationKey(message.content);
-      const result = fetchedPageSchema.safeParse(parseJson(body));
-      if (result.success && !reads.some((read) => read.id === result.data.url)) {
-        // After a redirect the page's URL differs from the hit's; neither is fetched again.
-        attemptedReads.add(result.data.url);
-        const page = { id: result.data.url, title: result.data.title, text: result.data.text };
-        const citation = entries.find((entry) => entry.url === urlForText(result.data.url))?.number;
-        reads.push(citation === undefined ? page : { ...page, citation });
+      const document = reader.documentOf(parseJson(body));
+      if (document !== null && !reads.some((read) => read.id === document.id)) {
+        // The document's own ID may differ from the one asked for (a page's URL after a redirect): neither is read again.
+        attemptedReads.add(document.id);
+        const citation = entries.find((entry) => entry.url === reader.citationUrl(document.id))?.number;
+        reads.push(citation === undefined ? document : { ...document, citation });
       }
     }
   }
@@ -337,7 +339,7 @@ export function nextAgentTurn(seed: number, messages: readonly ChatMessage[], to
     if (canSearch && pendingQueries.length > 0) {
       const queries = plan.groupSearches ? pendingQueries : pendingQueries.slice(0, 1);
       return {
-        content: `Offline simulator: ${(reader ?? CORPUS_READER).searching} ${queries.map((query) => `"${query}"`).join(' and ')}.`,
+        content: `Offline simulator: searching ${(reader ?? CORPUS_READER).searched} for ${queries.map((query) => `"${query}"`).join(' and ')}.`,
         toolCalls: toolCallsFor(
           seed,
           messages,
@@ -352,12 +354,12 @@ export function nextAgentTurn(seed: number, messages: readonly ChatMessage[], to
       const targets = plan.groupReads ? unread : unread.slice(0, 1);
       if (targets.length > 0) {
         return {
-          content: reader.reading(targets),
+          content: `Offline simulator: ${reader.verb} ${targets.join(', ')}.`,
           toolCalls: toolCallsFor(
             seed,
             messages,
             plan.prompt,
-            targets.map((target) => ({ name: reader.tool, arguments: reader.argumentsFor(target) })),
+            targets.map((target) => ({ name: reader.tool, arguments: { [reader.argument]: target } })),
           ),
         };
       }

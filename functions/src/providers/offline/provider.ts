@@ -7,10 +7,9 @@
 import {
   ContextWindowError,
   MalformedResponseError,
-  ProviderRateLimitedError,
+  providerErrorForStatus,
   ProviderRequestError,
   ProviderTimeoutError,
-  ProviderUnavailableError,
   type ChatMessage,
   type ChatRequest,
   type ChatResponse,
@@ -152,13 +151,11 @@ class OfflineProviderImpl implements OfflineProvider {
     if (wave !== undefined) {
       await this.latency(request);
       const offsetMs = nowMs - settings.epochMs;
-      const hint = wave.retryAfterMs === undefined ? {} : { retryAfterMs: wave.retryAfterMs };
-      if (wave.status === 429) {
-        this.faults.rate_limited += 1;
-        throw new ProviderRateLimitedError(`Offline simulator: 429 rate limited (error wave ${wave.startMs}-${wave.endMs} ms, now at ${offsetMs} ms)`, wave.retryAfterMs);
-      }
-      this.faults.unavailable += 1;
-      throw new ProviderUnavailableError(`Offline simulator: 503 unavailable (error wave ${wave.startMs}-${wave.endMs} ms, now at ${offsetMs} ms)`, hint);
+      const limited = wave.status === 429;
+      this.faults[limited ? 'rate_limited' : 'unavailable'] += 1;
+      // The wave's status as a provider's answer would carry it: the port's error for it, as an HTTP adapter throws.
+      const said = `Offline simulator: ${wave.status} ${limited ? 'rate limited' : 'unavailable'} (error wave ${wave.startMs}-${wave.endMs} ms, now at ${offsetMs} ms)`;
+      throw providerErrorForStatus(wave.status, said, { retryAfterMs: wave.retryAfterMs });
     }
 
     const inputTokens = estimateRequestTokens(request.messages, request.tools);

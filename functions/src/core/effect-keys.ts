@@ -1,10 +1,11 @@
 /**
  * Effect keys: deterministic from the job, the unit and what the effect is (its kind and
  * identity), never from time, attempt or worker, so every retry of the same effect, by any worker,
- * after any crash, sends the same idempotency key.
+ * after any crash, sends the same idempotency key. Pure, so they sit in core: the store's ledger
+ * (store/firestore-ledger.ts) names its entries by them, and pipelines plan effects with them.
  */
 import { createHash } from 'node:crypto';
-import type { EffectIntent } from './ledger';
+import type { EffectIntent } from './effect-ledger';
 
 const KEY_VERSION = 'phaseline-effect/v1';
 

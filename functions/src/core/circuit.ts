@@ -2,6 +2,7 @@
  * A provider circuit shared by every worker: when outages pile up it opens, and new work waits
  * (visibly, `waiting` with "provider unavailable") instead of hammering the provider. Once the
  * cool-down passes, the next calls are probes: a success closes it, an outage opens it again.
+ * The port and its pure decisions live here; the shared document is store/provider-circuit.ts.
  */
 export interface CircuitState {
   readonly open: boolean;

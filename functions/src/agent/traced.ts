@@ -6,9 +6,9 @@
  * unchanged; with no tracer provider registered the spans are the API's no-op ones.
  */
 import { SpanKind } from '@opentelemetry/api';
-import type { ChatRequest, ChatResponse, ModelProvider, ToolCall } from '../agent/provider';
-import type { Toolbox, ToolResult } from '../agent/tools';
-import { errorOutcome, OUTCOME_ATTRIBUTE, startChildSpan, withSpan } from './spans';
+import { errorOutcome, OUTCOME_ATTRIBUTE, startChildSpan, withSpan } from '../telemetry/spans';
+import type { ChatRequest, ChatResponse, ModelProvider, ToolCall } from './provider';
+import type { Toolbox, ToolResult } from './tools';
 
 export const MODEL_ATTRIBUTES = {
   operation: 'gen_ai.operation.name',

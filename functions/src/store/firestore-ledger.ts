@@ -8,8 +8,7 @@ import { Timestamp, type Firestore, type Query, type Transaction } from 'firebas
 import { z } from 'zod';
 import type { Clock } from '../core/clock';
 import { CorruptCheckpointError } from '../core/errors';
-import { effectPath, effectsPath, jobPath } from '../store/paths';
-import { deriveEffectKey, intentFingerprint } from './keys';
+import { deriveEffectKey, intentFingerprint } from '../core/effect-keys';
 import {
   applyChange,
   effectEntrySchema,
@@ -19,7 +18,8 @@ import {
   type EffectEntry,
   type EffectIntent,
   type EffectLedger,
-} from './ledger';
+} from '../core/effect-ledger';
+import { effectPath, effectsPath, jobPath } from './paths';
 
 /** Runs a body in a transaction that first proves the caller still owns its claim. */
 export type OwnedTransaction = <T>(body: (context: { tx: Transaction }) => Promise<{ value: T }>) => Promise<T>;
