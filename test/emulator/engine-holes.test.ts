@@ -12,7 +12,8 @@ import { defineFanOutPhase, definePhase, definePipeline, pipelineRegistry, type 
 import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from '../../functions/src/store/codec';
-import { JobStore, type JobClaim } from '../../functions/src/store/job-store';
+import type { JobClaim } from '../../functions/src/core/claims';
+import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
 import type { TaskQueuePort } from '../../functions/src/store/task-queue';
 import { engineHarness, type EngineHarness } from '../support/engine';

@@ -220,14 +220,14 @@ describe('fault 2: after a reclaim (the lease expired mid-step), every write of 
     const oldStore = Object.create(harness.store) as typeof harness.store;
     let held = false;
     // Completion reads the outbox and the effect ledger, then commits conditioned on the job.
-    oldStore.asOwner = async (claim, body) => {
-      if (!held) {
+    oldStore.apply = (async (owner, decide) => {
+      if (!held && owner.kind === 'job') {
         held = true;
         claimedByOld.open();
         await reclaimed.promise;
       }
-      return harness.store.asOwner(claim, body);
-    };
+      return harness.store.apply(owner, decide);
+    }) as typeof oldStore.apply;
     const oldWorker = runStep({ ...harness.deps('old'), store: oldStore }, { jobId, step: 10 });
     await claimedByOld.promise;
     const step = await expireAndRequeue(jobId);

@@ -39,7 +39,7 @@ export function engineHarness(
   const pipelines = typeof pipelinesOrFactory === 'function' ? pipelinesOrFactory(firestore, clock) : pipelinesOrFactory;
   const queue = new RecordingTaskQueue();
   const options = resolveEngineOptions({ backoffBaseSeconds: 1, backoffMaxSeconds: 10, ...overrides });
-  const store = new JobStore(firestore.db, clock, options);
+  const store = new JobStore(firestore.db, clock, options, queue);
   const random = seededRandom(7);
   // The simulated prices of these tests are far above real ones: no default daily cap applies here. spend-cap.test.ts sets caps per user.
   const uncapped = { spendUsdPerDay: MAX_SPEND_USD_PER_DAY };

@@ -7,7 +7,8 @@ import { chargeUnit, joinJob, rerunUnit, startFanOutJob, unitDispatch, type Disp
 import { type PhaseDefinition, type StepContext } from '../../core/pipeline';
 import { phaseVersion, readStored, type StoredReading } from '../../core/versions';
 import { decodeUnit, type UnitRecord } from '../../store/codec';
-import type { EventDraft, JobClaim, UnitClaim } from '../../store/job-store';
+import type { JobClaim, UnitClaim } from '../../core/claims';
+import type { EventDraft } from '../../store/door';
 import { readFanOutUnits } from '../../store/checkpoint-reads';
 import { checkpointDocumentFor, loadCheckpoints, NewerVersionError } from '../checkpoints';
 import { Running, StepOutcome, bareContext, dispatchQuietly, freshLease, lost } from './running';

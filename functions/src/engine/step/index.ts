@@ -26,6 +26,8 @@ export async function runStep(deps: RunnerDeps, payload: unknown): Promise<StepO
     await recordRejectedTask(deps, payload, reason);
     return { kind: 'rejected', reason };
   }
+  // The store enqueues each committed change's tasks: to this step's queue.
+  deps = { ...deps, store: deps.store.dispatchingTo(deps.queue, deps.log) };
   const { jobId, step, unit, phase } = parsed.data;
   const task: StepTask = unit === undefined || phase === undefined ? { jobId, step } : { jobId, step, unit, phase };
   try {

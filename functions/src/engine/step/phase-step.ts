@@ -6,10 +6,11 @@ import { type JobWait } from '../../core/job';
 import { waitRecord } from '../../core/lifecycle';
 import { handOffJob, waitJob } from '../../core/transitions';
 import { type PhaseDefinition } from '../../core/pipeline';
-import type { EventDraft, JobClaim } from '../../store/job-store';
+import type { JobClaim } from '../../core/claims';
+import type { EventDraft } from '../../store/door';
 import { checkpointDocumentFor, loadSections } from '../checkpoints';
 import { durableWrites } from './durable-writes';
-import { NoProgressError, Running, StepOutcome, dispatchQuietly, freshLease, lost, progressGated, startDrafts, startFlusher, untilAborted, workingContext } from './running';
+import { NoProgressError, Running, StepOutcome, freshLease, lost, progressGated, startDrafts, startFlusher, untilAborted, workingContext } from './running';
 import { giveBack, settleError, waitAtSpendLimit } from './settle';
 
 export async function runPhase(
@@ -117,13 +118,16 @@ export interface HandOff {
 export async function handOff(running: Running, claim: JobClaim, pending: FlushPayload, lead: readonly EventDraft[], trail: readonly EventDraft[], handOffTo: HandOff): Promise<void> {
   const { store } = running.deps;
   const nowMs = store.clock.now();
-  const handedOff = await store.asOwner(claim, ({ tx, job }) => {
-    if (handOffTo.checkpoint) {
-      tx.set(store.checkpointRef(job.id, handOffTo.checkpoint.phase.name), checkpointDocumentFor(handOffTo.checkpoint.phase, handOffTo.checkpoint.state, claim.epoch, nowMs));
-    }
+  await store.apply({ kind: 'job', claim }, ({ job }) => {
     const applied = applyClaimTally(job, pending, claim.epoch);
     const transition = handOffJob(applied.next, { checkpointed: handOffTo.checkpoint !== undefined, nextPhase: handOffTo.nextPhase, ...(handOffTo.dueAtMs === undefined ? {} : { dueAtMs: handOffTo.dueAtMs }) }, nowMs);
-    return Promise.resolve({ next: transition.next, events: [...lead, ...applied.notes, ...trail, ...transition.events], value: transition });
+    const { checkpoint } = handOffTo;
+    return {
+      next: transition.next,
+      events: [...lead, ...applied.notes, ...trail, ...transition.events],
+      documents: checkpoint ? [{ kind: 'checkpoint', phase: checkpoint.phase.name, document: checkpointDocumentFor(checkpoint.phase, checkpoint.state, claim.epoch, nowMs) }] : [],
+      dispatch: transition.dispatch,
+      value: undefined,
+    };
   });
-  await dispatchQuietly(running.deps, handedOff.dispatch);
 }

@@ -3,9 +3,10 @@ import { OwnershipLostError, TerminalError, toPhaselineError } from '../../core/
 import { EMPTY_FLUSH } from '../../core/flusher';
 import { completeJob } from '../../core/transitions';
 import { type PhaseDefinition } from '../../core/pipeline';
-import type { EventDraft, JobClaim } from '../../store/job-store';
+import type { JobClaim } from '../../core/claims';
+import type { EventDraft } from '../../store/door';
 import { unresolvedEffectsOf } from '../../store/effect-access';
-import { outboxPublished, outboxRef } from '../../store/job-documents';
+import { outboxPublished } from '../../store/job-documents';
 import { Running, StepOutcome, bareContext, lost } from './running';
 import { settleError } from './settle';
 
@@ -30,7 +31,7 @@ export async function complete(running: Running, claim: JobClaim, states: Readon
   const nowMs = store.clock.now();
   try {
     // One commit conditioned on the job: no transaction locks it while the effects and the outbox are read.
-    await store.asOwner(claim, async ({ tx, job }) => {
+    await store.apply({ kind: 'job', claim }, async ({ job }) => {
       // Both read side by side: neither depends on the other, and the commit is conditioned on the job either way.
       const [ledger, outbox] = await Promise.allSettled([unresolvedEffectsOf(store, job.id), outboxPublished(store, job)]);
       // A job cannot complete while an effect's outcome is unknown: the pipeline must reconcile it first (whatever the outbox read did).
@@ -38,24 +39,12 @@ export async function complete(running: Running, claim: JobClaim, states: Readon
       if (ledger.status === 'rejected') throw ledger.reason;
       if (outbox.status === 'rejected') throw outbox.reason;
       const published = outbox.value;
+      const completed = completeJob(job, { outcome: result.outcome, missing: result.missing }, nowMs);
       // The outbox ID is the job's own: an answer already there (a job an operator released after it
       // had published) is kept as it is, never published a second time. Created, not set: an answer
       // that appears after this read fails the commit, which is decided again.
-      if (!published) {
-        tx.create(outboxRef(store, job), {
-          jobId: job.id,
-          owner: job.owner,
-          role: 'assistant',
-          pipeline: job.pipeline,
-          outcome: result.outcome,
-          title: result.title,
-          markdown: result.markdown,
-          missing: result.missing,
-          createdAtMs: nowMs,
-        });
-      }
-      const completed = completeJob(job, { outcome: result.outcome, missing: result.missing }, nowMs);
-      return { next: completed.next, events: [...notes, ...completed.events], value: undefined };
+      const answer = { jobId: job.id, owner: job.owner, role: 'assistant', pipeline: job.pipeline, outcome: result.outcome, title: result.title, markdown: result.markdown, missing: result.missing, createdAtMs: nowMs };
+      return { next: completed.next, events: [...notes, ...completed.events], documents: published ? [] : [{ kind: 'outbox', document: answer }], value: undefined };
     });
   } catch (error) {
     if (error instanceof OwnershipLostError) return lost(running, error);

@@ -4,7 +4,8 @@ import { applyClaimTally, EMPTY_FLUSH, type FlushPayload } from '../../core/flus
 import { type JobWait } from '../../core/job';
 import { budgetWait, decideAfterError } from '../../core/lifecycle';
 import { failJobForUnit, giveBackJob, giveBackUnit, quarantineJobForUnit, settleJobError, requeueUnit, waitJob, type Dispatch } from '../../core/transitions';
-import type { EventDraft, JobClaim, UnitClaim } from '../../store/job-store';
+import type { JobClaim, UnitClaim } from '../../core/claims';
+import type { EventDraft } from '../../store/door';
 import { endFanOutFromUnit } from '../ended-fan-out';
 import { NoProgressError, RunnerDeps, Running, SectionOwner, StepOutcome, dispatchQuietly, lost } from './running';
 
