@@ -11,7 +11,8 @@ import { claimJob, takeOverJob, TransitionRefused } from '../../functions/src/co
 import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
-import { JobStore, type JobClaim } from '../../functions/src/store/job-store';
+import type { JobClaim } from '../../functions/src/core/claims';
+import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
 import { engineHarness, gate, type EngineHarness } from '../support/engine';
 import { behaviour, resetBehaviour, testPipeline, type TestInput } from '../support/test-pipeline';

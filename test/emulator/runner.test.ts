@@ -2,7 +2,8 @@ import type { Query, QuerySnapshot } from 'firebase-admin/firestore';
 import { RetryableError, TerminalError } from '../../functions/src/core/errors';
 import { stepTaskId } from '../../functions/src/core/job';
 import { releaseQuarantined } from '../../functions/src/engine/operator';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { checkpointPath, JOBS, jobPath, REJECTED_TASKS } from '../../functions/src/store/paths';
@@ -220,14 +221,14 @@ describe('fault 2: after a reclaim (the lease expired mid-step), every write of 
     const oldStore = Object.create(harness.store) as typeof harness.store;
     let held = false;
     // Completion reads the outbox and the effect ledger, then commits conditioned on the job.
-    oldStore.asOwner = async (claim, body) => {
-      if (!held) {
+    oldStore.apply = (async (owner, decide) => {
+      if (!held && owner.kind === 'job') {
         held = true;
         claimedByOld.open();
         await reclaimed.promise;
       }
-      return harness.store.asOwner(claim, body);
-    };
+      return harness.store.apply(owner, decide);
+    });
     const oldWorker = runStep({ ...harness.deps('old'), store: oldStore }, { jobId, step: 10 });
     await claimedByOld.promise;
     const step = await expireAndRequeue(jobId);

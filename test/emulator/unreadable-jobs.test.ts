@@ -4,7 +4,7 @@
  * ends it, acknowledges, and nothing finds it again.
  */
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { JOBS } from '../../functions/src/store/paths';
 import { engineHarness, type EngineHarness } from '../support/engine';

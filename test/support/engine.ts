@@ -5,7 +5,8 @@ import { stepTaskId } from '../../functions/src/core/job';
 import { resolveEngineOptions, type EngineOptions } from '../../functions/src/core/options';
 import type { PipelineRegistry } from '../../functions/src/core/pipeline';
 import { DEFAULT_QUOTA_DEFAULTS, MAX_SPEND_USD_PER_DAY } from '../../functions/src/core/quota';
-import { runStep, type RunnerDeps, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { RunnerDeps, StepOutcome } from '../../functions/src/engine/step/deps';
 import { SpendLedger } from '../../functions/src/store/quota-documents';
 import { JobStore } from '../../functions/src/store/job-store';
 import { openTestFirestore, type TestFirestore } from './firestore';
@@ -39,7 +40,7 @@ export function engineHarness(
   const pipelines = typeof pipelinesOrFactory === 'function' ? pipelinesOrFactory(firestore, clock) : pipelinesOrFactory;
   const queue = new RecordingTaskQueue();
   const options = resolveEngineOptions({ backoffBaseSeconds: 1, backoffMaxSeconds: 10, ...overrides });
-  const store = new JobStore(firestore.db, clock, options);
+  const store = new JobStore(firestore.db, clock, options, queue);
   const random = seededRandom(7);
   // The simulated prices of these tests are far above real ones: no default daily cap applies here. spend-cap.test.ts sets caps per user.
   const uncapped = { spendUsdPerDay: MAX_SPEND_USD_PER_DAY };

@@ -73,7 +73,7 @@ const probes = {
   coreFirebaseAdmin: { filePath: 'functions/src/core/probe.ts', text: "import { getFirestore } from 'firebase-admin/firestore';\nexport const probe = getFirestore;\n" },
   coreFirebaseFunctions: { filePath: 'functions/src/core/probe.ts', text: "import { logger } from 'firebase-functions';\nexport const probe = logger;\n" },
   coreGoogleCloud: { filePath: 'functions/src/core/probe.ts', text: "import { CloudTasksClient } from '@google-cloud/tasks';\nexport const probe = CloudTasksClient;\n" },
-  coreReexport: { filePath: 'functions/src/core/probe.ts', text: "export { runStep } from '../engine/runner';\n" },
+  coreReexport: { filePath: 'functions/src/core/probe.ts', text: "export { runStep } from '../engine/step';\n" },
   coreAllowed: { filePath: 'functions/src/core/probe.ts', text: "import { z } from 'zod';\nimport { TerminalError } from './errors';\nexport const probe = [z, TerminalError];\n" },
   pipelineTriggers: { filePath: 'functions/src/pipelines/probe.ts', text: "import { firestore } from '../triggers/admin';\nexport const probe = firestore;\n" },
   nestedPipelineTriggers: { filePath: 'functions/src/pipelines/notify/probe.ts', text: "import { firestore } from '../../triggers/admin';\nexport const probe = firestore;\n" },

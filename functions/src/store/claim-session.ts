@@ -35,6 +35,11 @@ export class ClaimSession {
     private updateTime: Timestamp | null = null,
   ) {}
 
+  /** Another commit of this claim's holder rewrote the slot (a unit commit does): the next write is conditioned on that write, with no read. */
+  slotWrittenAt(updateTime: Timestamp): void {
+    if (this.updateTime === null || this.updateTime.valueOf() < updateTime.valueOf()) this.updateTime = updateTime;
+  }
+
   /**
    * Commits the writes `build` adds, with the slot's precondition, after every earlier commit of
    * this session (one holder's writes land in the order it made them). Resolves to what `build`

@@ -6,41 +6,30 @@
  * other documents to decide (effects, the outbox, units) run in a Firestore transaction instead.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { FieldValue, Timestamp, type DocumentData, type DocumentReference, type DocumentSnapshot, type Precondition, type SetOptions, type Transaction, type UpdateData, type WriteBatch } from 'firebase-admin/firestore';
-import { CheckpointWriteError, OwnershipLostError, PhaselineError } from '../core/errors';
+import { FieldValue, Timestamp, type DocumentData, type DocumentReference, type DocumentSnapshot, type Firestore, type Precondition, type SetOptions, type Transaction, type UpdateData, type WriteBatch } from 'firebase-admin/firestore';
+import type { Clock } from '../core/clock';
+import type { EngineOptions } from '../core/options';
+import { heldJobEpoch, heldUnitEpoch, jobClaimRefusal, unitClaimRefusal, type JobClaim, type UnitClaim } from '../core/claims';
+import { CheckpointWriteError, describeError, OwnershipLostError, PhaselineError } from '../core/errors';
 import { ENDED_STATUSES, newQueuedJob, type FanOutState, type JobRecord } from '../core/job';
 import { endedAtMs, expireAtMs, withRetentionDue } from '../core/lifecycle';
 import type { QuotaRefusal } from '../core/quota';
-import { currentFanOut } from '../core/transitions';
-import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from './codec';
+import type { Dispatch } from '../core/transitions';
+import { decodeJob, decodeUnit, encodeJob, encodeUnit, encodeUnitFlush, type UnitRecord } from './codec';
 import { readFanOutUnits } from './checkpoint-reads';
 import { ClaimSession, type ClaimSlotRecord } from './claim-session';
 import { FirestoreHandle, isAlreadyExists, isFailedPrecondition, isTransientFirestoreError, type JobVersion, type JobWriter } from './firestore-handle';
+import type { OwnedTransaction } from './firestore-ledger';
+import { dispatchesOf, type Change, type ClaimHolder, type ClaimSlotView, type CurrentOf, type Decide, type DocumentWrite, type DoorOwner, type EventDraft, type EventJob, type StoredUnit, type UnitKeys, type UnitVersion } from './door';
+import { outboxRef, sectionRef, transcriptSaveRef } from './job-documents';
+import type { TaskQueuePort } from './task-queue';
 import type { JobAdmission } from './quota-documents';
-import { conversationPath, eventId, eventPath, JOB_CLAIM_SLOT, JOBS, unitClaimSlot } from './paths';
+import { claimPath, conversationPath, eventId, eventPath, JOB_CLAIM_SLOT, JOBS, unitClaimSlot } from './paths';
 import type { JobCommit, UnitCommit } from './record-commits';
 import { noteCommitPreconditionFailed, noteJobCommit, noteUnitCommit } from '../telemetry/commits';
 
 export { isAlreadyExists, isTransientFirestoreError } from './firestore-handle';
-
-export interface JobClaim {
-  readonly jobId: string;
-  readonly epoch: number;
-}
-
-export interface UnitClaim {
-  readonly jobId: string;
-  readonly phase: string;
-  readonly unit: string;
-  readonly epoch: number;
-  readonly fanoutEpoch: number;
-}
-
-export interface EventDraft {
-  readonly kind: string;
-  readonly message: string;
-  readonly unit?: string;
-}
+export type { EventDraft, UnitVersion } from './door';
 
 export interface NewJob {
   readonly owner: string;
@@ -68,28 +57,6 @@ function requestFingerprint(job: NewJob): string {
   return createHash('sha256').update(JSON.stringify([job.pipeline, job.input, job.conversationId])).digest('hex');
 }
 
-export function holdsClaim(job: JobRecord, claim: JobClaim): boolean {
-  return job.status === 'running' && job.epoch === claim.epoch && job.lease?.epoch === claim.epoch;
-}
-
-export function holdsUnitClaim(job: JobRecord, unit: UnitRecord, claim: UnitClaim): boolean {
-  return (
-    currentFanOut(job)?.epoch === claim.fanoutEpoch &&
-    unit.fanoutEpoch === claim.fanoutEpoch &&
-    unit.status === 'running' &&
-    unit.epoch === claim.epoch &&
-    unit.lease?.epoch === claim.epoch
-  );
-}
-
-/** The epoch of the claim a job record says is held, or null (no worker holds the job). */
-export function heldJobEpoch(job: Pick<JobRecord, 'status' | 'lease'>): number | null {
-  return job.status === 'running' && job.lease !== null ? job.lease.epoch : null;
-}
-
-export function heldUnitEpoch(unit: Pick<UnitRecord, 'status' | 'lease'>): number | null {
-  return unit.status === 'running' && unit.lease !== null ? unit.lease.epoch : null;
-}
 
 /** A unit change as `commitUnitChange` commits it. */
 export interface UnitChange<T> {
@@ -99,23 +66,15 @@ export interface UnitChange<T> {
   readonly value: T;
 }
 
-/** A claim slot as read before a unit change (fields unchecked: a missing slot has none). */
-export interface ClaimSlotView {
-  readonly exists: boolean;
-  readonly state: unknown;
-  readonly epoch: unknown;
-}
-
 /** A claim slot's update time as read before a commit (null: it did not exist), to condition the commit on. */
 export interface SlotFence {
   readonly updateTime: Timestamp | null;
 }
 
-/** A unit as read for a commit that rewrites it: its record (null: absent) and the update time the commit is conditioned on. */
-export interface UnitVersion {
-  readonly unit: string;
-  readonly record: UnitRecord | null;
-  readonly updateTime: Timestamp | null;
+/** A unit document as a commit that rewrites it is conditioned on it (a snapshot, or what one said). */
+export interface UnitSnapshot {
+  readonly ref: DocumentReference;
+  readonly updateTime?: Timestamp | undefined;
 }
 
 /** A job change that decides from the job record alone: its writes go out in one conditioned commit. */
@@ -181,11 +140,217 @@ export interface UnitCommitOptions {
   readonly beforeRetry?: (unit: UnitRecord) => Promise<void>;
 }
 
+/** The records any owner's `decide` may get (CurrentOf narrows it per owner). */
+type AnyCurrent = CurrentOf<DoorOwner>;
+
+export type StoreLog = (message: string, detail?: Record<string, unknown>) => void;
+
+/**
+ * What one process remembers of its own commits, so a holder's next commit needs no read: the
+ * job as each holder last committed it (owner views), and one owner-write session per claim slot,
+ * started from the slot's update time when this process wrote it last.
+ */
+class StoreMemory {
+  readonly ownerViews = new Map<string, OwnerView>();
+  private readonly sessions = new Map<string, ClaimSession>();
+  private readonly slotWrites = new Map<string, { readonly epoch: number; readonly updateTime: Timestamp }>();
+
+  session(slotPath: string, epoch: number, make: (slotUpdateTime: Timestamp | null) => ClaimSession): ClaimSession {
+    const existing = this.sessions.get(slotPath);
+    if (existing?.epoch === epoch) return existing;
+    const written = this.slotWrites.get(slotPath);
+    this.slotWrites.delete(slotPath);
+    const session = make(written?.epoch === epoch ? written.updateTime : null);
+    remember(this.sessions, slotPath, session);
+    return session;
+  }
+
+  slotWritten(slotPath: string, epoch: number, updateTime: Timestamp): void {
+    const session = this.sessions.get(slotPath);
+    if (session?.epoch === epoch) session.slotWrittenAt(updateTime);
+    else remember(this.slotWrites, slotPath, { epoch, updateTime });
+  }
+}
+
+/** Sets `key` as the newest entry of a bounded map: the oldest go first past MAX_OWNER_VIEWS. */
+function remember<V>(map: Map<string, V>, key: string, value: V): void {
+  map.delete(key);
+  map.set(key, value);
+  if (map.size > MAX_OWNER_VIEWS) map.delete(map.keys().next().value as string);
+}
+
+/** The commit span's name for a slot-fenced write, by what it carries. */
+function slotWriteLabel(documents: readonly DocumentWrite[]): string {
+  const first = documents[0];
+  if (first?.kind === 'section') return `section ${first.id}`;
+  if (first?.kind === 'transcript-save') return `transcript ${first.id}`;
+  return 'heartbeat';
+}
+
 export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
   /** Fan-outs a commit ends, per commit attempt (a batch or a transaction): their running units lose their claims after it commits. */
   private readonly endedFanOuts = new WeakMap<object, { jobId: string; fanout: FanOutState }[]>();
   /** The mark of each commit attempt (a batch or a transaction), written on the records it commits (COMMIT_MARK_FIELD). */
   private readonly commitMarks = new WeakMap<object, string>();
+
+  constructor(
+    db: Firestore,
+    clock: Clock,
+    options: EngineOptions,
+    /** Where `apply` enqueues a committed change's tasks; a store without one refuses a change that carries any. */
+    readonly queue: TaskQueuePort | null = null,
+    /** Told when an enqueue after a commit fails (the sweeper re-dispatches a queued job whose task went missing). */
+    readonly log?: StoreLog,
+  ) {
+    super(db, clock, options);
+  }
+
+  /** What this process remembers of its own commits; shared with every store made from this one (dispatchingTo). */
+  private readonly memory = new StoreMemory();
+
+  /**
+   * This very store (everything it is and remembers, read through to it) enqueueing committed tasks
+   * to `queue` and logging to `log`: itself when it does already.
+   */
+  dispatchingTo(queue: TaskQueuePort, log: StoreLog | undefined = this.log): JobStore {
+    if (queue === this.queue && log === this.log) return this;
+    const bound = Object.create(this) as JobStore;
+    Object.defineProperties(bound, { queue: { value: queue }, log: { value: log } });
+    return bound;
+  }
+
+  /**
+   * The door: every durable change of a job or unit goes through here. `owner` says who writes and
+   * what is checked (see DoorOwner); `decide` gets the records as read and returns the change as
+   * data. The store composes the commit, decides again on a lost race (so `decide` must be free of
+   * side effects; it may read other documents), and once it has committed enqueues the change's
+   * dispatch. Resolves to the change's value; a refusal is an OwnershipLostError.
+   */
+  async apply<O extends DoorOwner, T>(owner: O, decide: Decide<O, T>): Promise<T> {
+    const change = await this.commitChange(owner, decide as (current: AnyCurrent) => Change<T> | Promise<Change<T>>);
+    await this.enqueue(dispatchesOf(change));
+    return change.value;
+  }
+
+  private commitChange<T>(owner: DoorOwner, decide: (current: AnyCurrent) => Change<T> | Promise<Change<T>>): Promise<Change<T>> {
+    switch (owner.kind) {
+      case 'job':
+        return this.transact(owner.claim.jobId, (job) => jobClaimRefusal(job, owner.claim), ({ tx, job }) => this.decided(tx, job, decide({ job })), owner.claim);
+      case 'job-record':
+        return this.transact(owner.jobId, () => null, ({ tx, job }) => this.decided(tx, job, decide({ job })));
+      case 'unit':
+        return this.commitHeldUnit(owner, decide);
+      case 'unit-record':
+        return this.commitUnitRecord(owner.keys, decide);
+      case 'slot':
+        return this.commitFencedBySlot(owner.holder, owner.job, decide);
+    }
+  }
+
+  /** A decided change, its documents added to the commit: the value the commit protocols carry is the whole change. */
+  private async decided<T>(tx: JobWriter, job: JobRecord, decision: Change<T> | Promise<Change<T>>): Promise<{ next?: JobRecord; nextUnit?: UnitRecord; events?: readonly EventDraft[]; value: Change<T> }> {
+    const change = await decision;
+    if (this.queue === null && dispatchesOf(change).length > 0) throw new Error(`job ${job.id}: a change with tasks to enqueue needs a store with a task queue (dispatchingTo)`);
+    this.writeDocuments(tx, job, change.documents ?? []);
+    return { ...(change.next ? { next: change.next } : {}), ...(change.nextUnit ? { nextUnit: change.nextUnit } : {}), ...(change.events ? { events: change.events } : {}), value: change };
+  }
+
+  /** The holder of a unit claim: refused unless it still holds (records and slot); the unit is written in any case. */
+  private async commitHeldUnit<T>(owner: Extract<DoorOwner, { kind: 'unit' }>, decide: (current: AnyCurrent) => Change<T> | Promise<Change<T>>): Promise<Change<T>> {
+    const { claim } = owner;
+    const whileRacing = owner.whileRacing;
+    const renew = whileRacing
+      ? async (unit: UnitRecord) => {
+          const renewed = whileRacing(unit);
+          if (renewed !== null) await this.commitHeldUnit({ kind: 'unit', claim }, () => ({ nextUnit: renewed, value: undefined }));
+        }
+      : undefined;
+    const committed = await this.commitUnitChange(
+      claim,
+      async ({ tx, job, unit, slot }) => {
+        refuseUnlessUnitHeld(job, unit, slot, claim);
+        const change = await this.decided(tx, job, decide({ job, unit, slot }));
+        return { ...change, nextUnit: change.nextUnit ?? unit };
+      },
+      renew ? { beforeRetry: renew } : {},
+    );
+    this.noteUnitSlotWrite(committed.value.nextUnit ?? null, committed.slotUpdateTime);
+    return committed.value;
+  }
+
+  /** A decider from the unit's records (a claimer): a change without `nextUnit` writes nothing. */
+  private async commitUnitRecord<T>(keys: UnitKeys, decide: (current: AnyCurrent) => Change<T> | Promise<Change<T>>): Promise<Change<T>> {
+    const committed = await this.commitUnitChange(keys, async ({ tx, job, unit, slot }) => this.decided(tx, job, decide({ job, unit, slot })));
+    this.noteUnitSlotWrite(committed.value.nextUnit ?? null, committed.slotUpdateTime);
+    return committed.value;
+  }
+
+  /** A unit commit rewrote the unit's claim slot: a session of the claim it leaves held starts from that write, with no read. */
+  private noteUnitSlotWrite(unit: UnitRecord | null, slotUpdateTime: Timestamp | null): void {
+    const epoch = unit === null ? null : heldUnitEpoch(unit);
+    if (unit === null || epoch === null || slotUpdateTime === null) return;
+    this.memory.slotWritten(claimPath(unit.jobId, unitClaimSlot(unit.phase, unit.unit)), epoch, slotUpdateTime);
+  }
+
+  /**
+   * A holder's write that touches neither its job nor its unit record: one commit fenced by the claim
+   * slot (ClaimSession), decided once (a commit the session repeats after a lost answer writes the
+   * same documents and events).
+   */
+  private async commitFencedBySlot<T>(holder: ClaimHolder, job: EventJob | undefined, decide: (current: AnyCurrent) => Change<T> | Promise<Change<T>>): Promise<Change<T>> {
+    const change = await decide({});
+    if (change.next || change.nextUnit || dispatchesOf(change).length > 0) throw new Error('a write fenced by its claim slot changes no job or unit record and dispatches nothing');
+    const documents = change.documents ?? [];
+    const events = change.events ?? [];
+    if (events.length > 0 && (holder.kind !== 'unit' || job === undefined)) throw new Error('a slot-fenced write tells events only for a unit holder that names its job');
+    const eventDocuments = holder.kind === 'unit' && job !== undefined ? this.unitEventDocuments(job, holder.claim, events) : [];
+    await this.sessionOf(holder).commit(slotWriteLabel(documents), (batch) => {
+      this.writeDocuments(batch, { id: holder.claim.jobId, conversationId: null }, documents);
+      for (const { ref, data } of eventDocuments) batch.set(ref, data);
+    });
+    return change;
+  }
+
+  /** The documents a change carries, added to its commit. */
+  private writeDocuments(tx: JobWriter, job: Pick<JobRecord, 'id' | 'conversationId'>, documents: readonly DocumentWrite[]): void {
+    for (const write of documents) {
+      switch (write.kind) {
+        case 'checkpoint':
+          tx.set(this.checkpointRef(job.id, write.phase), write.document);
+          break;
+        case 'outbox':
+          tx.create(outboxRef(this, job), write.document);
+          break;
+        case 'section':
+          tx.create(sectionRef(this, job.id, write.phase, write.unit, write.id), write.document);
+          break;
+        case 'transcript-save':
+          tx.set(transcriptSaveRef(this, job.id, write.phase, write.unit, write.id, write.save), write.document);
+          break;
+        case 'unit-flush':
+          tx.update(this.unitRef(write.unit.jobId, write.unit.phase, write.unit.unit), encodeUnitFlush(write.unit));
+          break;
+        case 'unit':
+          this.rewriteUnit(tx, write.read, write.next);
+          break;
+        case 'fan-out-units':
+          this.putFanOutUnits(tx, write.units);
+          break;
+      }
+    }
+  }
+
+  /** After a commit: its tasks. The state change is durable whatever happens here; the sweeper re-dispatches a queued job or unit whose task went missing. */
+  private async enqueue(dispatches: readonly Dispatch[]): Promise<void> {
+    for (const { task, id, delayMs } of dispatches) {
+      try {
+        await this.queue?.enqueue(task, { id, delaySeconds: delayMs / 1000 });
+      } catch (error) {
+        this.log?.('enqueue failed; the sweeper will re-dispatch', { task, error: describeError(error) });
+      }
+    }
+  }
+
 
   async read(jobId: string): Promise<JobRecord | null> {
     const snapshot = await this.jobRef(jobId).get();
@@ -291,7 +456,7 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
         if (committed === null) {
           // Nothing to commit, so no precondition proves anything: a decision made from a remembered record is made again from a read.
           if (!('fresh' in view)) {
-            this.ownerViews.delete(jobId);
+            this.memory.ownerViews.delete(jobId);
             continue;
           }
           return value;
@@ -334,45 +499,48 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
       }),
     );
     // Its update time is not known here: the holder's next commit reads the job first.
-    this.ownerViews.delete(jobId);
+    this.memory.ownerViews.delete(jobId);
     return value;
   }
 
-  /** A commit of the holder of a job claim: refused unless the claim still holds; no read while its last commit stands. */
+  /**
+   * A commit of the holder of a job claim: refused unless the claim still holds; no read while its last commit stands.
+   * Old door, kept until its last callers outside engine/step move: use apply({ kind: 'job', claim }, decide)
+   */
   async asOwner<T>(claim: JobClaim, body: (context: JobTransaction) => Promise<JobChange<T>>): Promise<T> {
-    return this.transact(claim.jobId, (job) => ownerRefusal(job, claim), body, claim);
+    return this.transact(claim.jobId, (job) => jobClaimRefusal(job, claim), body, claim);
   }
 
-  /** An owner-checked Firestore transaction, for a holder's change that reads other documents to decide. */
+  /**
+   * An owner-checked Firestore transaction, for a holder's change that reads other documents to decide.
+   * Old door: the effect ledger's transaction (ownedTransaction) and callers outside engine/step still use it; everything else uses apply
+   */
   async asOwnerReading<T>(claim: JobClaim, body: (context: ReadingJobTransaction) => Promise<JobChange<T>>): Promise<T> {
-    return this.transactReading(claim.jobId, (job) => ownerRefusal(job, claim), body);
+    return this.transactReading(claim.jobId, (job) => jobClaimRefusal(job, claim), body);
   }
-
-  private readonly ownerViews = new Map<string, OwnerView>();
 
   private ownerView(claim: JobClaim): OwnerView | undefined {
-    const view = this.ownerViews.get(claim.jobId);
+    const view = this.memory.ownerViews.get(claim.jobId);
     return view?.epoch === claim.epoch ? view : undefined;
   }
 
   private rememberOwnerView(before: JobRecord, record: JobRecord, updateTime: Timestamp | undefined): void {
-    const previous = this.ownerViews.get(record.id);
+    const previous = this.memory.ownerViews.get(record.id);
     // A late answer of an older commit leaves a newer view alone.
     if (previous && updateTime && previous.updateTime.valueOf() > updateTime.valueOf()) return;
-    this.ownerViews.delete(record.id);
+    this.memory.ownerViews.delete(record.id);
     const epoch = heldJobEpoch(record);
     if (epoch === null || updateTime === undefined) return;
     // The commit that gave the claim wrote the slot (syncClaimSlot); later commits of the holder leave it alone.
     const slotUpdateTime = heldJobEpoch(before) !== epoch ? updateTime : previous?.epoch === epoch ? previous.slotUpdateTime : null;
     // Exactly what a read would decode: the next decision is made from the stored record, not the one in hand.
-    this.ownerViews.set(record.id, { epoch, record: decodeJob(record.id, encodeJob(record)), updateTime, slotUpdateTime });
-    if (this.ownerViews.size > MAX_OWNER_VIEWS) this.ownerViews.delete(this.ownerViews.keys().next().value as string);
+    remember(this.memory.ownerViews, record.id, { epoch, record: decodeJob(record.id, encodeJob(record)), updateTime, slotUpdateTime });
   }
 
   /** Drops the remembered view a failed commit was conditioned on; a newer one (another claimer's win) stays. */
   private forgetOwnerView(jobId: string, usedUpdateTime: Timestamp | undefined): void {
-    const view = this.ownerViews.get(jobId);
-    if (view && (usedUpdateTime === undefined || view.updateTime.isEqual(usedUpdateTime))) this.ownerViews.delete(jobId);
+    const view = this.memory.ownerViews.get(jobId);
+    if (view && (usedUpdateTime === undefined || view.updateTime.isEqual(usedUpdateTime))) this.memory.ownerViews.delete(jobId);
   }
 
   private async readVersion(ref: DocumentReference): Promise<FreshVersion> {
@@ -391,7 +559,10 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
     return mark;
   }
 
-  /** Owner-checked transaction for the holder of a unit claim: the unit and its job are both read and checked. */
+  /**
+   * Owner-checked transaction for the holder of a unit claim: the unit and its job are both read and checked.
+   * Old door: the effect ledger's transaction (ownedTransaction) and callers outside engine/step still use it; everything else uses apply
+   */
   async asUnitOwner<T>(
     claim: UnitClaim,
     body: (context: ReadingJobTransaction & { unit: UnitRecord; unitSnapshot: DocumentSnapshot }) => Promise<{
@@ -409,9 +580,8 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
         if (!snapshot?.exists || !unitSnapshot?.exists) throw new OwnershipLostError(`Unit ${claim.jobId}/${claim.unit} does not exist`);
         const job = decodeJob(claim.jobId, snapshot.data());
         const unit = decodeUnit(unitRef.path, unitSnapshot.data());
-        if (!holdsUnitClaim(job, unit, claim)) {
-          throw new OwnershipLostError(`Unit claim epoch ${claim.epoch} no longer owns ${claim.jobId}/${claim.unit} (unit ${unit.status}, epoch ${unit.epoch}; job ${job.status})`);
-        }
+        const refusal = unitClaimRefusal(job, unit, claim);
+        if (refusal !== null) throw new OwnershipLostError(refusal);
         const { next, nextUnit, events = [], value } = await body({ tx, job, snapshot, unit, unitSnapshot });
         if (nextUnit) this.commitUnit(tx, unitSnapshot, nextUnit);
         if (next) this.commitJob(tx, snapshot, job, next, events.map((event) => ({ ...event, unit: claim.unit })));
@@ -426,15 +596,11 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
    * `commitUnitChange`: the claim must still hold (the unit's, its job's fan-out, and the slot held
    * at the claim's epoch), and the unit is written in any case (as it is when `body` changes nothing
    * of it), so that its precondition and the slot's fence the commit. `body` must be free of side effects.
+   * Old door, kept until its last callers outside engine/step move: use apply({ kind: 'unit', claim }, decide)
    */
   async commitAsUnitOwner<T>(claim: UnitClaim, body: (context: { tx: JobWriter; job: JobRecord; unit: UnitRecord }) => Promise<UnitChange<T>>, options: UnitCommitOptions = {}): Promise<T> {
     const committed = await this.commitUnitChange(claim, async ({ tx, job, unit, slot }) => {
-      const slotRevoked = slot.exists && (slot.state !== 'held' || slot.epoch !== claim.epoch);
-      if (!holdsUnitClaim(job, unit, claim) || slotRevoked) {
-        throw new OwnershipLostError(
-          `Unit claim epoch ${claim.epoch} no longer owns ${claim.jobId}/${claim.unit} (unit ${unit.status}, epoch ${unit.epoch}; job ${job.status}${slotRevoked ? '; claim slot revoked' : ''})`,
-        );
-      }
+      refuseUnlessUnitHeld(job, unit, slot, claim);
       const change = await body({ tx, job, unit });
       return { ...change, nextUnit: change.nextUnit ?? unit };
     }, options);
@@ -471,7 +637,7 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
           unconfirmed = null;
           // Every commit of this path writes the unit: its mark tells whether the lost answer's commit landed.
           if (unitSnapshot.get(COMMIT_MARK_FIELD) === pending.mark) {
-            if (pending.wroteJob) this.ownerViews.delete(ids.jobId);
+            if (pending.wroteJob) this.memory.ownerViews.delete(ids.jobId);
             await this.revokeEndedFanOuts(pending.writer);
             // The slot's update time as written is not known: a session of this claim reads it first.
             return { value: pending.value, slotUpdateTime: null };
@@ -513,22 +679,47 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
           await new Promise((resolve) => setTimeout(resolve, Math.floor(Math.random() * Math.min(UNIT_RACE_PAUSE_CAP_MS, UNIT_RACE_PAUSE_STEP_MS * attempt))));
           continue;
         }
-        if (next) this.ownerViews.delete(ids.jobId);
+        if (next) this.memory.ownerViews.delete(ids.jobId);
         await this.revokeEndedFanOuts(writer);
         return { value, slotUpdateTime: results[slotWrite]?.writeTime ?? null };
       }
     });
   }
 
-  /** The owner-write path of a job claim: see ClaimSession. */
+  /** A new owner-write session of a job claim (the lower floor of `apply` with a `slot` owner): see ClaimSession. */
   jobSession(claim: JobClaim): ClaimSession {
-    // Seeded with the slot's update time when this process made the claim: the first write needs no read either.
-    return new ClaimSession(this, this.claimSlotRef(claim.jobId, JOB_CLAIM_SLOT), claim.epoch, `job ${claim.jobId}`, this.ownerView(claim)?.slotUpdateTime ?? null);
+    return this.newSession({ kind: 'job', claim }, null);
   }
 
-  /** The owner-write path of a unit claim: see ClaimSession. Seeded with the slot's update time when this process made the claim: the first write needs no read. */
+  /** A new owner-write session of a unit claim, from the slot's update time when this process made the claim (else its first write reads the slot). */
   unitSession(claim: UnitClaim, slotUpdateTime: Timestamp | null = null): ClaimSession {
-    return new ClaimSession(this, this.claimSlotRef(claim.jobId, unitClaimSlot(claim.phase, claim.unit)), claim.epoch, `unit ${claim.jobId}/${claim.phase}~${claim.unit}`, slotUpdateTime);
+    return this.newSession({ kind: 'unit', claim }, slotUpdateTime);
+  }
+
+  private newSession(holder: ClaimHolder, slotUpdateTime: Timestamp | null): ClaimSession {
+    const { claim } = holder;
+    if (holder.kind === 'job') {
+      // Seeded with the slot's update time when this process made the claim: the first write needs no read either.
+      return new ClaimSession(this, this.claimSlotRef(claim.jobId, JOB_CLAIM_SLOT), claim.epoch, `job ${claim.jobId}`, slotUpdateTime ?? this.ownerView(holder.claim)?.slotUpdateTime ?? null);
+    }
+    const { phase, unit } = holder.claim;
+    return new ClaimSession(this, this.claimSlotRef(claim.jobId, unitClaimSlot(phase, unit)), claim.epoch, `unit ${claim.jobId}/${phase}~${unit}`, slotUpdateTime);
+  }
+
+  /** The one owner-write session of a claim in this process: its writes land in the order made, each fenced by the slot. */
+  private sessionOf(holder: ClaimHolder): ClaimSession {
+    const { claim } = holder;
+    const slot = holder.kind === 'job' ? JOB_CLAIM_SLOT : unitClaimSlot(holder.claim.phase, holder.claim.unit);
+    return this.memory.session(claimPath(claim.jobId, slot), claim.epoch, (known) => (holder.kind === 'job' ? this.jobSession(holder.claim) : this.unitSession(holder.claim, known)));
+  }
+
+  /**
+   * The transaction a claim holder's effect ledger runs its moves in (effects/firestore-ledger.ts):
+   * it reads the job (and the unit) first and refuses unless the claim still holds, so a cancelled
+   * job or a lost claim can start no new effect.
+   */
+  ownedTransaction(holder: ClaimHolder): OwnedTransaction {
+    return (body) => (holder.kind === 'job' ? this.asOwnerReading(holder.claim, body) : this.asUnitOwner(holder.claim, body));
   }
 
   /**
@@ -659,13 +850,24 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
    * changes. With `slotFence` (the slot's update time as read; null: the slot did not exist) the
    * slot is written in any case, conditioned on it: a fan-out ended since the read fails the commit.
    */
-  commitUnit(tx: JobWriter, snapshot: DocumentSnapshot, next: UnitRecord, current: UnitRecord = decodeUnit(snapshot.ref.path, snapshot.data()), slotFence?: SlotFence): void {
+  commitUnit(tx: JobWriter, snapshot: UnitSnapshot, next: UnitRecord, current: UnitRecord = decodeUnit(snapshot.ref.path, (snapshot as Partial<DocumentSnapshot>).data?.()), slotFence?: SlotFence): void {
     if (!snapshot.updateTime) throw new Error(`Unit ${snapshot.ref.path}: snapshot without an update time`);
     const slotRef = this.claimSlotRef(next.jobId, unitClaimSlot(next.phase, next.unit));
     if (slotFence) this.writeFencedSlot(tx, slotRef, slotFence, heldUnitEpoch(current), heldUnitEpoch(next), next.lease?.worker ?? null);
     else this.syncClaimSlot(tx, slotRef, heldUnitEpoch(current), heldUnitEpoch(next), next.lease?.worker ?? null);
     noteUnitCommit(current, next);
     tx.update(snapshot.ref, { ...encodeUnit({ ...next, updatedAtMs: this.clock.now() }), [COMMIT_MARK_FIELD]: this.commitMark(tx) }, { lastUpdateTime: snapshot.updateTime });
+  }
+
+  /** Rewrites a unit read earlier (another unit of the fan-out a change ends or joins), conditioned on the update time it was read at. */
+  private rewriteUnit(tx: JobWriter, read: StoredUnit, next: UnitRecord): void {
+    const { record } = read;
+    this.commitUnit(tx, { ref: this.unitRef(record.jobId, record.phase, record.unit), updateTime: read.updateTime }, next, record);
+  }
+
+  /** The units of a job's fan-out (by its epoch), each with the update time a change that rewrites it is conditioned on. */
+  async readFanOutUnits(jobId: string, fanoutEpoch: number): Promise<StoredUnit[]> {
+    return (await readFanOutUnits(this, jobId, fanoutEpoch)).map((snapshot) => ({ record: decodeUnit(snapshot.ref.path, snapshot.data()), updateTime: snapshot.updateTime }));
   }
 
   /**
@@ -675,7 +877,7 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
    * (a collision fails the commit instead of overwriting an event); a holder's heartbeat `set`s
    * them, so the same commit made again after a lost answer writes the same events, not new ones.
    */
-  unitEventDocuments(job: Pick<JobRecord, 'id' | 'epoch' | 'status' | 'phase'>, unit: UnitRecord, events: readonly EventDraft[]): { ref: DocumentReference; data: DocumentData }[] {
+  unitEventDocuments(job: EventJob, unit: Pick<UnitRecord, 'phase' | 'unit' | 'epoch'>, events: readonly EventDraft[]): { ref: DocumentReference; data: DocumentData }[] {
     const nowMs = this.clock.now();
     const commit = randomUUID().replaceAll('-', '').slice(0, 12);
     return events.map((event, index) => {
@@ -716,8 +918,11 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
   }
 }
 
-function ownerRefusal(job: JobRecord, claim: JobClaim): string | null {
-  return holdsClaim(job, claim) ? null : `Claim epoch ${claim.epoch} no longer owns job ${claim.jobId} (status ${job.status}, epoch ${job.epoch})`;
+/** The unit claim must still hold: its records say so, and its claim slot (when it exists) is held at the claim's epoch. */
+function refuseUnlessUnitHeld(job: JobRecord, unit: UnitRecord, slot: ClaimSlotView, claim: UnitClaim): void {
+  const slotRevoked = slot.exists && (slot.state !== 'held' || slot.epoch !== claim.epoch);
+  const refusal = unitClaimRefusal(job, unit, claim, slotRevoked);
+  if (refusal !== null) throw new OwnershipLostError(refusal);
 }
 
 /** A write batch that counts what was added to it (a commit with nothing to fence needs no precondition). */
