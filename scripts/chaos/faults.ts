@@ -24,8 +24,9 @@
  *   task-loss                 a step's task that never comes back: the tasks emulator's step queue made
  *                             again through its own API (as the stack does at start), which orphans every
  *                             task it held, then SIGKILL the worker holding a live lease: its dispatch
- *                             fails in the orphaned queue, which nobody retries. Every task that was
- *                             waiting in the queue or for a retry at that moment is lost with it
+ *                             fails in the orphaned queue, which nobody retries. Only when no task waits
+ *                             in the queue (it would be lost too); a step of another worker that fails
+ *                             soon after, waiting for its retry, is lost with it
  *   commit-answer-lost        the Firestore proxy drops every answer to a lease holder's connections (its
  *                             requests still reach the emulator) until one of its commits lands (the
  *                             holder's document changes), then resets them: the commit is applied, its
@@ -258,20 +259,14 @@ export class Injector {
   private async loseTask(): Promise<FaultOutcome> {
     const found = await this.liveWorkerHolder();
     if (!('holder' in found)) return found;
-    const queued = await this.queuedTasks();
+    // Remaking the queue loses every task waiting in it too: with a backlog that is a queue wiped, not a task lost.
+    const queued = await this.deps.queueStats().catch(() => null);
+    if (queued !== 0) return { injected: false, detail: `${queued ?? 'an unknown number of'} tasks wait in the step queue: remaking it would lose them all, not one` };
     // First the queue (its dispatch of this step is orphaned), then the worker: its failure is never retried.
     await this.deps.remakeStepQueue();
     const outcome = this.kill(found.holder);
-    if (!outcome.injected) return { ...outcome, detail: `step queue made again (${queued} tasks waiting in it lost), but ${outcome.detail}` };
-    return { ...outcome, detail: `step queue made again (its tasks orphaned: ${queued} waiting in it lost, and every retry due), then ${outcome.detail}: its task never comes back` };
-  }
-
-  /** Tasks waiting in the step queue (not dispatched), by the tasks emulator's statistics; '?' when it does not say. */
-  private async queuedTasks(): Promise<string> {
-    return this.deps.queueStats().then(
-      (count) => (count === null ? '?' : String(count)),
-      () => '?',
-    );
+    if (!outcome.injected) return { ...outcome, detail: `step queue made again (no task waiting in it), but ${outcome.detail}` };
+    return { ...outcome, detail: `step queue made again (no task waiting in it; the tasks of steps in flight orphaned, retries due lost with them), then ${outcome.detail}: its task never comes back` };
   }
 
   private async loseCommitAnswer(): Promise<FaultOutcome> {

@@ -21,6 +21,8 @@
  * them has progressed: its figure is the slowest of its targets, and that job is the one named.
  * A fault that hit nothing is not counted; a target with no progress after the fault at all (it
  * was already waiting for a person, or the run ended first) is counted apart, as not recovered.
+ * Faults overlap: when another fault hit the same job before it recovered, its figure holds that
+ * one's delay too. It is counted all the same, and flagged (`overlapped`) so the table can say so.
  *
  * Fault times are this machine's wall clock (the soak's Date.now when the fault took effect);
  * commit times are the Firestore emulator's, read from the same clock on the same machine.
@@ -102,6 +104,8 @@ export interface Recovered {
   readonly jobId: string;
   readonly ms: number;
   readonly what: string;
+  /** Another fault hit the same job after this one and before this recovery. */
+  readonly overlapped: boolean;
 }
 
 export interface KindRecovery {
@@ -140,14 +144,19 @@ export function recoveryByKind(faults: readonly FaultRecord[], jobs: readonly Co
           continue;
         }
         const ms = mark.commitUs / 1000 - fault.atMs;
-        if (slowest === null || ms > slowest.ms) slowest = { fault, jobId: target.jobId, ms, what: mark.what };
+        if (slowest === null || ms > slowest.ms) slowest = { fault, jobId: target.jobId, ms, what: mark.what, overlapped: false };
       }
       if (missing !== null) notRecovered.push({ fault, jobId: missing });
-      else if (slowest !== null) recovered.push(slowest);
+      else if (slowest !== null) recovered.push({ ...slowest, overlapped: overlaps(faults, fault, slowest.jobId, fault.atMs + slowest.ms) });
     }
     if (recovered.length > 0 || notRecovered.length > 0) out.push({ kind, recovered: recovered.sort((a, b) => a.ms - b.ms), notRecovered });
   }
   return out;
+}
+
+/** Whether a fault other than `fault` hit `jobId` after it and before `untilMs`. */
+function overlaps(faults: readonly FaultRecord[], fault: FaultRecord, jobId: string, untilMs: number): boolean {
+  return faults.some((other) => other !== fault && other.atMs >= fault.atMs && other.atMs < untilMs && other.targets.some((target) => target.jobId === jobId));
 }
 
 export interface KindFigures {
@@ -160,6 +169,8 @@ export interface KindFigures {
   /** The job and the fault (its index in the run) of the worst. */
   readonly worst: { readonly jobId: string; readonly fault: number; readonly what: string } | null;
   readonly notRecovered: number;
+  /** Recoveries during which another fault hit the same job (their figure holds its delay too). */
+  readonly overlapped: number;
 }
 
 export function figures(recovery: KindRecovery): KindFigures {
@@ -174,6 +185,7 @@ export function figures(recovery: KindRecovery): KindFigures {
     worstMs: worst?.ms ?? Number.NaN,
     worst: worst && { jobId: worst.jobId, fault: worst.fault.index, what: worst.what },
     notRecovered: recovery.notRecovered.length,
+    overlapped: recovery.recovered.filter((item) => item.overlapped).length,
   };
 }
 
@@ -183,10 +195,10 @@ const padLeft = (text: string, width: number): string => (text.length >= width ?
 
 /** The report's table: one row per kind, seconds. */
 export function formatRecovery(rows: readonly KindFigures[]): string[] {
-  const lines = [`${pad('Recovery: fault to next durable progress (s)', 46)}${['n', 'p50', 'p95', 'p99', 'worst', 'none'].map((head) => padLeft(head, 7)).join('')}  worst: job (fault #)`];
+  const lines = [`${pad('Recovery: fault to next durable progress (s)', 46)}${['n', 'p50', 'p95', 'p99', 'worst', 'none', 'ovl'].map((head) => padLeft(head, 7)).join('')}  worst: job (fault #)`];
   if (rows.length === 0) lines.push('  (no fault hit a job)');
   for (const row of rows) {
-    const cells = [String(row.n), seconds(row.p50Ms), seconds(row.p95Ms), seconds(row.p99Ms), seconds(row.worstMs), String(row.notRecovered)];
+    const cells = [String(row.n), seconds(row.p50Ms), seconds(row.p95Ms), seconds(row.p99Ms), seconds(row.worstMs), String(row.notRecovered), String(row.overlapped)];
     lines.push(`  ${pad(row.kind, 44)}${cells.map((cell) => padLeft(cell, 7)).join('')}  ${row.worst ? `${row.worst.jobId} (#${row.worst.fault})` : ''}`);
   }
   return lines;

@@ -114,7 +114,8 @@ export function formatReport(input: ReportInput): string {
         'transcript save, effect entry, unit or job event; not a claim, reclaim or redispatch): for a hit claim (a worker killed, frozen, ' +
         'fenced, its task lost, an answer lost) the first by a later claim of the same job or unit (or by the same claim when no later one ' +
         'came), or the job\'s end; for a hit job, its first by any claim. A fault that hit several jobs counts its slowest. p50/p95/p99 are ' +
-        'nearest-rank (under 100 faults the p99 is the worst); none: faults with a job that never progressed after them.',
+        'nearest-rank (under 100 faults the p99 is the worst); none: faults with a job that never progressed after them; ovl: recoveries ' +
+        'during which another fault hit the same job (counted, but their figure holds that fault\'s delay too).',
       76,
       '  ',
       '    ',

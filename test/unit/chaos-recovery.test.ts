@@ -132,8 +132,24 @@ describe('chaos recovery: the next durable progress after a fault', () => {
       // job-k's next save after 1 000 is t2 at 2 000 (1 s); job-q's at 3 000 (2 s): the slowest.
       ['checkpoint-write-failure', 1, 2_000, 'job-q', 1],
     ]);
+    // The Firestore fault's recovery of job-k (at 2 000) came before the kill (2 500): no overlap; the kill overlapped nothing.
+    expect(rows.map((row) => row.overlapped)).toEqual([0, 0]);
     const table = formatRecovery(rows);
-    expect(table[1]).toMatch(/^ {2}worker-kill +1 +8\.5 +8\.5 +8\.5 +8\.5 +0 {2}job-k \(#3\)$/);
+    expect(table[1]).toMatch(/^ {2}worker-kill +1 +8\.5 +8\.5 +8\.5 +8\.5 +0 +0 {2}job-k \(#3\)$/);
+  });
+
+  test('a recovery during which another fault hit the same job is flagged as overlapped', () => {
+    const faults: FaultRecord[] = [
+      { index: 1, kind: 'worker-kill', atMs: 2_500, targets: [claim('job-k', 1)] },
+      { index: 2, kind: 'duplicate-delivery', atMs: 5_000, targets: [{ jobId: 'job-k', unit: null, epoch: null }] },
+      { index: 3, kind: 'duplicate-delivery', atMs: 20_000, targets: [{ jobId: 'job-k', unit: null, epoch: null }] },
+    ];
+    const rows = recoveryByKind(faults, [killed], ['worker-kill', 'duplicate-delivery']).map(figures);
+    // Fault #2 fell inside the kill's 8.5 s; fault #3 came after the job's end and hit nothing it could recover from.
+    expect(rows.map((row) => [row.kind, row.n, row.overlapped, row.notRecovered])).toEqual([
+      ['worker-kill', 1, 1, 0],
+      ['duplicate-delivery', 1, 0, 1],
+    ]);
   });
 });
 
