@@ -1,7 +1,7 @@
 /** Section and transcript writes of a claim holder, each made only while it still holds its claim. */
 import { OwnershipLostError } from '../../core/errors';
 import { type SectionRecord } from '../../core/pipeline';
-import type { DocumentWrite, EventDraft } from '../../store/door';
+import type { ClaimHolder, DocumentWrite, EventDraft } from '../../store/door';
 import { isAlreadyExists } from '../../store/job-store';
 import { readSectionTranscriptDocuments, readTranscriptDocuments } from '../../store/checkpoint-reads';
 import { EMPTY_LOG, encodeSave, groupBySection, loadSaves, offloadLargeContents, type SectionLogState } from '../../store/transcript-log';
@@ -10,7 +10,16 @@ import type { StoredDocument } from '../../store/checkpoint-reads';
 import { effectLedgerOf } from '../../store/effect-access';
 import { documentExists, sectionRef } from '../../store/job-documents';
 import { type DurableWrites } from '../context';
-import type { ClaimScope } from './claim-scope';
+import type { RunnerDeps } from './deps';
+
+/** What the writes need of the claim they are made under (the claim scope is one). */
+export interface DurableWritesScope {
+  readonly deps: RunnerDeps;
+  readonly holder: ClaimHolder;
+  readonly unit: string | null;
+  readonly staleReclaimsAtClaim: number;
+  readonly controller: AbortController;
+}
 
 export const PROGRESS_RESETS_POISON: EventDraft = {
   kind: 'progress',
@@ -29,7 +38,7 @@ export const PROGRESS_RESETS_POISON: EventDraft = {
  * A log's offloaded contents (big tool results) are fetched from the job's artifacts only for the
  * section being loaded.
  */
-export function durableWrites(scope: ClaimScope, phase: string, resumed: boolean): DurableWrites {
+export function durableWrites(scope: DurableWritesScope, phase: string, resumed: boolean): DurableWrites {
   const { store } = scope.deps;
   const { holder } = scope;
   const { jobId, epoch } = holder.claim;
