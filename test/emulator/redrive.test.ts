@@ -14,6 +14,7 @@ import { decodeJob, decodeUnit, encodeJob } from '../../functions/src/store/code
 import type { JobStore } from '../../functions/src/store/job-store';
 import { jobPath, JOBS, messagePath } from '../../functions/src/store/paths';
 import { SET_ASIDE } from '../../functions/src/store/phase-documents';
+import { dyingInsideItsChange } from '../support/dead-client';
 import { engineHarness, type EngineHarness } from '../support/engine';
 import { behaviour, firstPhase, resetBehaviour, testPipeline } from '../support/test-pipeline';
 
@@ -233,6 +234,21 @@ describe('a fan-out phase re-driven', () => {
 });
 
 describe('more than one commit holds', () => {
+  test('a re-drive whose client dies inside its last commit (documents read, commit never sent) holds nothing: run again it lands at once, each document set aside once', async () => {
+    const { jobId } = await completedTwoPhaseJob(3);
+    const dying = dyingInsideItsChange(harness.store);
+    void redriveJob(dying.store, harness.queue, request(jobId, 'second'), harness.clock.now(), { pipelines });
+    await dying.decided;
+
+    const result = await redrive(jobId, 'second');
+
+    // 1 checkpoint, 3 sections, 3 transcripts and the answer.
+    expect(result).toMatchObject({ setAside: 8, enqueued: true });
+    expect(await ids(jobId, SET_ASIDE)).toHaveLength(8);
+    expect((await readJob(jobId)).status).toBe('queued');
+    expect((await events(jobId)).filter((event) => event.kind === 'redriven')).toHaveLength(1);
+  });
+
   test('set aside in pages, the last phase first, and the job moved by the last commit only', async () => {
     const { jobId } = await completedTwoPhaseJob(5);
     // 1 checkpoint, 5 sections, 5 transcripts and the answer, two documents a commit.
