@@ -7,7 +7,8 @@
 import { ManualClock, seededRandom } from '../../functions/src/core/clock';
 import { stepTaskId } from '../../functions/src/core/job';
 import { resolveEngineOptions } from '../../functions/src/core/options';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { JobStore } from '../../functions/src/store/job-store';
 import { benchPipelines } from '../lib/bench-pipelines';
 import type { ProjectClients } from '../lib/firestore';

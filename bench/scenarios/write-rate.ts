@@ -5,7 +5,7 @@
  */
 import { ManualClock, systemClock } from '../../functions/src/core/clock';
 import { resolveEngineOptions } from '../../functions/src/core/options';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { JobStore } from '../../functions/src/store/job-store';
 import { jobPath } from '../../functions/src/store/paths';
 import { benchPipelines } from '../lib/bench-pipelines';

@@ -7,7 +7,7 @@
 import { OwnershipLostError } from '../../functions/src/core/errors';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { decideJob } from '../../functions/src/engine/owner-actions';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { reconcileStoppedJob } from '../../functions/src/effects/after-stop';
 import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';

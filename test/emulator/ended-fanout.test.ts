@@ -9,7 +9,8 @@ import { OwnershipLostError, RetryableError, TerminalError } from '../../functio
 import { pipelineRegistry, type StepContext, type UnitOutcome } from '../../functions/src/core/pipeline';
 import { releaseQuarantined } from '../../functions/src/engine/operator';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';

@@ -9,10 +9,10 @@ import { RetryableError } from '../../functions/src/core/errors';
 import type { StepTask } from '../../functions/src/core/job';
 import { strandedReason, type UnitView } from '../../functions/src/core/invariants';
 import { defineFanOutPhase, definePhase, definePipeline, pipelineRegistry, type PhaseOutcome, type StepContext } from '../../functions/src/core/pipeline';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from '../../functions/src/store/codec';
-import type { JobClaim } from '../../functions/src/core/claims';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
 import type { TaskQueuePort } from '../../functions/src/store/task-queue';
@@ -317,9 +317,8 @@ describe('bug 1: no job is left running without a lease and without a live unit'
       // The worker dies holding its lease: nothing was committed.
       const next = harness.queue.tasks.shift();
       const doomedStore = new (class extends JobStore {
-        override asOwner<T>(_claim: JobClaim, _body: Parameters<JobStore['asOwner']>[1]): Promise<T> {
-          return hangForever();
-        }
+        // Every commit of the claim's holder hangs; the claim itself lands.
+        override apply: JobStore['apply'] = (owner, decide) => (owner.kind === 'job' ? hangForever() : super.apply(owner, decide));
       })(harness.firestore.db, harness.clock, harness.options);
       void runStep({ ...harness.deps('doomed'), store: doomedStore }, next!.task);
       await until(async () => (await readJob(jobId)).status === 'running');

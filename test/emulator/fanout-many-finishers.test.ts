@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { defineFanOutPhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { JOBS } from '../../functions/src/store/paths';
 import { engineHarness, type EngineHarness } from '../support/engine';
 

@@ -10,7 +10,7 @@ import { CheckpointWriteError } from '../../functions/src/core/errors';
 import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { decodeJob, decodeUnit, encodeUnit } from '../../functions/src/store/codec';
 import { JOBS, unitPath } from '../../functions/src/store/paths';
 import { engineHarness, type EngineHarness } from '../support/engine';

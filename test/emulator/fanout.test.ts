@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { defineFanOutPhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
 import type { DocumentReference, DocumentSnapshot, ReadOptions } from 'firebase-admin/firestore';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';

@@ -13,10 +13,10 @@
 import { OwnershipLostError, RetryableError, TerminalError } from '../../functions/src/core/errors';
 import { pipelineRegistry, type PhaseOutcome, type StepContext, type UnitOutcome } from '../../functions/src/core/pipeline';
 import type { EffectIntent } from '../../functions/src/effects/ledger';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit, type UnitRecord } from '../../functions/src/store/codec';
-import type { ClaimSession } from '../../functions/src/store/claim-session';
 import type { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
 import { databaseImage } from '../support/database-image';
@@ -100,18 +100,11 @@ class WorkerStore {
       for (const listener of this.listeners.splice(0)) listener(outcome);
       return result;
     };
-    store.asOwner = (claim, body) => track(() => base.asOwner(claim, body));
+    // Every write of a claim holder goes through the door (sections and transcripts as slot-fenced writes); claims do not count.
+    store.apply = ((owner, decide) => (owner.kind === 'job-record' || owner.kind === 'unit-record' ? base.apply(owner, decide) : track(() => base.apply(owner, decide))));
+    // The effect ledger's moves run in the holder's transaction.
     store.asOwnerReading = (claim, body) => track(() => base.asOwnerReading(claim, body));
     store.asUnitOwner = (claim, body) => track(() => base.asUnitOwner(claim, body));
-    store.commitAsUnitOwner = (claim, body) => track(() => base.commitAsUnitOwner(claim, body));
-    // Sections and transcripts go through the claim's conditioned commits: those are owner writes too.
-    const tracked = (session: ClaimSession): ClaimSession => {
-      const commit = session.commit.bind(session);
-      session.commit = (label, build) => track(() => commit(label, build));
-      return session;
-    };
-    store.jobSession = (claim) => tracked(base.jobSession(claim));
-    store.unitSession = (claim, slotUpdateTime) => tracked(base.unitSession(claim, slotUpdateTime));
     this.store = store;
   }
 

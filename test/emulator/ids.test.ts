@@ -2,7 +2,7 @@
 import { z } from 'zod';
 import { firestoreRefusal } from '../../functions/src/core/ids';
 import { defineFanOutPhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { createJobActionHandler } from '../../functions/src/http/job-actions-handler';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS, REJECTED_TASKS } from '../../functions/src/store/paths';

@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { FieldValue, type DocumentReference, type DocumentSnapshot, type ReadOptions } from 'firebase-admin/firestore';
 import { defineFanOutPhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
 import { engineHarness, gate, type EngineHarness } from '../support/engine';

@@ -6,7 +6,8 @@
  */
 import { stepTaskId } from '../../functions/src/core/job';
 import { pipelineRegistry, type PhaseOutcome } from '../../functions/src/core/pipeline';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import type { StepTask } from '../../functions/src/core/job';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';

@@ -4,7 +4,8 @@
  * report, once reconciled, matches the receiver's records.
  */
 import { cancelJob } from '../../functions/src/engine/owner-actions';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { reconcileStoppedJob } from '../../functions/src/effects/after-stop';
 import { cancellationReport } from '../../functions/src/effects/stop-report';

@@ -6,7 +6,7 @@ import type { PipelineRegistry } from '../../functions/src/core/pipeline';
 import { createJobActionHandler } from '../../functions/src/http/job-actions-handler';
 import { cancelJob, decideJob, OwnerActionError } from '../../functions/src/engine/owner-actions';
 import { OperatorActionRefusedError, redriveJob } from '../../functions/src/engine/operator';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS, jobPath } from '../../functions/src/store/paths';

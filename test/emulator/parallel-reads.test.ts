@@ -10,7 +10,8 @@
  */
 import type { DocumentReference, DocumentSnapshot, Query, QuerySnapshot } from 'firebase-admin/firestore';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { decodeJob } from '../../functions/src/store/codec';
 import { checkpointPath, JOBS, jobPath } from '../../functions/src/store/paths';
 import { engineHarness, type EngineHarness } from '../support/engine';

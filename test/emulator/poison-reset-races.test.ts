@@ -6,7 +6,7 @@
  */
 import { z } from 'zod';
 import { defineFanOutPhase, definePipeline, pipelineRegistry, type PhaseOutcome, type StepContext } from '../../functions/src/core/pipeline';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS, sectionKey, sectionPath, unitPath } from '../../functions/src/store/paths';

@@ -7,7 +7,7 @@ import { Timestamp, type DocumentReference } from 'firebase-admin/firestore';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { firestoreEffectLedger } from '../../functions/src/effects/firestore-ledger';
 import { UNRESOLVED_EFFECT_STATES } from '../../functions/src/effects/ledger';
 import { decodeJob } from '../../functions/src/store/codec';

@@ -6,7 +6,7 @@
  */
 import { z } from 'zod';
 import { defineFanOutPhase, definePhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
 import type { RecordedTask } from '../support/task-queue';

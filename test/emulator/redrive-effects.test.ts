@@ -8,7 +8,7 @@
 import type { JobRecord } from '../../functions/src/core/job';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { redriveJob } from '../../functions/src/engine/operator';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { effectEntrySchema, type EffectEntry } from '../../functions/src/effects/ledger';
 import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';

@@ -12,7 +12,7 @@ import { DEFAULT_SETTLE_GRACE_MS } from '../../functions/src/effects/after-stop'
 import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';
 import { effectEntrySchema, type EffectEntry } from '../../functions/src/effects/ledger';
 import { redriveJob, releaseQuarantined } from '../../functions/src/engine/operator';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { buildPlan, notifyInput, notifyStoppedEffects } from '../../functions/src/pipelines/notify';
 import { decodeJob } from '../../functions/src/store/codec';

@@ -9,7 +9,8 @@
 import type { ChatMessage, ChatRequest } from '../../functions/src/agent/provider';
 import { splitCitationKey } from '../../functions/src/agent/transcript';
 import { FETCH_PAGE_TOOL, WEB_SEARCH_TOOL } from '../../functions/src/agent/web/toolbox';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { OFFLINE_WEB_NOTE } from '../../functions/src/providers/offline';
 import { decodeJob } from '../../functions/src/store/codec';

@@ -9,7 +9,7 @@ import type { JobRecord, JobStatus } from '../../functions/src/core/job';
 import { resolveEngineOptions, type EngineOptions } from '../../functions/src/core/options';
 import { cancelJobRecord, completeJob, settleJobError } from '../../functions/src/core/transitions';
 import { RETENTION_GRACE_MS, RETENTION_MAX_PAGES } from '../../functions/src/engine/retention';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { encodeJob } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';

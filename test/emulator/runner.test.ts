@@ -2,7 +2,8 @@ import type { Query, QuerySnapshot } from 'firebase-admin/firestore';
 import { RetryableError, TerminalError } from '../../functions/src/core/errors';
 import { stepTaskId } from '../../functions/src/core/job';
 import { releaseQuarantined } from '../../functions/src/engine/operator';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { checkpointPath, JOBS, jobPath, REJECTED_TASKS } from '../../functions/src/store/paths';
@@ -227,7 +228,7 @@ describe('fault 2: after a reclaim (the lease expired mid-step), every write of 
         await reclaimed.promise;
       }
       return harness.store.apply(owner, decide);
-    }) as typeof oldStore.apply;
+    });
     const oldWorker = runStep({ ...harness.deps('old'), store: oldStore }, { jobId, step: 10 });
     await claimedByOld.promise;
     const step = await expireAndRequeue(jobId);

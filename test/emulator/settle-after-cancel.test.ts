@@ -18,7 +18,7 @@ import { DEFAULT_SETTLE_GRACE_MS, MAX_SETTLE_RECHECK_MS } from '../../functions/
 import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';
 import { effectEntrySchema, type EffectEntry } from '../../functions/src/effects/ledger';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { settleStoppedEffects, type SettleStoppedReport } from '../../functions/src/engine/settle-stopped';
 import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { notifyStoppedEffects } from '../../functions/src/pipelines/notify';

@@ -11,7 +11,7 @@ import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapte
 import type { EffectAdapter } from '../../functions/src/effects/port';
 import { cancellationReport } from '../../functions/src/effects/stop-report';
 import { cancelJob, decideJob } from '../../functions/src/engine/owner-actions';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { buildPlan, notifyInput, notifyStoppedEffects, UNKNOWN_OPTIONS } from '../../functions/src/pipelines/notify';
 import { decodeJob } from '../../functions/src/store/codec';

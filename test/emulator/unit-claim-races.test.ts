@@ -8,7 +8,8 @@ import { FieldValue, type DocumentReference, type DocumentSnapshot, type ReadOpt
 import { OwnershipLostError } from '../../functions/src/core/errors';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
@@ -121,8 +122,10 @@ describe('unit claims as conditioned commits', () => {
       return unitSession(claim, seed);
     });
     let slotTime: Timestamp | undefined;
-    turns.run = async () => {
+    turns.run = async (context) => {
       slotTime = (await db().doc(`${JOBS}/${jobId}/claims/experts~u0`).get()).updateTime;
+      // The claim's first slot-fenced write opens its session.
+      await context.recordSection('s0', { value: 1 });
       return { kind: 'done', state: { value: 1 } };
     };
     await runStep(harness.deps('worker-a'), taskOf(tasks, 'u0').task);
@@ -284,9 +287,11 @@ describe('units whose claim slot is missing (from before claim slots)', () => {
     await db().doc(`${JOBS}/${jobId}/claims/experts~u0`).delete();
     const runs: string[] = [];
     let slotTime: Timestamp | undefined;
-    turns.run = async (_context, unit) => {
+    turns.run = async (context, unit) => {
       runs.push(unit);
       slotTime = (await db().doc(`${JOBS}/${jobId}/claims/experts~u0`).get()).updateTime;
+      // The claim's first slot-fenced write opens its session.
+      await context.recordSection('s0', { value: 1 });
       return { kind: 'done', state: { value: 1 } };
     };
     const seeds: (Timestamp | null)[] = [];

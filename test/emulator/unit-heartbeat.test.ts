@@ -10,7 +10,8 @@ import { FieldValue, type Firestore, type WriteBatch } from 'firebase-admin/fire
 import type { EngineOptions } from '../../functions/src/core/options';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { decodeJob, decodeUnit, type UnitRecord } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';

@@ -7,7 +7,7 @@ import { WriteBatch } from 'firebase-admin/firestore';
 import { UnreadableJobError } from '../../functions/src/core/errors';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { endUnreadableJob } from '../../functions/src/store/unreadable-jobs';
-import { runStep } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
 import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { JOBS } from '../../functions/src/store/paths';
 import { engineHarness, type EngineHarness } from '../support/engine';

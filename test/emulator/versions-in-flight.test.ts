@@ -6,7 +6,8 @@
 import { z } from 'zod';
 import { stepTaskId } from '../../functions/src/core/job';
 import { defineFanOutPhase, definePhase, definePipeline, pipelineRegistry, type PipelineRegistry, type StepContext } from '../../functions/src/core/pipeline';
-import { runStep, type StepOutcome } from '../../functions/src/engine/runner';
+import { runStep } from '../../functions/src/engine/step';
+import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { jobPath, JOBS } from '../../functions/src/store/paths';

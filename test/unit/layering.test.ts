@@ -48,7 +48,7 @@ const probes = {
     filePath: 'functions/src/core/probe.ts',
     text: ABOVE_CORE.map((folder, index) => `import type * as above${index} from '../${folder}/anything';\nexport type Above${index} = typeof above${index};\n`).join(''),
   },
-  coreReexport: { filePath: 'functions/src/core/probe.ts', text: "export { runStep } from '../engine/runner';\n" },
+  coreReexport: { filePath: 'functions/src/core/probe.ts', text: "export { runStep } from '../engine/step';\n" },
   coreAllowed: { filePath: 'functions/src/core/probe.ts', text: "import { z } from 'zod';\nimport { TerminalError } from './errors';\nexport const probe = [z, TerminalError];\n" },
   pipelineTriggers: { filePath: 'functions/src/pipelines/probe.ts', text: "import { firestore } from '../triggers/admin';\nexport const probe = firestore;\n" },
   nestedPipelineTriggers: { filePath: 'functions/src/pipelines/notify/probe.ts', text: "import { firestore } from '../../triggers/admin';\nexport const probe = firestore;\n" },

@@ -1,17 +1,33 @@
 /**
  * What the commit that ends a fan-out carries for its units besides their revoked claims (the
  * store's): the job's cost is its own plus every unit's recorded cost, so the units whose cost the
- * job has not counted yet are charged in that same commit, each written with its cost marked
- * counted under the update time it was read at. A unit that recorded more since that read fails the
- * commit, which is then decided again; after it, no unit of the fan-out can record anything.
+ * job has not counted yet are charged in that same commit (core/fan-out-moves.ts decides), each
+ * written with its cost marked counted under the update time it was read at. A unit that recorded
+ * more since that read fails the commit, which is then decided again; after it, no unit of the
+ * fan-out can record anything.
  */
 import type { Transaction } from 'firebase-admin/firestore';
-import type { JobRecord } from '../core/job';
-import { chargeUnit, chargeUnits } from '../core/transitions';
+import { chargeFanOut, type FanOutMove } from '../core/fan-out-moves';
+import { chargeUnit } from '../core/transitions';
+import type { JobRecord, UnitRecord } from '../core/job';
 import { readFanOutUnits } from '../store/checkpoint-reads';
-import { decodeUnit, type UnitRecord } from '../store/codec';
+import { decodeUnit } from '../store/codec';
+import type { Change, DocumentWrite } from '../store/door';
 import type { JobStore, JobWriter } from '../store/job-store';
 
+/** The change of a unit's move that ends (or joins) its job's fan-out: the fan-out's units are read now, and those the move charged are rewritten conditioned on this read. */
+export async function fanOutMoveChange(store: JobStore, job: JobRecord, move: (others: readonly UnitRecord[]) => FanOutMove): Promise<Required<Pick<Change<unknown>, 'next' | 'nextUnit' | 'events' | 'documents'>>> {
+  const reads = job.fanout === null ? [] : await store.readFanOutUnits(job.id, job.fanout.epoch);
+  const made = move(reads.map(({ record }) => record));
+  const documents: DocumentWrite[] = [];
+  for (const next of made.charged) {
+    const read = reads.find(({ record }) => record.phase === next.phase && record.unit === next.unit);
+    if (read) documents.push({ kind: 'unit', read, next });
+  }
+  return { next: made.job, nextUnit: made.unit, events: made.events, documents };
+}
+
+/** Options of the transaction variants below (the sweeper's and an owner's cancel, which commit in a Firestore transaction). */
 export interface FanOutCharge {
   /** The unit the commit writes itself (the one ending the fan-out): the caller charges it, so it is not written twice. */
   readonly except?: string;
@@ -22,21 +38,17 @@ export interface FanOutCharge {
 /** Charges `job` (as the commit will write it) the uncounted cost of every unit of the fan-out it is leaving, writing those units in `tx`. */
 export async function chargeEndedFanOut(store: JobStore, tx: JobWriter, job: JobRecord, fanout: JobRecord['fanout'], options: FanOutCharge = {}): Promise<JobRecord> {
   if (fanout === null) return job;
-  const documents = (await readFanOutUnits(store, job.id, fanout.epoch, options.transaction)).map((snapshot) => ({ snapshot, unit: decodeUnit(snapshot.ref.path, snapshot.data()) }));
-  const units = documents.filter(({ unit }) => unit.phase === fanout.phase && unit.unit !== options.except);
-  const { job: charged, charged: written } = chargeUnits(job, units.map(({ unit }) => unit));
+  const snapshots = await readFanOutUnits(store, job.id, fanout.epoch, options.transaction);
+  const units = snapshots.map((snapshot) => ({ snapshot, unit: decodeUnit(snapshot.ref.path, snapshot.data()) }));
+  const { job: charged, charged: written } = chargeFanOut(job, fanout, units.map(({ unit }) => unit), options.except);
   for (const next of written) {
-    const read = units.find(({ unit }) => unit.unit === next.unit);
+    const read = units.find(({ unit }) => unit.phase === next.phase && unit.unit === next.unit);
     if (read) store.commitUnit(tx, read.snapshot, next, read.unit);
   }
   return charged;
 }
 
-/**
- * The job and unit records of a commit in which `unit` ends its job's fan-out (`ended`: the job as
- * the ending transition leaves it, `job`: as read): the job is charged what the unit and every other
- * unit of the fan-out recorded and it has not counted, those other units written in `tx`.
- */
+/** The job and unit records of a transaction's commit in which `unit` ends its job's fan-out (`ended`: the job as the ending transition leaves it). */
 export async function endFanOutFromUnit(store: JobStore, tx: JobWriter, job: JobRecord, unit: UnitRecord, ended: JobRecord, transaction?: Transaction): Promise<{ next: JobRecord; nextUnit: UnitRecord }> {
   const charged = chargeUnit(ended, unit);
   const options: FanOutCharge = transaction ? { except: unit.unit, transaction } : { except: unit.unit };

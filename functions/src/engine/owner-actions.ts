@@ -7,7 +7,8 @@
 import { PhaselineError } from '../core/errors';
 import { TERMINAL_STATUSES, type Cancellation, type JobRecord } from '../core/job';
 import { BUDGET_CANCEL, BUDGET_QUESTION_ID } from '../core/lifecycle';
-import { cancelJobRecord, chargeUnits, decideWaitingJob, TransitionRefused, type Transition } from '../core/transitions';
+import { chargeFanOut } from '../core/fan-out-moves';
+import { cancelJobRecord, decideWaitingJob, TransitionRefused, type Transition } from '../core/transitions';
 import { DEFAULT_SETTLE_GRACE_MS } from '../effects/after-stop';
 import { countEffectStates, EFFECT_STATES, type EffectState } from '../effects/ledger';
 import { cancellationReport } from '../effects/stop-report';
@@ -52,7 +53,7 @@ async function endedFanOutOf(store: JobStore, job: JobRecord): Promise<{ job: Jo
   const fanout = job.fanout;
   if (fanout === null) return { job, documents: [] };
   const reads = (await store.readFanOutUnits(job.id, fanout.epoch)).filter(({ record }) => record.phase === fanout.phase);
-  const { job: charged, charged: written } = chargeUnits(job, reads.map(({ record }) => record));
+  const { job: charged, charged: written } = chargeFanOut(job, fanout, reads.map(({ record }) => record));
   const documents = reads.map((read): DocumentWrite => {
     const next = written.find((unit) => unit.unit === read.record.unit);
     const path = store.unitRef(job.id, read.record.phase, read.record.unit).path;

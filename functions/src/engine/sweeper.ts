@@ -24,9 +24,10 @@
 import type { QueryDocumentSnapshot } from 'firebase-admin/firestore';
 import { describeError, OwnershipLostError, UnreadableJobError } from '../core/errors';
 import { TERMINAL_STATUSES, type JobRecord } from '../core/job';
-import { chargeUnit, chargeUnits, currentFanOut, inFanOut, parkUnit, quarantineJobForUnit, reclaimExpiredJob, reclaimExpiredUnit, redispatchJob as redispatchQueuedJob, redispatchUnit as redispatchQueuedUnit, resumeWaitJob, type Transition } from '../core/transitions';
+import { currentFanOut, inFanOut, parkUnit, reclaimExpiredJob, reclaimExpiredUnit, redispatchJob as redispatchQueuedJob, redispatchUnit as redispatchQueuedUnit, resumeWaitJob, type Transition } from '../core/transitions';
 import { decodeJob, decodeUnit, type UnitRecord } from '../store/codec';
-import type { Change, DocumentWrite, SweptUnitCurrent } from '../store/door';
+import { quarantineViaUnit } from '../core/fan-out-moves';
+import type { Change, SweptUnitCurrent } from '../store/door';
 import type { JobStore } from '../store/job-store';
 import { readSweepPage, type PageCursor, type SweepPage } from '../store/sweep-queries';
 import type { TaskQueuePort } from '../store/task-queue';
@@ -35,6 +36,7 @@ import { SWEEP_QUERIES, type SweepQueryName } from './indexed-queries';
 import { settleStoppedEffects, type SettleStoppedReport, type StoppedEffectsDeps } from './settle-stopped';
 import { stampEndedJobs, type RetentionReport } from './retention';
 import { forEachLimited } from './concurrency';
+import { fanOutMoveChange } from './ended-fan-out';
 
 /** Pages each query may read per run; with the default batch of 200, 1,000 documents per query. */
 export const SWEEP_MAX_PAGES = 5;
@@ -316,32 +318,17 @@ async function reclaimUnitLease(run: Sweep, doc: QueryDocumentSnapshot): Promise
     // The budget is the unit's own; the rule is the same as for a job.
     const reclaimed = reclaimExpiredUnit(unit, store.options, nowMs);
     if (reclaimed.quarantine !== undefined) {
-      const quarantined = quarantineJobForUnit(job, { reason: reclaimed.quarantine }, nowMs).next;
-      return { ...(await quarantineFromUnit(run, job, quarantined, reclaimed.next)), events: reclaimed.events, value: { counter: 'quarantined' } };
+      const { quarantine } = reclaimed;
+      // The fan-out's other units are read now; those the quarantine charges are rewritten conditioned on this read.
+      const moved = await fanOutMoveChange(store, job, (others) => {
+        run.read(others.length);
+        return quarantineViaUnit(job, { ...reclaimed, quarantine }, others, nowMs);
+      });
+      return { ...moved, value: { counter: 'quarantined' } };
     }
     // The job is rewritten as read: its timeline gets the event, and its precondition fences the unit's commit.
     return { next: job, nextUnit: reclaimed.next, events: reclaimed.events, dispatch: reclaimed.dispatch, value: { counter: 'unitsReclaimed' } };
   });
-}
-
-/**
- * The records of a commit in which `unit` quarantines its job (`quarantined`: the job as the
- * quarantine leaves it): the job is charged what the unit and every other unit of its fan-out
- * recorded and it has not counted; those units are read now and rewritten conditioned on that read.
- */
-async function quarantineFromUnit(run: Sweep, job: JobRecord, quarantined: JobRecord, unit: UnitRecord): Promise<{ next: JobRecord; nextUnit: UnitRecord; documents: DocumentWrite[] }> {
-  const charged = chargeUnit(quarantined, unit);
-  const fanout = job.fanout;
-  if (fanout === null) return { next: charged.job, nextUnit: charged.unit, documents: [] };
-  const reads = (await run.store.readFanOutUnits(job.id, fanout.epoch)).filter(({ record }) => record.phase === fanout.phase && record.unit !== unit.unit);
-  run.read(reads.length);
-  const rest = chargeUnits(charged.job, reads.map(({ record }) => record));
-  const documents: DocumentWrite[] = [];
-  for (const next of rest.charged) {
-    const read = reads.find(({ record }) => record.unit === next.unit);
-    if (read) documents.push({ kind: 'unit', read, next });
-  }
-  return { next: rest.job, nextUnit: charged.unit, documents };
 }
 
 // ---- Rule 3: lost tasks ------------------------------------------------------------------------

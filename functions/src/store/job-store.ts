@@ -802,7 +802,7 @@ export class JobStore {
   private sessionOf(holder: ClaimHolder): ClaimSession {
     const { claim } = holder;
     const slot = holder.kind === 'job' ? JOB_CLAIM_SLOT : unitClaimSlot(holder.claim.phase, holder.claim.unit);
-    return this.memory.session(claimPath(claim.jobId, slot), claim.epoch, (known) => this.newSession(holder, known));
+    return this.memory.session(claimPath(claim.jobId, slot), claim.epoch, (known) => (holder.kind === 'job' ? this.jobSession(holder.claim) : this.unitSession(holder.claim, known)));
   }
 
   /**

@@ -10,6 +10,7 @@
  * so a claim number is never given twice, and its cost stays counted once.
  */
 import { FieldPath, type DocumentReference, type DocumentSnapshot, type Query } from 'firebase-admin/firestore';
+import { setAsideUnit } from '../core/fan-out-moves';
 import type { JobRecord } from '../core/job';
 import { decodeUnit } from './codec';
 import { prefixSuccessor, type StoredDocument } from './checkpoint-reads';
@@ -136,7 +137,7 @@ export function setAsideWrites(store: JobStore, jobId: string, mark: SetAsideMar
     if (document.collection === 'units') {
       const unit = decodeUnit(snapshot.ref.path, snapshot.data());
       const message = `Set aside by re-drive ${mark.redrive} (from ${mark.fromPhase}, by ${mark.by}); its result is kept under ${SET_ASIDE}`;
-      writes.push({ kind: 'unit', read: { record: unit, updateTime }, next: { ...unit, status: 'running', lease: null, result: null, attempts: 0, staleReclaims: 0, lastError: { code: 'set-aside', message, atMs: mark.atMs } } });
+      writes.push({ kind: 'unit', read: { record: unit, updateTime }, next: setAsideUnit(unit, { message, atMs: mark.atMs }) });
     } else {
       writes.push({ kind: 'delete-read', read: { path: snapshot.ref.path, updateTime } });
     }

@@ -5,9 +5,8 @@ import { documentId } from '../../core/ids';
 import { type StepTask } from '../../core/job';
 import { endUnreadableJob } from '../../store/unreadable-jobs';
 import { PHASE_NAME_PATTERN } from '../../core/pipeline';
-import { runJobStep } from './claim';
-import { recordRejectedTask, type RunnerDeps, type StepOutcome } from './running';
-import { runUnitStep } from './unit-step';
+import { runClaimedStep } from './claim';
+import { recordRejectedTask, type RunnerDeps, type StepOutcome } from './deps';
 
 // The one check for IDs from outside (core/ids): the fan-out below lists units by the same rule, so its tasks are never refused.
 export const firestoreId = documentId('ID');
@@ -22,16 +21,14 @@ export const stepTaskSchema = z
 export async function runStep(deps: RunnerDeps, payload: unknown): Promise<StepOutcome> {
   const parsed = stepTaskSchema.safeParse(payload);
   if (!parsed.success) {
-    const reason = `Malformed task payload: ${z.prettifyError(parsed.error)}`;
-    await recordRejectedTask(deps, payload, reason);
-    return { kind: 'rejected', reason };
+    return recordRejectedTask(deps, payload, `Malformed task payload: ${z.prettifyError(parsed.error)}`);
   }
   // The store enqueues each committed change's tasks: to this step's queue.
   deps = { ...deps, store: deps.store.dispatchingTo(deps.queue, deps.log) };
   const { jobId, step, unit, phase } = parsed.data;
   const task: StepTask = unit === undefined || phase === undefined ? { jobId, step } : { jobId, step, unit, phase };
   try {
-    return task.unit === undefined || task.phase === undefined ? await runJobStep(deps, task) : await runUnitStep(deps, task, task.unit, task.phase);
+    return await runClaimedStep(deps, task);
   } catch (error) {
     if (error instanceof OwnershipLostError) return { kind: 'ownership-lost', reason: error.message };
     if (error instanceof UnreadableJobError) return endUnreadable(deps, error);
