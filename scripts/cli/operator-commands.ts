@@ -14,6 +14,7 @@ import type { QuotaDefaults, UserLimits } from '../../functions/src/core/quota';
 import type { PipelineRegistry } from '../../functions/src/core/pipeline';
 import { OperatorActionRefusedError, redriveJob, releaseQuarantined } from '../../functions/src/engine/operator';
 import { sweep as runSweep } from '../../functions/src/engine/sweeper';
+import { deployedPipelines } from '../../functions/src/pipelines';
 import { notifyStoppedEffects } from '../../functions/src/pipelines/notify/config';
 import { decodeJob } from '../../functions/src/store/codec';
 import { cloudTasksQueue } from '../../functions/src/store/cloud-tasks-queue';
@@ -160,7 +161,8 @@ export async function redrive(ctx: OperatorContext, command: RedriveCommand): Pr
       { jobId: command.jobId, fromPhase: command.fromPhase, by, reason: command.reason },
       ctx.now(),
       {
-        ...(ctx.pipelines ? { pipelines: ctx.pipelines } : {}),
+        // The engine is handed its registry: a re-drive reads the phase lists only, never a backend.
+        pipelines: ctx.pipelines ?? deployedPipelines(() => ctx.store.db),
         log: warnings(ctx.io),
       },
     );

@@ -8,6 +8,7 @@ import type { JobRecord } from '../../functions/src/core/job';
 import { decodeJob, encodeJob } from '../../functions/src/store/codec';
 import { jobPath } from '../../functions/src/store/paths';
 import { createOpsActionHandler, type VerifyOperatorToken } from '../../functions/src/http/ops-handler';
+import { deployedPipelines } from '../../functions/src/pipelines';
 import { engineHarness, type EngineHarness } from '../support/engine';
 import { resetBehaviour, testPipelines } from '../support/test-pipeline';
 
@@ -22,6 +23,8 @@ beforeEach(async () => {
 });
 afterAll(() => harness.firestore.close());
 
+/** The deployed pipelines, as the trigger hands them to the handler (a re-drive reads their phase lists only). */
+const deployed = deployedPipelines(() => harness.firestore.db);
 const OPERATOR = 'operator-1';
 const USER = 'user-1';
 const verifyToken: VerifyOperatorToken = (token) => {
@@ -42,6 +45,7 @@ async function call(body: unknown, options: { token?: string | null; method?: st
   const handler = createOpsActionHandler({
     store: harness.store,
     queue: harness.queue,
+    pipelines: deployed,
     verifyToken,
     logger: {
       info: (message, fields) => logged.push({ level: 'info', message, fields }),

@@ -10,6 +10,7 @@ import { runStep } from '../../functions/src/engine/step';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS, jobPath } from '../../functions/src/store/paths';
+import { dyingInsideItsChange } from '../support/dead-client';
 import { engineHarness, gate, type EngineHarness } from '../support/engine';
 import { behaviour, resetBehaviour, testPipelines } from '../support/test-pipeline';
 
@@ -71,6 +72,22 @@ describe('decisions', () => {
 });
 
 describe('cancellation', () => {
+  test("a cancel whose client dies inside it (ledger read, in-flight entry decided unknown, commit never sent) holds nothing: the owner's answer lands at once, and the ledger is as it was", async () => {
+    askFirst();
+    const jobId = await harness.submit('two-phase', { sections: 2 }, 'owner-1');
+    expect((await harness.drain()).map((outcome) => outcome.kind)).toEqual(['waiting']);
+    await db().doc(`${JOBS}/${jobId}/effects/fx-flight`).set({ state: 'applying' });
+    const dying = dyingInsideItsChange(harness.store);
+    void cancelJob(dying.store, { jobId, owner: 'owner-1', reason: 'changed my mind' });
+    await dying.decided;
+
+    expect(await decideJob(harness.store, harness.queue, { jobId, owner: 'owner-1', questionId: 'scope', answer: 'one' })).toMatchObject({ status: 'queued' });
+
+    expect(await readJob(jobId)).toMatchObject({ status: 'queued', cancellation: null, decisions: { scope: 'one' } });
+    expect((await db().doc(`${JOBS}/${jobId}/effects/fx-flight`).get()).get('state')).toBe('applying');
+    expect(harness.queue.tasks).toHaveLength(1);
+  });
+
   test('stops a running job at once: its worker is refused and aborted, in-flight effects become unknown, and the report says what was done', async () => {
     const hold = gate();
     let abortedAfterCancel = false;

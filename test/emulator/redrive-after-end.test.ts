@@ -166,11 +166,12 @@ test('a re-drive interrupted between its pages: release is refused (it would run
   // The operator re-drives from first; the connection drops after the first page.
   let commits = 0;
   const interrupted: JobStore = Object.create(harness.store) as JobStore;
-  interrupted.transactReading = ((id, check, body) => {
+  const apply: JobStore['apply'] = (owner, decide) => {
     commits += 1;
     if (commits === 2) return Promise.reject(new Error('the connection was reset (injected)'));
-    return harness.store.transactReading(id, check, body);
-  });
+    return harness.store.apply(owner, decide);
+  };
+  interrupted.apply = apply;
   await expect(redriveJob(interrupted, harness.queue, { jobId, fromPhase: 'first', by: 'ops-ana', reason: 'redo it' }, harness.clock.now(), { pipelines, pageSize: 2 })).rejects.toThrow('injected');
   expect((await readJob(jobId)).status).toBe('quarantined');
 

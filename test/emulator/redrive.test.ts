@@ -14,6 +14,7 @@ import { decodeJob, decodeUnit, encodeJob } from '../../functions/src/store/code
 import type { JobStore } from '../../functions/src/store/job-store';
 import { jobPath, JOBS, messagePath } from '../../functions/src/store/paths';
 import { SET_ASIDE } from '../../functions/src/store/phase-documents';
+import { dyingInsideItsChange } from '../support/dead-client';
 import { engineHarness, type EngineHarness } from '../support/engine';
 import { behaviour, firstPhase, resetBehaviour, testPipeline } from '../support/test-pipeline';
 
@@ -40,8 +41,8 @@ const events = async (jobId: string) =>
     .sort((a, b) => a.id.localeCompare(b.id));
 
 const request = (jobId: string, fromPhase: string, extra: Partial<RedriveRequest> = {}): RedriveRequest => ({ jobId, fromPhase, by: 'ops-ana', reason: 'the totals were computed wrong', ...extra });
-const redrive = (jobId: string, fromPhase: string, options: RedriveOptions = {}, extra: Partial<RedriveRequest> = {}) =>
-  redriveJob(harness.store, harness.queue, request(jobId, fromPhase, extra), harness.clock.now(), { pipelines, ...options });
+const redrive = (jobId: string, fromPhase: string, options: Partial<RedriveOptions> = {}, extra: Partial<RedriveRequest> = {}) =>
+  redriveJob(harness.store, harness.queue, request(jobId, fromPhase, extra), harness.clock.now(), { ...options, pipelines: options.pipelines ?? pipelines });
 
 /** Rewrites a job document as the engine would have left it. */
 async function rewriteJob(jobId: string, change: (job: JobRecord) => JobRecord): Promise<void> {
@@ -233,6 +234,21 @@ describe('a fan-out phase re-driven', () => {
 });
 
 describe('more than one commit holds', () => {
+  test('a re-drive whose client dies inside its last commit (documents read, commit never sent) holds nothing: run again it lands at once, each document set aside once', async () => {
+    const { jobId } = await completedTwoPhaseJob(3);
+    const dying = dyingInsideItsChange(harness.store);
+    void redriveJob(dying.store, harness.queue, request(jobId, 'second'), harness.clock.now(), { pipelines });
+    await dying.decided;
+
+    const result = await redrive(jobId, 'second');
+
+    // 1 checkpoint, 3 sections, 3 transcripts and the answer.
+    expect(result).toMatchObject({ setAside: 8, enqueued: true });
+    expect(await ids(jobId, SET_ASIDE)).toHaveLength(8);
+    expect((await readJob(jobId)).status).toBe('queued');
+    expect((await events(jobId)).filter((event) => event.kind === 'redriven')).toHaveLength(1);
+  });
+
   test('set aside in pages, the last phase first, and the job moved by the last commit only', async () => {
     const { jobId } = await completedTwoPhaseJob(5);
     // 1 checkpoint, 5 sections, 5 transcripts and the answer, two documents a commit.
@@ -250,12 +266,12 @@ describe('more than one commit holds', () => {
     const before = await readJob(jobId);
     let commits = 0;
     const interrupted: JobStore = Object.create(harness.store) as JobStore;
-    const transactReading: JobStore['transactReading'] = (jobId, check, body) => {
+    const apply: JobStore['apply'] = (owner, decide) => {
       commits += 1;
       if (commits === 3) return Promise.reject(new Error('the connection was reset (injected)'));
-      return harness.store.transactReading(jobId, check, body);
+      return harness.store.apply(owner, decide);
     };
-    interrupted.transactReading = transactReading;
+    interrupted.apply = apply;
     await expect(redriveJob(interrupted, harness.queue, request(jobId, 'first'), harness.clock.now(), { pipelines, pageSize: 2 })).rejects.toThrow('injected');
 
     // Two pages went through, from the last phase: the job itself has not moved.
@@ -280,13 +296,13 @@ describe('more than one commit holds', () => {
     const { jobId } = await completedTwoPhaseJob(5);
     let commits = 0;
     const racing: JobStore = Object.create(harness.store) as JobStore;
-    const transactReading: JobStore['transactReading'] = async (jobId, check, body) => {
+    const apply: JobStore['apply'] = async (owner, decide) => {
       commits += 1;
       // Before the second page: someone else's re-drive ran and the job ended again (a new epoch).
-      if (commits === 2) await rewriteJob(jobId, (job) => ({ ...job, epoch: job.epoch + 1 }));
-      return harness.store.transactReading(jobId, check, body);
+      if (commits === 2 && owner.kind === 'job-record') await rewriteJob(owner.jobId, (job) => ({ ...job, epoch: job.epoch + 1 }));
+      return harness.store.apply(owner, decide);
     };
-    racing.transactReading = transactReading;
+    racing.apply = apply;
     const attempt = redriveJob(racing, harness.queue, request(jobId, 'second'), harness.clock.now(), { pipelines, pageSize: 2 });
     await expect(attempt).rejects.toThrow(`Job ${jobId} changed while it was being re-driven (it is completed at epoch`);
     expect(await ids(jobId, SET_ASIDE)).toHaveLength(2);

@@ -19,6 +19,7 @@ import { JOBS } from '../../functions/src/store/paths';
 import { engineHarness, gate, type EngineHarness } from '../support/engine';
 import { eventually, httpAdapter, notifySetup, startReceiver, type Receiver } from '../support/receiver';
 import { hangForever } from '../support/research';
+import { dyingInsideItsChange } from '../support/dead-client';
 
 let receiver: Receiver;
 const notify = notifySetup(() => receiver);
@@ -129,6 +130,25 @@ test('bug 2: a cancelled job with an in-flight effect is settled by sweep() alon
   const lookupsAfter = lookups();
   expect((await sweepAt(cancelAtMs + 10 * GRACE_MS)).stoppedEffects).toMatchObject({ queryDocuments: 0, checked: 0 });
   expect(lookups()).toBe(lookupsAfter);
+});
+
+test('a stopped-effects pass that dies inside recording what it found (entry read, commit never sent) holds nothing: the next sweep settles the job at once', async () => {
+  const hold = gate();
+  const { jobId, worker, cancelAtMs, inFlightKey } = await cancelWithThirdMessageInFlight(3, hold.promise, 'after-apply');
+  hold.open();
+  expect((await worker).kind).toBe('ownership-lost');
+  harness.clock.set(cancelAtMs + GRACE_MS);
+  // Its first change is the pass's triage; its second records the lookup's answer, and never commits.
+  const dying = dyingInsideItsChange(harness.store, 2);
+  void sweep({ store: dying.store, queue: harness.queue, log: () => undefined, stoppedEffects: { settlerFor: notifyStoppedEffects(() => notify.deps.current) } }, cancelAtMs + GRACE_MS);
+  await dying.decided;
+
+  const report = await sweepAt(cancelAtMs + GRACE_MS);
+
+  expect(report.stoppedEffects).toMatchObject({ checked: 1, settled: 1, effectsFoundApplied: 1, errors: 0 });
+  expect(await entry(jobId, inFlightKey())).toMatchObject({ state: 'applied', reconciled: true });
+  expect(await readJob(jobId)).toMatchObject({ status: 'cancelled', effectsToSettleAtMs: null, cancellation: { effects: { settled: true } } });
+  await expectLedgerMatchesReceiver(jobId);
 });
 
 test('bug 2: an in-flight effect the receiver never got is recorded as not applied by sweep() alone after the grace period; bug 26: a cancel cutting it does not shorten its send deadline', async () => {

@@ -8,6 +8,7 @@ import { decodeUnit, encodeJob, encodeUnit, type UnitRecord } from '../../functi
 import { JobStore, type EventDraft, type JobTransaction } from '../../functions/src/store/job-store';
 import { scheduledNowMs, sweepHandler } from '../../functions/src/triggers/sweep-jobs';
 import { openTestFirestore, type TestFirestore } from '../support/firestore';
+import { dyingInsideItsChange } from '../support/dead-client';
 import { RecordingTaskQueue } from '../support/task-queue';
 
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 0);
@@ -314,6 +315,24 @@ describe('quarantine release', () => {
     expect((await readUnit(job.id, 'beta')).staleReclaims).toBe(2); // finished work is left as it is
   });
 
+  test('an operator whose release dies inside it (units and ledger read, commit never sent) holds nothing: a second release lands at once, once', async () => {
+    const job = await fanOutJob();
+    await putUnit(unitRecord(job.id, 'alpha', { status: 'running', epoch: 3, staleReclaims: 3, lease: { epoch: 3, worker: 'worker-u', expiresAtMs: T0 - SECOND } }));
+    await sweepAt(T0);
+    expect((await read(job.id)).status).toBe('quarantined');
+    const dying = dyingInsideItsChange(store);
+    void releaseQuarantined(dying.store, queue, job.id, T0 + 60 * SECOND);
+    await dying.decided;
+
+    const released = await releaseQuarantined(store, queue, job.id, T0 + 60 * SECOND);
+
+    expect(released).toMatchObject({ enqueued: true });
+    expect(await read(job.id)).toMatchObject({ status: 'queued', staleReclaims: 0 });
+    expect((await readUnit(job.id, 'alpha')).staleReclaims).toBe(0);
+    expect((await events(job.id)).filter((event) => event.kind === 'released')).toHaveLength(1);
+    expect(queue.tasks.map((task) => task.id)).toEqual([released.taskId]);
+  });
+
   test('releasing a job that is not quarantined is refused with a clear error, and nothing changes', async () => {
     const running = await runningJob(T0 + 60 * SECOND);
     await expect(releaseQuarantined(store, queue, running.id, T0)).rejects.toThrow(OperatorActionRefusedError);
@@ -357,6 +376,23 @@ describe('expired unit leases', () => {
 
     // The unit no longer matches any sweep query.
     expect(await sweepAt(T0 + 10 * 60 * SECOND)).toMatchObject({ queryDocuments: 0 });
+  });
+
+  test('a sweeper that dies inside a unit quarantine (fan-out read, commit never sent) holds nothing: a second sweep quarantines the job at once, charging the fan-out once', async () => {
+    const job = await fanOutJob();
+    await putUnit(unitRecord(job.id, 'alpha', { status: 'running', epoch: 5, staleReclaims: 3, cost: { usd: 1 }, lease: { epoch: 5, worker: 'worker-u', expiresAtMs: T0 - SECOND } }));
+    await putUnit(unitRecord(job.id, 'beta', { status: 'running', epoch: 2, cost: { usd: 2 }, lease: { epoch: 2, worker: 'worker-v', expiresAtMs: T0 + 60 * SECOND } }));
+    const dying = dyingInsideItsChange(store);
+    void sweep({ store: dying.store, queue, log: () => undefined }, T0);
+    await dying.decided;
+
+    const report = await sweepAt(T0);
+
+    expect(report).toMatchObject({ quarantined: 1, errors: 0 });
+    expect(await read(job.id)).toMatchObject({ status: 'quarantined', cost: { usd: 3 } });
+    expect(await readUnit(job.id, 'alpha')).toMatchObject({ lease: null, staleReclaims: 4, costInJob: { usd: 1 } });
+    expect(await readUnit(job.id, 'beta')).toMatchObject({ costInJob: { usd: 2 } });
+    expect((await events(job.id)).filter((event) => event.kind === 'quarantined')).toHaveLength(1);
   });
 
   test('units left over from a fan-out that ended are parked, not requeued, and drop out of the sweep', async () => {

@@ -3,7 +3,10 @@
  * nothing can be decided from it, so whatever finds it first (its task, a sweep) records why,
  * ends it, acknowledges, and nothing finds it again.
  */
+import { WriteBatch } from 'firebase-admin/firestore';
+import { UnreadableJobError } from '../../functions/src/core/errors';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
+import { endUnreadableJob } from '../../functions/src/store/unreadable-jobs';
 import { runStep } from '../../functions/src/engine/step';
 import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { JOBS } from '../../functions/src/store/paths';
@@ -127,4 +130,20 @@ test('bug 27: a job in a fan-out whose unit lease expired: the unit is parked, t
   const [unit] = (await db().collection(`${JOBS}/${jobId}/units`).get()).docs;
   expect({ lease: unit?.get('lease') as unknown, why: unit?.get('lastError.message') as unknown }).toEqual({ lease: null, why: expect.stringContaining('cannot be read') as unknown });
   await expectNeverFoundAgain();
+});
+
+test('a finder that dies sending the ending (read and decided, commit never sent) holds nothing: the next finder ends the job at once, once', async () => {
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  await corrupt(jobId);
+  const error = new UnreadableJobError(jobId, 'attempts: expected a count');
+  const commit = jest.spyOn(WriteBatch.prototype, 'commit').mockImplementationOnce(() => new Promise(() => undefined));
+  void endUnreadableJob(harness.store, error);
+  for (let tries = 0; tries < 200 && commit.mock.calls.length === 0; tries += 1) await new Promise((resolve) => setImmediate(resolve));
+  expect(commit).toHaveBeenCalledTimes(1);
+  commit.mockRestore();
+
+  expect(await endUnreadableJob(harness.store, error)).toBe('quarantined');
+
+  expect(await rawEnding(jobId)).toMatchObject({ status: 'quarantined', lease: null, lastEvent: { kind: 'quarantined', status: 'quarantined' } });
+  expect(await endUnreadableJob(harness.store, error)).toBe('unchanged');
 });

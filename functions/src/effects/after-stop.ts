@@ -5,16 +5,19 @@
  * counts (its cancellation record, its progress figures) and its next check time in line with the
  * ledger. The sweeper runs it (engine/settle-stopped.ts); nothing here is found by its wording.
  *
- * Its writes are conditioned on the job still being stopped and the entry still unresolved (both
- * read in the same transaction): a stopped job has no owner whose claim could be checked, and no
- * worker can write to it any more (every owner-checked write needs `running`).
+ * Its writes go through the store's door (JobStore.apply), decided from the job and the entry as
+ * read beside it and conditioned on both (the entry's write on its update time; the job, rewritten
+ * as read, on its own): a stopped job has no owner whose claim could be checked, and no worker can
+ * write to it any more (every owner-checked write needs `running`). A stopped job's ledger moves
+ * only in commits that write the job too (this pass's, a release's or a re-drive's), so the job's
+ * precondition fences what the counts are decided from. No lock is taken: a pass that dies
+ * deciding holds nobody up.
  */
-import type { Firestore } from 'firebase-admin/firestore';
-import { describeError } from '../core/errors';
+import { describeError, OwnershipLostError } from '../core/errors';
 import type { JobRecord, JobStatus, StoppedEffects } from '../core/job';
 import type { JobStore } from '../store/job-store';
+import { effectReplaced, readEffectVersion } from '../store/effect-access';
 import { allEffectEntries, parseEffectEntry } from '../store/firestore-ledger';
-import { effectPath, effectsPath } from '../store/paths';
 import { applyChange, countEffectStates, DEFAULT_IN_FLIGHT_GRACE_MS, inFlightGraceMs, inFlightUntilMs, UNRESOLVED_EFFECT_STATES, type EffectChange, type EffectEntry } from './ledger';
 import type { EffectAdapter, LookupOutcome } from './port';
 import { stoppedEffectsSentence } from './stop-report';
@@ -86,15 +89,19 @@ function stoppedCheck(job: JobRecord): string | null {
 }
 
 async function recordOutcome(store: JobStore, jobId: string, key: string, change: EffectChange): Promise<boolean> {
-  const db: Firestore = store.db;
-  return store.transactReading(jobId, stoppedCheck, async ({ tx }) => {
-    const snapshot = await tx.get(db.doc(effectPath(jobId, key)));
-    if (!snapshot.exists) return { value: false };
-    const entry = parseEffectEntry(snapshot.ref.path, snapshot.data());
+  return store.apply({ kind: 'job-record', jobId }, async ({ job }) => {
+    refuseUnlessStopped(job);
+    const effect = await readEffectVersion(store, jobId, key);
+    if (effect === null) return { value: false };
+    const entry = parseEffectEntry(effect.read.path, effect.data);
     if (!UNRESOLVED_EFFECT_STATES.includes(entry.state)) return { value: false };
-    tx.set(snapshot.ref, applyChange(entry, change, entry.epoch, store.clock.now()));
-    return { value: true };
+    return { documents: [effectReplaced(effect, applyChange(entry, change, entry.epoch, store.clock.now()))], value: true };
   });
+}
+
+function refuseUnlessStopped(job: JobRecord): void {
+  const refusal = stoppedCheck(job);
+  if (refusal !== null) throw new OwnershipLostError(refusal);
 }
 
 async function lookupQuietly(adapter: EffectAdapter, key: string, signal: AbortSignal): Promise<LookupOutcome> {
@@ -170,9 +177,9 @@ export async function reconcileStoppedJob(store: JobStore, adapter: EffectAdapte
     graceEndsMs = Math.min(graceEndsMs ?? endsMs, endsMs);
   }
 
-  return store.transactReading(jobId, stoppedCheck, async ({ tx, job: current }) => {
-    const snapshot = await tx.get(store.db.collection(effectsPath(jobId)));
-    const entries = snapshot.docs.map((doc) => parseEffectEntry(doc.ref.path, doc.data()));
+  return store.apply({ kind: 'job-record', jobId }, async ({ job: current }) => {
+    refuseUnlessStopped(current);
+    const entries = await allEffectEntries(store.db, jobId);
     const counts = countEffectStates(entries);
     const stillUnknown = counts.applying + counts.unknown;
     const settled = stillUnknown === 0;

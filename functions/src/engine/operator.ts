@@ -1,44 +1,40 @@
 /**
- * Operator actions: deliberate, named state changes a person makes, each one transaction with an
- * event on the job's timeline.
+ * Operator actions: deliberate, named state changes a person makes, each one change through the
+ * store's door (JobStore.apply) with an event on the job's timeline. Each decides from the job and
+ * the documents it reads beside it (effect entries, units, what a re-drive moves), and commits
+ * conditioned on the update time of every one of them: no lock is taken, so an operator's client
+ * that dies deciding holds no sweeper and no worker up.
  */
-import type { QueryDocumentSnapshot, Transaction } from 'firebase-admin/firestore';
 import { describeError, OwnershipLostError, PhaselineError } from '../core/errors';
 import type { Cancellation, JobRecord, JobStatus } from '../core/job';
 import type { PipelineRegistry } from '../core/pipeline';
 import { chargeUnits, JOB_TRANSITIONS, jobDispatch, redriveJobRecord, releaseJob, type Transition } from '../core/transitions';
-// eslint-disable-next-line no-restricted-imports -- removed when the operator is handed its registry
-import { deployedPipelines } from '../pipelines';
-import { decodeUnit } from '../store/codec';
+import type { Change, DocumentWrite } from '../store/door';
 import type { JobStore } from '../store/job-store';
-import { countSetAside, readEarlierAttempt, readOutbox, readSetAsidePage, setAsidePrefix, SET_ASIDE, writeSetAside, type SetAsideMark } from '../store/phase-documents';
+import { countSetAside, readEarlierAttempt, readOutbox, readSetAsidePage, setAsidePrefix, SET_ASIDE, setAsideWrites, type SetAsideMark } from '../store/phase-documents';
 import type { TaskQueuePort } from '../store/task-queue';
 import { failedBecauseStopped } from '../effects/after-stop';
 import { parseEffectEntry } from '../store/firestore-ledger';
-import { markEffectUnknown } from '../store/effect-access';
+import { effectMarkedUnknown, readEffectVersions, type EffectVersion } from '../store/effect-access';
 import { clearExpiryStamps } from '../store/retention';
-import { UNITS } from './indexed-queries';
 import { UNKNOWN_EFFECT_STATE } from './owner-actions';
-
-/** The job's effect ledger (store/paths.ts effectsPath), read in the release's and the re-drive's commits. */
-const EFFECTS = 'effects';
 
 /**
  * The entries of a stopped job's ledger that the stopped-effects pass closed as not applied only
  * because the job had stopped (effects/after-stop.ts): a job that runs again (released, re-driven)
- * must not skip them. Read in the commit that sends the job back to the queue.
+ * must not skip them. Read beside the job by the change that sends it back to the queue.
  */
-async function effectsClosedByTheStop(store: JobStore, tx: Transaction, jobId: string): Promise<QueryDocumentSnapshot[]> {
+async function effectsClosedByTheStop(store: JobStore, jobId: string): Promise<EffectVersion[]> {
   // Only entries settled as failed can have been closed by the stop; the others are not read (nor judged).
-  const ledger = await tx.get(store.jobRef(jobId).collection(EFFECTS).where('state', '==', 'failed'));
-  return ledger.docs.filter((doc) => failedBecauseStopped(parseEffectEntry(doc.ref.path, doc.data())));
+  const ledger = await readEffectVersions(store, jobId, ['failed']);
+  return ledger.filter((effect) => failedBecauseStopped(parseEffectEntry(effect.read.path, effect.data)));
 }
 
-/** Reopens them as `unknown`, in that commit: the job that runs again looks each one up before it sends it (once, under its key). */
-function reopenEffects(tx: Transaction, entries: readonly QueryDocumentSnapshot[], nowMs: number): void {
-  for (const doc of entries) {
-    markEffectUnknown(tx, doc.ref, { state: UNKNOWN_EFFECT_STATE, unknownSinceMs: nowMs, unknownBecause: 'not applied when the job stopped; the job that runs again looks it up before sending it' });
-  }
+/** Reopens them as `unknown`, in that commit, each under the update time read: the job that runs again looks each one up before it sends it (once, under its key). */
+function reopenEffects(entries: readonly EffectVersion[], nowMs: number): DocumentWrite[] {
+  return entries.map((effect) =>
+    effectMarkedUnknown(effect, { state: UNKNOWN_EFFECT_STATE, unknownSinceMs: nowMs, unknownBecause: 'not applied when the job stopped; the job that runs again looks it up before sending it' }),
+  );
 }
 
 /** The action does not apply to the job as it stands (wrong status, no such job). Nothing was written. */
@@ -72,48 +68,60 @@ export async function releaseQuarantined(
   /** Who releases it, for the job's timeline (the console's operator uid, the CLI's login). */
   by: string | null = null,
 ): Promise<ReleaseResult> {
+  const dispatching = watchingEnqueue(store, queue, (message, detail) => log(message, { jobId, ...detail }), 'release');
   let released: Transition<JobRecord>;
   try {
-    released = await store.transactReading(
-      jobId,
-      () => null,
-      async ({ tx, job }) => {
-        if (job.status !== 'quarantined') {
-          throw new OperatorActionRefusedError(`Job ${jobId} is ${job.status}; only a quarantined job can be released.`);
-        }
-        // A re-drive that stopped between its pages has set part of the job aside: released now, it would run on half its state.
-        const interrupted = await readEarlierAttempt(store, tx, jobId, { redrive: (job.redrive?.count ?? 0) + 1, epoch: job.epoch });
-        if (interrupted !== null) {
-          throw new OperatorActionRefusedError(`An interrupted re-drive of job ${jobId} from ${interrupted} already set some of its documents aside; run it again from ${interrupted} to finish it, rather than releasing the job.`);
-        }
-        const closedByTheStop = await effectsClosedByTheStop(store, tx, jobId);
-        // Units keep their stale-reclaim count across fan-outs; a release is a fresh start for them too.
-        const units = (await tx.get(store.jobRef(jobId).collection(UNITS))).docs.map((snapshot) => ({ snapshot, unit: decodeUnit(snapshot.ref.path, snapshot.data()) }));
-        // Whatever a unit recorded that the job has not counted (a fan-out a quarantine left on record) is counted now, once.
-        const { job: charged, charged: chargedUnits } = chargeUnits(job, units.map(({ unit }) => unit));
-        for (const { snapshot, unit } of units) {
-          const next = chargedUnits.find((candidate) => candidate.unit === unit.unit && candidate.phase === unit.phase) ?? unit;
-          const fresh = next.status !== 'done' && next.staleReclaims > 0 ? { ...next, staleReclaims: 0 } : next;
-          if (fresh !== unit) store.commitUnit(tx, snapshot, fresh, unit);
-        }
-        reopenEffects(tx, closedByTheStop, nowMs);
-        const released = releaseJob(charged, nowMs, by);
-        return { next: released.next, events: released.events, value: released };
-      },
-    );
+    released = await dispatching.store.apply({ kind: 'job-record', jobId }, async ({ job }) => {
+      if (job.status !== 'quarantined') {
+        throw new OperatorActionRefusedError(`Job ${jobId} is ${job.status}; only a quarantined job can be released.`);
+      }
+      // A re-drive that stopped between its pages has set part of the job aside: released now, it would run on half its state.
+      const interrupted = await readEarlierAttempt(store, jobId, { redrive: (job.redrive?.count ?? 0) + 1, epoch: job.epoch });
+      if (interrupted !== null) {
+        throw new OperatorActionRefusedError(`An interrupted re-drive of job ${jobId} from ${interrupted} already set some of its documents aside; run it again from ${interrupted} to finish it, rather than releasing the job.`);
+      }
+      const closedByTheStop = await effectsClosedByTheStop(store, jobId);
+      // Units keep their stale-reclaim count across fan-outs; a release is a fresh start for them too.
+      const units = await store.readJobUnits(jobId);
+      // Whatever a unit recorded that the job has not counted (a fan-out a quarantine left on record) is counted now, once.
+      const { job: charged, charged: chargedUnits } = chargeUnits(job, units.map(({ record }) => record));
+      const documents: DocumentWrite[] = [];
+      for (const read of units) {
+        const unit = read.record;
+        const next = chargedUnits.find((candidate) => candidate.unit === unit.unit && candidate.phase === unit.phase) ?? unit;
+        const fresh = next.status !== 'done' && next.staleReclaims > 0 ? { ...next, staleReclaims: 0 } : next;
+        if (fresh !== unit) documents.push({ kind: 'unit', read, next: fresh });
+      }
+      documents.push(...reopenEffects(closedByTheStop, nowMs));
+      const released = releaseJob(charged, nowMs, by);
+      return { next: released.next, events: released.events, documents, dispatch: released.dispatch, value: released };
+    });
   } catch (error) {
-    // With a check that never refuses, the store reports only a missing job this way.
+    // The decision never refuses this way: the store reports only a missing job so.
     if (error instanceof OwnershipLostError) throw new OperatorActionRefusedError(`Job ${jobId} cannot be released: ${error.message}`);
     throw error;
   }
-  const dispatch = jobDispatch(released.next);
-  try {
-    await queue.enqueue(dispatch.task, { id: dispatch.id });
-    return { job: released.next, taskId: dispatch.id, enqueued: true };
-  } catch (error) {
-    log('release: the job is queued but its task could not be enqueued; the sweeper will dispatch it', { jobId, taskId: dispatch.id, error: describeError(error) });
-    return { job: released.next, taskId: dispatch.id, enqueued: false };
-  }
+  return { job: released.next, taskId: jobDispatch(released.next).id, enqueued: dispatching.enqueued() };
+}
+
+/**
+ * The store, enqueueing what its commit dispatches to `queue` and telling whether that worked: a
+ * failure leaves the job queued all the same (the sweeper dispatches it), and the operator's answer says so.
+ */
+function watchingEnqueue(store: JobStore, queue: TaskQueuePort, log: (message: string, detail?: Record<string, unknown>) => void, action: string): { store: JobStore; enqueued: () => boolean } {
+  let failed = false;
+  const watched: TaskQueuePort = {
+    async enqueue(task, options) {
+      try {
+        await queue.enqueue(task, options);
+      } catch (error) {
+        failed = true;
+        throw error;
+      }
+    },
+  };
+  const logFailure = (_message: string, detail?: Record<string, unknown>) => log(`${action}: the job is queued but its task could not be enqueued; the sweeper will dispatch it`, detail);
+  return { store: store.dispatchingTo(watched, logFailure), enqueued: () => !failed };
 }
 
 // ---- Re-drive ---------------------------------------------------------------------------------
@@ -140,8 +148,8 @@ export interface RedriveResult {
 }
 
 export interface RedriveOptions {
-  /** The pipelines whose phases the re-drive names; by default the deployed ones (only their phase lists are read). */
-  readonly pipelines?: PipelineRegistry;
+  /** The pipelines whose phases the re-drive names (only their phase lists are read): the caller's registry, the deployed one in production. */
+  readonly pipelines: PipelineRegistry;
   /** Documents moved per commit (tests use a small one to exercise paging); never more than MAX_SET_ASIDE_PER_COMMIT. */
   readonly pageSize?: number;
   readonly log?: (message: string, detail?: Record<string, unknown>) => void;
@@ -162,15 +170,6 @@ const MAX_REASON_LENGTH = 1_000;
 /** One commit of a re-drive: a page set aside, or the last commit, with its transition. */
 interface RedriveStep {
   readonly done?: { readonly transition: Transition<JobRecord>; readonly resumesAt: string; readonly setAside: number };
-}
-
-let deployed: PipelineRegistry | undefined;
-/** The deployed pipelines, built once; a re-drive reads their phase lists only, never their backends. */
-function deployedRegistry(): PipelineRegistry {
-  deployed ??= deployedPipelines(() => {
-    throw new Error('a re-drive reads the pipelines\' phase lists only');
-  });
-  return deployed;
 }
 
 const REDRIVABLE: readonly JobStatus[] = JOB_TRANSITIONS.redrive.from;
@@ -194,15 +193,16 @@ export function redriveRefusal(job: Pick<JobRecord, 'id' | 'status'> & { readonl
  * one whose outcome was unknown is looked up before anything is retried. The job goes back to the
  * queue at a new step with fresh budgets, its timeline saying who re-drove it and why.
  *
- * The last commit sets aside what is left and moves the job, in one transaction that reads the job:
- * when everything fits in one commit (MAX_SET_ASIDE_PER_COMMIT documents), that is the only one.
- * More is set aside in pages first, each in a transaction that checks the job is still as it was
- * (still ended, not re-driven since), the last phase first; running the same re-drive again after
+ * The last commit sets aside what is left and moves the job, decided from the job and what it
+ * moves as read, and conditioned on each one's update time (a change since is decided again): when
+ * everything fits in one commit (MAX_SET_ASIDE_PER_COMMIT documents), that is the only one. More is
+ * set aside in pages first, each a commit that checks the job is still as it was (still ended, not
+ * re-driven since), the last phase first; running the same re-drive again after
  * an interruption goes on where it stopped, and one from another phase is refused until then.
  * Refusals (an unknown job, pipeline or phase, a status that does not allow it, no reason given) are
  * OperatorActionRefusedError.
  */
-export async function redriveJob(store: JobStore, queue: TaskQueuePort, request: RedriveRequest, nowMs: number, options: RedriveOptions = {}): Promise<RedriveResult> {
+export async function redriveJob(store: JobStore, queue: TaskQueuePort, request: RedriveRequest, nowMs: number, options: RedriveOptions): Promise<RedriveResult> {
   const by = request.by.trim();
   const reason = request.reason.trim();
   if (by === '' || by.length > MAX_BY_LENGTH) throw new OperatorActionRefusedError(`A re-drive names who makes it (by): 1 to ${MAX_BY_LENGTH} characters.`);
@@ -211,7 +211,7 @@ export async function redriveJob(store: JobStore, queue: TaskQueuePort, request:
   if (!job) throw new OperatorActionRefusedError(`Job ${request.jobId} does not exist.`);
   const refusal = redriveRefusal(job);
   if (refusal !== null) throw new OperatorActionRefusedError(refusal);
-  const pipeline = (options.pipelines ?? deployedRegistry()).get(job.pipeline);
+  const pipeline = options.pipelines.get(job.pipeline);
   if (!pipeline) throw new OperatorActionRefusedError(`Job ${job.id} belongs to pipeline ${job.pipeline}, which this deployment does not have.`);
   const index = pipeline.phases.findIndex((phase) => phase.name === request.fromPhase);
   if (index === -1) {
@@ -223,60 +223,52 @@ export async function redriveJob(store: JobStore, queue: TaskQueuePort, request:
   const auditPrefix = setAsidePrefix(mark);
   const pageSize = Math.max(1, Math.min(options.pageSize ?? MAX_SET_ASIDE_PER_COMMIT, MAX_SET_ASIDE_PER_COMMIT));
 
+  const log = options.log ?? ((message: string, detail?: Record<string, unknown>) => console.warn(message, detail));
+  const dispatching = watchingEnqueue(store, queue, (message, detail) => log(message, { jobId: job.id, ...detail }), 're-drive');
   for (;;) {
     let step: RedriveStep;
     try {
-      step = await store.transactReading<RedriveStep>(
-        job.id,
-        () => null,
-        async ({ tx, job: current }) => {
-          // Still the job this re-drive was decided on: ended the same way, not re-driven or run since.
-          const changed = redriveRefusal(current) ?? (current.epoch !== mark.epoch || (current.redrive?.count ?? 0) !== mark.redrive - 1 ? `Job ${job.id} changed while it was being re-driven (it is ${current.status} at epoch ${current.epoch}); nothing more was set aside.` : null);
-          if (changed !== null) throw new OperatorActionRefusedError(changed);
-          const earlier = await readEarlierAttempt(store, tx, job.id, mark);
-          if (earlier !== null && earlier !== request.fromPhase) {
-            throw new OperatorActionRefusedError(
-              `An interrupted re-drive of job ${job.id} from ${earlier} already set some of its documents aside (${SET_ASIDE}/${auditPrefix}…); run it again from ${earlier} to finish it.`,
-            );
-          }
-          // Effects the stopped-effects pass closed as not applied because the job had stopped: the re-run may send them, after a lookup.
-          const reopened = await effectsClosedByTheStop(store, tx, job.id);
-          const reserve = 4 + (current.fanout?.unitIds?.length ?? 0) + reopened.length;
-          const size = Math.min(pageSize, Math.floor((MAX_COMMIT_WRITES - reserve) / 3));
-          const page = await readSetAsidePage(store, tx, job.id, phases, size, MAX_SET_ASIDE_BYTES_PER_COMMIT);
-          if (page.full) {
-            writeSetAside(store, tx, job.id, mark, page.documents);
-            return { value: {} };
-          }
-          const outbox = await readOutbox(store, tx, current);
-          const kept = earlierPhases.length > 0 ? await tx.getAll(...earlierPhases.map((phase) => store.checkpointRef(job.id, phase))) : [];
-          const resumesAt = earlierPhases[kept.findIndex((snapshot) => !snapshot.exists)] ?? request.fromPhase;
-          // Earlier pages, this attempt's and an interrupted one's, count too.
-          const before = await countSetAside(store, tx, job.id, mark);
-          const documents = outbox ? [...page.documents, outbox] : page.documents;
-          writeSetAside(store, tx, job.id, mark, documents);
-          reopenEffects(tx, reopened, nowMs);
-          const setAside = before + documents.length;
-          const transition = redriveJobRecord(current, { fromPhase: request.fromPhase, by, reason, setAside, auditPrefix, resumesAt }, nowMs);
-          return { next: transition.next, events: transition.events, value: { done: { transition, resumesAt, setAside } } };
-        },
-      );
+      step = await dispatching.store.apply({ kind: 'job-record', jobId: job.id }, async ({ job: current }): Promise<Change<RedriveStep>> => {
+        // Still the job this re-drive was decided on: ended the same way, not re-driven or run since.
+        const changed = redriveRefusal(current) ?? (current.epoch !== mark.epoch || (current.redrive?.count ?? 0) !== mark.redrive - 1 ? `Job ${job.id} changed while it was being re-driven (it is ${current.status} at epoch ${current.epoch}); nothing more was set aside.` : null);
+        if (changed !== null) throw new OperatorActionRefusedError(changed);
+        const earlier = await readEarlierAttempt(store, job.id, mark);
+        if (earlier !== null && earlier !== request.fromPhase) {
+          throw new OperatorActionRefusedError(
+            `An interrupted re-drive of job ${job.id} from ${earlier} already set some of its documents aside (${SET_ASIDE}/${auditPrefix}…); run it again from ${earlier} to finish it.`,
+          );
+        }
+        // Effects the stopped-effects pass closed as not applied because the job had stopped: the re-run may send them, after a lookup.
+        const reopened = await effectsClosedByTheStop(store, job.id);
+        const reserve = 4 + (current.fanout?.unitIds?.length ?? 0) + reopened.length;
+        const size = Math.min(pageSize, Math.floor((MAX_COMMIT_WRITES - reserve) / 3));
+        const page = await readSetAsidePage(store, job.id, phases, size, MAX_SET_ASIDE_BYTES_PER_COMMIT);
+        // A page of its own: the job is rewritten as read, so its precondition fences the page.
+        if (page.full) return { documents: setAsideWrites(store, job.id, mark, page.documents), value: {} };
+        const outbox = await readOutbox(store, current);
+        // The phases before it are only read: the job has ended, so no claim can write their checkpoints.
+        const kept = await Promise.all(earlierPhases.map((phase) => store.checkpointRef(job.id, phase).get()));
+        const resumesAt = earlierPhases[kept.findIndex((snapshot) => !snapshot.exists)] ?? request.fromPhase;
+        // Earlier pages, this attempt's and an interrupted one's, count too (only a re-drive of this job writes them, under its precondition).
+        const before = await countSetAside(store, job.id, mark);
+        const documents = outbox ? [...page.documents, outbox] : page.documents;
+        const setAside = before + documents.length;
+        const transition = redriveJobRecord(current, { fromPhase: request.fromPhase, by, reason, setAside, auditPrefix, resumesAt }, nowMs);
+        return {
+          next: transition.next,
+          events: transition.events,
+          documents: [...setAsideWrites(store, job.id, mark, documents), ...reopenEffects(reopened, nowMs)],
+          dispatch: transition.dispatch,
+          value: { done: { transition, resumesAt, setAside } },
+        };
+      });
     } catch (error) {
       if (error instanceof OwnershipLostError) throw new OperatorActionRefusedError(`Job ${job.id} cannot be re-driven: ${error.message}`);
       throw error;
     }
     if (step.done === undefined) continue;
     const { transition, resumesAt, setAside } = step.done;
-    const dispatch = jobDispatch(transition.next);
-    const result = { job: transition.next, taskId: dispatch.id, setAside, auditPrefix, resumesAt };
-    const log = options.log ?? ((message: string, detail?: Record<string, unknown>) => console.warn(message, detail));
-    let enqueued = true;
-    try {
-      await queue.enqueue(dispatch.task, { id: dispatch.id });
-    } catch (error) {
-      enqueued = false;
-      log('re-drive: the job is queued but its task could not be enqueued; the sweeper will dispatch it', { jobId: job.id, taskId: dispatch.id, error: describeError(error) });
-    }
+    const result = { job: transition.next, taskId: jobDispatch(transition.next).id, setAside, auditPrefix, resumesAt, enqueued: dispatching.enqueued() };
     // The sweeper may have stamped the ended job's timeline to expire: the stamps come off, or TTL would delete it under the re-run.
     // (The commit above cleared the job's retention marker, so no sweep stamps it again until it ends.)
     try {
@@ -284,6 +276,6 @@ export async function redriveJob(store: JobStore, queue: TaskQueuePort, request:
     } catch (error) {
       log('re-drive: the retention stamps of the job could not all be removed; they are renewed when it ends again', { jobId: job.id, error: describeError(error) });
     }
-    return { ...result, enqueued };
+    return result;
   }
 }

@@ -1,16 +1,19 @@
 /**
  * What a job's owner can do to it after submitting: cancel it, and answer the question it waits
- * on. Each is one transaction on the job document.
+ * on. Each is one change through the store's door (JobStore.apply), decided from the job as read
+ * and committed conditioned on it (and, for a cancel, on the effect entries and fan-out units it
+ * was decided from): no lock is taken, so a client that dies deciding holds nobody up.
  */
 import { PhaselineError } from '../core/errors';
 import { TERMINAL_STATUSES, type Cancellation, type JobRecord } from '../core/job';
 import { BUDGET_CANCEL, BUDGET_QUESTION_ID } from '../core/lifecycle';
+import { chargeFanOut } from '../core/fan-out-moves';
 import { cancelJobRecord, decideWaitingJob, TransitionRefused, type Transition } from '../core/transitions';
 import { DEFAULT_SETTLE_GRACE_MS } from '../effects/after-stop';
 import { countEffectStates, EFFECT_STATES, type EffectState } from '../effects/ledger';
 import { cancellationReport } from '../effects/stop-report';
-import { markEffectUnknown } from '../store/effect-access';
-import { chargeEndedFanOut } from './ended-fan-out';
+import type { DocumentWrite } from '../store/door';
+import { effectMarkedUnknown, effectUnchanged, readEffectVersions } from '../store/effect-access';
 import type { JobStore } from '../store/job-store';
 import type { TaskQueuePort } from '../store/task-queue';
 
@@ -27,6 +30,8 @@ export class OwnerActionError extends PhaselineError {
 /** Effect states as the ledger records them (see the effects module). */
 export const IN_FLIGHT_EFFECT_STATE: EffectState = 'applying';
 export const UNKNOWN_EFFECT_STATE: EffectState = 'unknown';
+/** States an entry of a running job cannot leave: a cancel need not fence them. */
+const SETTLED_EFFECT_STATES: readonly unknown[] = ['applied', 'failed'] satisfies EffectState[];
 
 export interface CancelResult {
   readonly job: JobRecord;
@@ -39,6 +44,24 @@ function ownedJob(job: JobRecord, owner: string): void {
   if (job.owner !== owner) throw new OwnerActionError(404, `No job ${job.id}`);
 }
 
+/**
+ * The fan-out a cancel ends: the job charged every unit's cost it has not counted yet; the units
+ * charged are rewritten under the update time read, the others fenced on it, so a unit that
+ * records more before the cancel lands fails the commit, which is decided again with it.
+ */
+async function endedFanOutOf(store: JobStore, job: JobRecord): Promise<{ job: JobRecord; documents: DocumentWrite[] }> {
+  const fanout = job.fanout;
+  if (fanout === null) return { job, documents: [] };
+  const reads = (await store.readFanOutUnits(job.id, fanout.epoch)).filter(({ record }) => record.phase === fanout.phase);
+  const { job: charged, charged: written } = chargeFanOut(job, fanout, reads.map(({ record }) => record));
+  const documents = reads.map((read): DocumentWrite => {
+    const next = written.find((unit) => unit.unit === read.record.unit);
+    const path = store.unitRef(job.id, read.record.phase, read.record.unit).path;
+    return next ? { kind: 'unit', read, next } : { kind: 'unchanged', read: { path, updateTime: read.updateTime }, field: 'fanoutEpoch', value: read.record.fanoutEpoch };
+  });
+  return { job: charged, documents };
+}
+
 export async function cancelJob(
   store: JobStore,
   /** `by` names the operator cancelling on the owner's behalf; absent when the owner cancels. */
@@ -47,47 +70,48 @@ export async function cancelJob(
   expect?: (job: JobRecord) => void,
 ): Promise<CancelResult> {
   const nowMs = store.clock.now();
-  const effects = store.jobRef(request.jobId).collection('effects');
   try {
-    return await store.transactReading(
-      request.jobId,
-      () => null,
-      async ({ tx, job }) => {
-        ownedJob(job, request.owner);
-        if (TERMINAL_STATUSES.has(job.status)) throw new OwnerActionError(409, `Job ${job.id} is already ${job.status}`);
-        expect?.(job);
-        const ledger = await tx.get(effects);
-        // A fan-out the cancel ends: its units' recorded cost goes into the job's in this commit (read before any write).
-        const charged = await chargeEndedFanOut(store, tx, job, job.fanout, { transaction: tx });
-        const states: EffectState[] = [];
-        let unknownEffects = 0;
-        for (const effect of ledger.docs) {
-          const state: unknown = effect.get('state');
-          if (state === IN_FLIGHT_EFFECT_STATE) {
-            // Its outcome is not known until someone checks with the system of record.
-            // The apply will not be answered to anyone who may record it: counted as one without a usable answer.
-            markEffectUnknown(tx, effect.ref, { state: UNKNOWN_EFFECT_STATE, unknownSinceMs: nowMs, unknownBecause: 'cancelled while in flight' });
-            unknownEffects += 1;
-            states.push(UNKNOWN_EFFECT_STATE);
-          } else if ((EFFECT_STATES as readonly unknown[]).includes(state)) {
-            states.push(state as EffectState);
-          }
+    return await store.apply({ kind: 'job-record', jobId: request.jobId }, async ({ job }) => {
+      ownedJob(job, request.owner);
+      if (TERMINAL_STATUSES.has(job.status)) throw new OwnerActionError(409, `Job ${job.id} is already ${job.status}`);
+      expect?.(job);
+      const ledger = await readEffectVersions(store, job.id);
+      // A fan-out the cancel ends: its units' recorded cost goes into the job's in this commit.
+      const fanOut = await endedFanOutOf(store, job);
+      const documents: DocumentWrite[] = [...fanOut.documents];
+      const states: EffectState[] = [];
+      let unknownEffects = 0;
+      for (const effect of ledger) {
+        const { state } = effect;
+        if (state === IN_FLIGHT_EFFECT_STATE) {
+          // Its outcome is not known until someone checks with the system of record.
+          // The apply will not be answered to anyone who may record it: counted as one without a usable answer.
+          documents.push(effectMarkedUnknown(effect, { state: UNKNOWN_EFFECT_STATE, unknownSinceMs: nowMs, unknownBecause: 'cancelled while in flight' }));
+          unknownEffects += 1;
+          states.push(UNKNOWN_EFFECT_STATE);
+          continue;
         }
-        const counts = countEffectStates(states.map((state) => ({ state })));
-        const settled = counts.applying + counts.unknown === 0;
-        const cancellation: Cancellation = {
-          atMs: nowMs,
-          reason: request.reason,
-          by: request.by ?? null,
-          phase: job.phase,
-          sectionsDone: job.progress.sectionsDone ?? null,
-          effects: ledger.empty ? null : { counts, settled, checkedWith: null, checkedAtMs: null },
-        };
-        // The sweeper checks what nobody knows yet with the system of record, once the grace period is over.
-        const cancelled = cancelJobRecord(charged, { cancellation, message: cancellationReport(cancellation), effectsToSettleAtMs: settled ? null : nowMs + DEFAULT_SETTLE_GRACE_MS }, nowMs);
-        return { next: cancelled.next, events: cancelled.events, value: { job: cancelled.next, unknownEffects } };
-      },
-    );
+        // An entry the running job may still move (planned, unknown) is counted as read: the commit is fenced on it.
+        if (!SETTLED_EFFECT_STATES.includes(state)) documents.push(effectUnchanged(effect));
+        if ((EFFECT_STATES as readonly unknown[]).includes(state)) states.push(state as EffectState);
+      }
+      const counts = countEffectStates(states.map((state) => ({ state })));
+      const settled = counts.applying + counts.unknown === 0;
+      const cancellation: Cancellation = {
+        atMs: nowMs,
+        reason: request.reason,
+        by: request.by ?? null,
+        phase: job.phase,
+        sectionsDone: job.progress.sectionsDone ?? null,
+        effects: ledger.length === 0 ? null : { counts, settled, checkedWith: null, checkedAtMs: null },
+      };
+      // The sweeper checks what nobody knows yet with the system of record, once the grace period is over. A job that
+      // has sent effects is checked in any case: an entry planned after the read above may have gone out without
+      // writing the job again (only its first send marks it), and the check finds it.
+      const check = !settled || job.effectsToSettleAtMs !== null;
+      const cancelled = cancelJobRecord(fanOut.job, { cancellation, message: cancellationReport(cancellation), effectsToSettleAtMs: check ? nowMs + DEFAULT_SETTLE_GRACE_MS : null }, nowMs);
+      return { next: cancelled.next, events: cancelled.events, documents, value: { job: cancelled.next, unknownEffects } };
+    });
   } catch (error) {
     if (error instanceof PhaselineError && error.code === 'ownership_lost') throw new OwnerActionError(404, `No job ${request.jobId}`);
     throw error;
@@ -109,38 +133,27 @@ export async function decideJob(
     return cancelled.job;
   }
   const nowMs = store.clock.now();
-  let decided: Transition<JobRecord>;
   try {
-    decided = await store.transact(
-      request.jobId,
-      () => null,
-      ({ job }) => {
-        ownedJob(job, request.owner);
-        const refusal = mayGoOn(job);
-        if (refusal !== null) throw new OwnerActionError(403, refusal);
-        let decided: Transition<JobRecord>;
-        try {
-          decided = decideWaitingJob(job, { questionId: request.questionId, answer: request.answer }, nowMs);
-        } catch (error) {
-          if (error instanceof TransitionRefused) throw new OwnerActionError(409, error.message);
-          throw error;
-        }
-        const options = job.waiting?.options ?? [];
-        if (!options.includes(request.answer)) {
-          throw new OwnerActionError(400, `"${request.answer}" is not one of the options: ${options.map((option) => `"${option}"`).join(', ')}`);
-        }
-        return Promise.resolve({ next: decided.next, events: decided.events, value: decided });
-      },
-    );
+    // The store enqueues the decided job's task once the decision is durable (the sweeper re-dispatches one that went missing).
+    return await store.dispatchingTo(queue).apply({ kind: 'job-record', jobId: request.jobId }, ({ job }) => {
+      ownedJob(job, request.owner);
+      const refusal = mayGoOn(job);
+      if (refusal !== null) throw new OwnerActionError(403, refusal);
+      let decided: Transition<JobRecord>;
+      try {
+        decided = decideWaitingJob(job, { questionId: request.questionId, answer: request.answer }, nowMs);
+      } catch (error) {
+        if (error instanceof TransitionRefused) throw new OwnerActionError(409, error.message);
+        throw error;
+      }
+      const options = job.waiting?.options ?? [];
+      if (!options.includes(request.answer)) {
+        throw new OwnerActionError(400, `"${request.answer}" is not one of the options: ${options.map((option) => `"${option}"`).join(', ')}`);
+      }
+      return { next: decided.next, events: decided.events, dispatch: decided.dispatch, value: decided.next };
+    });
   } catch (error) {
     if (error instanceof PhaselineError && error.code === 'ownership_lost') throw new OwnerActionError(404, `No job ${request.jobId}`);
     throw error;
   }
-  const dispatch = decided.dispatch;
-  try {
-    if (dispatch) await queue.enqueue(dispatch.task, { id: dispatch.id });
-  } catch {
-    // Durable already; the sweeper re-dispatches a queued job whose task went missing.
-  }
-  return decided.next;
 }

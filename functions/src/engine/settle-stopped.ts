@@ -27,7 +27,8 @@ import {
 } from '../effects/after-stop';
 import type { EffectEntry } from '../effects/ledger';
 import type { EffectAdapter } from '../effects/port';
-import { unresolvedEffectsIn } from '../store/effect-access';
+import type { Change } from '../store/door';
+import { unresolvedEffectsOf } from '../store/effect-access';
 import type { JobStore } from '../store/job-store';
 import { timestampMillis, type PageCursor } from '../store/sweep-queries';
 import type { SweepQueryName } from './indexed-queries';
@@ -58,7 +59,7 @@ export interface SettleStoppedReport {
   readonly pending: number;
   readonly effectsFoundApplied: number;
   readonly effectsNotApplied: number;
-  /** Jobs that changed between the query and the transaction, left alone. */
+  /** Jobs that changed between the query and the commit, left alone. */
   readonly skipped: number;
   /** Jobs that could not be handled (logged); each is checked again later. */
   readonly errors: number;
@@ -79,7 +80,7 @@ const NO_SETTLER_RETRY_MS = 3_600_000;
 type Log = (message: string, detail?: Record<string, unknown>) => void;
 type Counter = Exclude<keyof SettleStoppedReport, 'truncated'>;
 
-/** What the first transaction decided for a job. */
+/** What the first commit decided for a job. */
 type Triage = { readonly action: 'settled' | 'deferred' } | { readonly action: 'check'; readonly job: JobRecord };
 
 /**
@@ -109,13 +110,19 @@ export async function settleStoppedEffects(deps: { readonly store: JobStore; rea
   const batch = Math.max(1, Math.floor(store.options.sweepBatchSize));
 
   const deferTo = (jobId: string, seenMs: number, atMs: number): Promise<void> =>
-    store.transact(jobId, (job) => dueCheck(job, nowMs, seenMs), ({ job }) => Promise.resolve({ next: { ...job, effectsToSettleAtMs: atMs }, value: undefined }));
+    store.apply({ kind: 'job-record', jobId }, ({ job }) => {
+      refuseUnlessDue(job, nowMs, seenMs);
+      return { next: { ...job, effectsToSettleAtMs: atMs }, value: undefined };
+    });
 
   const handle = async (doc: QueryDocumentSnapshot): Promise<void> => {
     const seenMs = timestampMillis(doc, 'effectsToSettleAt');
     if (seenMs === null) return; // cannot happen: the query matched a timestamp range
-    const triage = await store.transactReading<Triage>(doc.id, (job) => dueCheck(job, nowMs, seenMs), async ({ tx, job }) => {
-      const unresolved = await unresolvedEffectsIn(store, tx, job.id, 1);
+    // Read beside the job, not in a transaction: a stopped job's ledger moves only in commits that write the job too
+    // (the pass's own, a release's, a re-drive's), so the job's precondition fences what this decides from.
+    const triage = await store.apply({ kind: 'job-record', jobId: doc.id }, async ({ job }): Promise<Change<Triage>> => {
+      refuseUnlessDue(job, nowMs, seenMs);
+      const unresolved = await unresolvedEffectsOf(store, job.id, 1);
       // Nothing unresolved and nothing reported as unsettled: nothing to ask anyone.
       if (unresolved.length === 0 && job.cancellation?.effects?.settled !== false) {
         return { next: { ...job, effectsToSettleAtMs: null }, value: { action: 'settled' } };
@@ -198,4 +205,9 @@ function dueCheck(job: JobRecord, nowMs: number, seenMs: number): string | null 
   if (atMs === null) return 'its effects were settled since the query';
   if (atMs !== seenMs || atMs > nowMs) return 'its check was moved since the query';
   return null;
+}
+
+function refuseUnlessDue(job: JobRecord, nowMs: number, seenMs: number): void {
+  const refusal = dueCheck(job, nowMs, seenMs);
+  if (refusal !== null) throw new OwnershipLostError(refusal);
 }

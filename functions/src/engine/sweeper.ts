@@ -11,28 +11,32 @@
  *
  * Each query returns only documents that need action (its cost grows with expired leases, not
  * with the number of jobs), `sweepBatchSize` at a time, paged by (range field, document ID) up to
- * SWEEP_MAX_PAGES pages. Every document found is re-checked inside its own transaction: a heartbeat,
- * a claim or another sweeper may have moved it since the query, and then it is left alone. Tasks are
- * enqueued only after the transaction commits; an enqueue that fails is logged and counted, and
- * rule 3 dispatches the job again one grace period later.
+ * SWEEP_MAX_PAGES pages. Every document found is decided again through the store's door
+ * (JobStore.apply) from a fresh read, and committed conditioned on what was read: a heartbeat, a
+ * claim or another sweeper may have moved it since the query, and then it is left alone. No lock is
+ * taken, so a sweeper that dies mid-decision holds nobody up. The store enqueues a change's task only
+ * after its commit; an enqueue that fails is logged and counted, and rule 3 dispatches the job again
+ * one grace period later.
  *
  * "Now" is the caller's (the scheduler's time), never the wall clock: every decision uses `nowMs`.
  * Write timestamps (`updatedAt`, event times) come from the store's clock.
  */
-import type { DocumentSnapshot, QueryDocumentSnapshot, Transaction } from 'firebase-admin/firestore';
+import type { QueryDocumentSnapshot } from 'firebase-admin/firestore';
 import { describeError, OwnershipLostError, UnreadableJobError } from '../core/errors';
-import { TERMINAL_STATUSES, type JobRecord, type StepTask } from '../core/job';
-import { currentFanOut, inFanOut, parkUnit, quarantineJobForUnit, reclaimExpiredJob, reclaimExpiredUnit, redispatchJob as redispatchQueuedJob, redispatchUnit as redispatchQueuedUnit, resumeWaitJob, type Transition } from '../core/transitions';
+import { TERMINAL_STATUSES, type JobRecord } from '../core/job';
+import { currentFanOut, inFanOut, parkUnit, reclaimExpiredJob, reclaimExpiredUnit, redispatchJob as redispatchQueuedJob, redispatchUnit as redispatchQueuedUnit, resumeWaitJob, type Transition } from '../core/transitions';
 import { decodeJob, decodeUnit, type UnitRecord } from '../store/codec';
-import type { EventDraft, JobStore } from '../store/job-store';
+import { quarantineViaUnit } from '../core/fan-out-moves';
+import type { Change, SweptUnitCurrent } from '../store/door';
+import type { JobStore } from '../store/job-store';
 import { readSweepPage, type PageCursor, type SweepPage } from '../store/sweep-queries';
 import type { TaskQueuePort } from '../store/task-queue';
 import { endUnreadableJob } from '../store/unreadable-jobs';
-import { endFanOutFromUnit } from './ended-fan-out';
 import { SWEEP_QUERIES, type SweepQueryName } from './indexed-queries';
 import { settleStoppedEffects, type SettleStoppedReport, type StoppedEffectsDeps } from './settle-stopped';
 import { stampEndedJobs, type RetentionReport } from './retention';
 import { forEachLimited } from './concurrency';
+import { fanOutMoveChange } from './ended-fan-out';
 
 /** Pages each query may read per run; with the default batch of 200, 1,000 documents per query. */
 export const SWEEP_MAX_PAGES = 5;
@@ -65,7 +69,7 @@ export interface SweepReport {
   readonly resumed: number;
   /** Units left over from a fan-out that ended (job finished, gone or moved on), taken out of the sweep. */
   readonly parkedUnits: number;
-  /** Documents that changed between the query and the transaction, left alone. */
+  /** Documents that changed between the query and the commit, left alone. */
   readonly skipped: number;
   readonly enqueued: number;
   readonly enqueueFailures: number;
@@ -74,7 +78,7 @@ export interface SweepReport {
   readonly queryPages: number;
   /** Documents returned by queries. */
   readonly queryDocuments: number;
-  /** Query documents plus documents read inside transactions (each attempt counted). */
+  /** Query documents plus documents read to decide (each attempt counted). */
   readonly documentsRead: number;
   /** Queries that stopped at SWEEP_MAX_PAGES with more to do: the next run continues. */
   readonly truncated: readonly SweepQueryName[];
@@ -87,11 +91,12 @@ export interface SweepReport {
 type Counter = Exclude<keyof SweepReport, 'nowMs' | 'truncated' | 'stoppedEffects' | 'retention'>;
 type Action = 'reclaimed' | 'unitsReclaimed' | 'quarantined' | 'redispatched' | 'unitsRedispatched' | 'resumed' | 'parkedUnits';
 
-/** What a transaction decided, and the task to enqueue once it has committed. */
+/** What a commit decided (its task, if any, the store enqueues once it has committed). */
 type Outcome =
   /** `unreadableJob`: the document's job could not be read; it is ended once this commit is in. */
-  | { readonly counter: Action; readonly enqueue?: { readonly task: StepTask; readonly id: string }; readonly unreadableJob?: UnreadableJobError }
-  /** The document changed between the query and the transaction (or is not for the sweeper after all). */
+  | { readonly counter: Action }
+  | { readonly counter: 'parkedUnits'; readonly unreadableJob: UnreadableJobError }
+  /** The document changed between the query and the commit (or is not for the sweeper after all). */
   | { readonly counter: 'skipped'; readonly reason: string };
 
 class Sweep {
@@ -112,15 +117,29 @@ class Sweep {
     documentsRead: 0,
   };
   private readonly truncated: SweepQueryName[] = [];
+  /** The store, enqueueing the tasks of what this sweep commits through a queue that counts them. */
   readonly store: JobStore;
   private readonly log: SweepLog;
 
   constructor(
-    private readonly deps: SweepDeps,
+    deps: SweepDeps,
     readonly nowMs: number,
   ) {
-    this.store = deps.store;
     this.log = deps.log ?? ((message, detail) => console.warn(JSON.stringify({ severity: 'WARNING', message, ...detail })));
+    const counts = this.counts;
+    const counting: TaskQueuePort = {
+      async enqueue(task, options) {
+        try {
+          await deps.queue.enqueue(task, options);
+        } catch (error) {
+          // The state change is durable; rule 3 dispatches the step again after the grace period.
+          counts.enqueueFailures += 1;
+          throw error;
+        }
+        counts.enqueued += 1;
+      },
+    };
+    this.store = deps.store.dispatchingTo(counting, (message, detail) => this.log(`sweep: ${message}`, detail));
   }
 
   read(documents: number): void {
@@ -183,7 +202,6 @@ class Sweep {
       return;
     }
     this.counts[outcome.counter] += 1;
-    if ('enqueue' in outcome) await this.enqueue(outcome.enqueue.task, outcome.enqueue.id);
     if ('unreadableJob' in outcome) await this.endUnreadable(name, outcome.unreadableJob);
   }
 
@@ -196,17 +214,6 @@ class Sweep {
     } catch (endError) {
       this.counts.errors += 1;
       this.log('sweep: a job document cannot be read, and ending it failed; the next run tries again', { query: name, jobId: error.jobId, error: describeError(endError) });
-    }
-  }
-
-  private async enqueue(task: StepTask, id: string): Promise<void> {
-    try {
-      await this.deps.queue.enqueue(task, { id });
-      this.counts.enqueued += 1;
-    } catch (error) {
-      // The state change is durable; rule 3 dispatches the step again after the grace period.
-      this.counts.enqueueFailures += 1;
-      this.log('sweep: enqueue failed; the next sweeps re-dispatch it', { task, id, error: describeError(error) });
     }
   }
 }
@@ -223,9 +230,9 @@ export async function sweep(deps: SweepDeps, nowMs: number): Promise<SweepReport
   await run.scan('lostJobTasks', lostBefore, (doc) => redispatchJob(run, doc, lostBefore), byDocument);
   await run.scan('lostUnitTasks', lostBefore, (doc) => redispatchUnit(run, doc, lostBefore), byJob);
   await run.scan('waitsOver', nowMs, (doc) => resumeWait(run, doc), byDocument);
-  const stoppedEffects = await settleStoppedEffects(deps, nowMs);
+  const stoppedEffects = await settleStoppedEffects({ ...deps, store: run.store }, nowMs);
   // Last: the passes above may end jobs' stories (their events are stamped as they are written).
-  const retention = await stampEndedJobs(deps, nowMs);
+  const retention = await stampEndedJobs({ ...deps, store: run.store }, nowMs);
   return { ...run.report(), stoppedEffects, retention };
 }
 
@@ -236,57 +243,47 @@ async function reclaimJobLease(run: Sweep, doc: QueryDocumentSnapshot): Promise<
   const { store, nowMs } = run;
   const seen = decodeJob(doc.id, doc.data()).lease;
   if (!seen) throw new OwnershipLostError('the job has no lease');
-  return store.transact<Outcome>(
-    doc.id,
-    (job) => {
-      run.read(1);
-      if (job.lease?.epoch !== seen.epoch) return 'the lease changed hands since the query';
-      return null;
-    },
-    ({ job }) => Promise.resolve(committed(reclaimExpiredJob(job, store.options, nowMs), 'reclaimed')),
-  );
+  return store.apply({ kind: 'job-record', jobId: doc.id }, ({ job }) => {
+    run.read(1);
+    if (job.lease?.epoch !== seen.epoch) throw new OwnershipLostError('the lease changed hands since the query');
+    return committed(reclaimExpiredJob(job, store.options, nowMs), 'reclaimed');
+  });
 }
 
-/** The transition's record and events to commit, and its task to enqueue afterwards; quarantine is counted as such. */
-function committed(transition: Transition<JobRecord>, counter: Action): { next: JobRecord; events: readonly EventDraft[]; value: Outcome } {
+/** The transition as a change: its record, events and task; quarantine is counted as such. */
+function committed(transition: Transition<JobRecord>, counter: Action): Change<Outcome> {
   const action: Action = transition.next.status === 'quarantined' ? 'quarantined' : counter;
-  const value: Outcome = transition.dispatch ? { counter: action, enqueue: { task: transition.dispatch.task, id: transition.dispatch.id } } : { counter: action };
-  return { next: transition.next, events: transition.events, value };
+  return { next: transition.next, events: transition.events, dispatch: transition.dispatch, value: { counter: action } };
 }
 
-// ---- Units: a transaction over the job and one unit -------------------------------------------
+// ---- Units: decided from the job and one unit -------------------------------------------------
 
-interface UnitTransaction {
-  readonly tx: Transaction;
-  readonly job: JobRecord | null;
-  readonly jobSnapshot: DocumentSnapshot;
-  readonly unit: UnitRecord;
-  readonly unitSnapshot: DocumentSnapshot;
+/** What a unit rule decides from its fresh read, once the unit is still the one the query found. */
+type UnitRule = (context: { readonly job: JobRecord; readonly unit: UnitRecord }) => Change<Outcome> | Promise<Change<Outcome>>;
+
+/**
+ * Decides one unit the query found through the door (`swept-unit`): `stillDue` says whether the unit
+ * as read now is still the one the query found; a unit of a fan-out that can never resume is parked;
+ * one whose job is not in its fan-out is left alone; the rest is `rule`'s.
+ */
+function inSweptUnit(run: Sweep, seen: UnitRecord, stillDue: (unit: UnitRecord) => string | null, rule: UnitRule): Promise<Outcome> {
+  const keys = { jobId: seen.jobId, phase: seen.phase, unit: seen.unit };
+  return run.store.apply({ kind: 'swept-unit', keys }, (current: SweptUnitCurrent): Change<Outcome> | Promise<Change<Outcome>> => {
+    const { job, unit } = current;
+    run.read(job === null ? 2 : 3);
+    // Its job can run nothing: the unit leaves the sweep here, and the job is ended once this commits.
+    if (current.unreadable) return { nextUnit: parkUnit(unit, { why: "its job's document cannot be read" }, run.nowMs).next, value: { counter: 'parkedUnits', unreadableJob: current.unreadable } };
+    const changed = stillDue(unit);
+    if (changed !== null) return skipped(changed);
+    if (fanOutEnded(job, unit)) return park(job, unit, run.nowMs);
+    if (job === null || !inFanOut(job, unit)) return skipped(`the job is ${job?.status ?? 'gone'}, not in this unit's fan-out`);
+    return rule({ job, unit });
+  });
 }
 
-async function inUnitTransaction(run: Sweep, doc: QueryDocumentSnapshot, body: (context: UnitTransaction) => Outcome | Promise<Outcome>): Promise<Outcome> {
-  const { store } = run;
-  const unitRef = doc.ref;
-  const jobRef = unitRef.parent.parent;
-  if (!jobRef) throw new Error(`Unit ${unitRef.path} is not under a job`);
-  return store.retryingWrite(`sweep of unit ${unitRef.path}`, () =>
-    store.runTransaction(async (tx): Promise<Outcome> => {
-      const [jobSnapshot, unitSnapshot] = await tx.getAll(jobRef, unitRef);
-      run.read(2);
-      if (!jobSnapshot || !unitSnapshot?.exists) return { counter: 'skipped', reason: 'the unit is gone' };
-      const unit = decodeUnit(unitRef.path, unitSnapshot.data());
-      let job: JobRecord | null;
-      try {
-        job = jobSnapshot.exists ? decodeJob(jobRef.id, jobSnapshot.data()) : null;
-      } catch (error) {
-        if (!(error instanceof UnreadableJobError)) throw error;
-        // Its job can run nothing: the unit leaves the sweep here, and the job is ended once this commits.
-        store.commitUnit(tx, unitSnapshot, parkUnit(unit, { why: "its job's document cannot be read" }, run.nowMs).next);
-        return { counter: 'parkedUnits', unreadableJob: error };
-      }
-      return body({ tx, job, jobSnapshot, unit, unitSnapshot });
-    }),
-  );
+/** Nothing written: the unit is not the sweeper's after all. */
+function skipped(reason: string): Change<Outcome> {
+  return { value: { counter: 'skipped', reason } };
 }
 
 /**
@@ -300,42 +297,37 @@ function fanOutEnded(job: JobRecord | null, unit: UnitRecord): boolean {
 }
 
 /** Parks a leftover unit: no lease, not queued, so no query matches it; the reason is on the unit. */
-function park(run: Sweep, context: UnitTransaction): Outcome {
-  const { job, unit } = context;
+function park(job: JobRecord | null, unit: UnitRecord, nowMs: number): Change<Outcome> {
   const why = job === null ? 'its job no longer exists' : TERMINAL_STATUSES.has(job.status) ? `its job is ${job.status}` : `its job left fan-out epoch ${unit.fanoutEpoch}`;
-  run.store.commitUnit(context.tx, context.unitSnapshot, parkUnit(unit, { why }, run.nowMs).next);
-  return { counter: 'parkedUnits' };
-}
-
-/** The commit outcome of a unit transition: its task, once committed. */
-function withDispatch(counter: Action, transition: Transition<UnitRecord>): Outcome {
-  return transition.dispatch ? { counter, enqueue: { task: transition.dispatch.task, id: transition.dispatch.id } } : { counter };
+  return { nextUnit: parkUnit(unit, { why }, nowMs).next, value: { counter: 'parkedUnits' } };
 }
 
 // ---- Rule 2: expired unit leases ---------------------------------------------------------------
 
 async function reclaimUnitLease(run: Sweep, doc: QueryDocumentSnapshot): Promise<Outcome> {
   const { store, nowMs } = run;
-  const seen = decodeUnit(doc.ref.path, doc.data()).lease;
-  if (!seen) throw new OwnershipLostError('the unit has no lease');
-  return inUnitTransaction(run, doc, async (context) => {
-    const { tx, job, unit } = context;
-    if (unit.status !== 'running' || unit.lease?.epoch !== seen.epoch) return { counter: 'skipped', reason: 'the unit changed since the query' };
-    if (unit.lease.expiresAtMs > nowMs) return { counter: 'skipped', reason: 'the lease was extended since the query' };
-    if (fanOutEnded(job, unit)) return park(run, context);
-    if (job === null || !inFanOut(job, unit)) return { counter: 'skipped', reason: `the job is ${job?.status ?? 'gone'}, not in this unit's fan-out` };
+  const seen = decodeUnit(doc.ref.path, doc.data());
+  const seenLease = seen.lease;
+  if (!seenLease) throw new OwnershipLostError('the unit has no lease');
+  const stillDue = (unit: UnitRecord): string | null => {
+    if (unit.status !== 'running' || unit.lease?.epoch !== seenLease.epoch) return 'the unit changed since the query';
+    if (unit.lease.expiresAtMs > nowMs) return 'the lease was extended since the query';
+    return null;
+  };
+  return inSweptUnit(run, seen, stillDue, async ({ job, unit }) => {
     // The budget is the unit's own; the rule is the same as for a job.
     const reclaimed = reclaimExpiredUnit(unit, store.options, nowMs);
     if (reclaimed.quarantine !== undefined) {
-      // Every read of the transaction before its first write: the fan-out's other units, for their cost.
-      const ended = await endFanOutFromUnit(store, tx, job, reclaimed.next, quarantineJobForUnit(job, { reason: reclaimed.quarantine }, nowMs).next, tx);
-      store.commitUnit(tx, context.unitSnapshot, ended.nextUnit);
-      store.commitJob(tx, context.jobSnapshot, job, ended.next, reclaimed.events);
-      return { counter: 'quarantined' };
+      const { quarantine } = reclaimed;
+      // The fan-out's other units are read now; those the quarantine charges are rewritten conditioned on this read.
+      const moved = await fanOutMoveChange(store, job, (others) => {
+        run.read(others.length);
+        return quarantineViaUnit(job, { ...reclaimed, quarantine }, others, nowMs);
+      });
+      return { ...moved, value: { counter: 'quarantined' } };
     }
-    store.commitUnit(tx, context.unitSnapshot, reclaimed.next);
-    store.commitJob(tx, context.jobSnapshot, job, job, reclaimed.events);
-    return withDispatch('unitsReclaimed', reclaimed);
+    // The job is rewritten as read: its timeline gets the event, and its precondition fences the unit's commit.
+    return { next: job, nextUnit: reclaimed.next, events: reclaimed.events, dispatch: reclaimed.dispatch, value: { counter: 'unitsReclaimed' } };
   });
 }
 
@@ -344,32 +336,24 @@ async function reclaimUnitLease(run: Sweep, doc: QueryDocumentSnapshot): Promise
 async function redispatchJob(run: Sweep, doc: QueryDocumentSnapshot, lostBefore: number): Promise<Outcome> {
   const { store, nowMs } = run;
   const seen = decodeJob(doc.id, doc.data());
-  return store.transact<Outcome>(
-    doc.id,
-    (job) => {
-      run.read(1);
-      if (job.status === 'queued' && (job.step !== seen.step || job.dispatch !== seen.dispatch)) return 'the job was dispatched again since the query';
-      return null;
-    },
-    ({ job }) => Promise.resolve(committed(redispatchQueuedJob(job, { lostBeforeMs: lostBefore }, nowMs), 'redispatched')),
-  );
+  return store.apply({ kind: 'job-record', jobId: doc.id }, ({ job }) => {
+    run.read(1);
+    if (job.status === 'queued' && (job.step !== seen.step || job.dispatch !== seen.dispatch)) throw new OwnershipLostError('the job was dispatched again since the query');
+    return committed(redispatchQueuedJob(job, { lostBeforeMs: lostBefore }, nowMs), 'redispatched');
+  });
 }
 
 async function redispatchUnit(run: Sweep, doc: QueryDocumentSnapshot, lostBefore: number): Promise<Outcome> {
-  const { store, nowMs } = run;
+  const { nowMs } = run;
   const seen = decodeUnit(doc.ref.path, doc.data());
-  return inUnitTransaction(run, doc, (context) => {
-    const { tx, job, unit } = context;
-    if (unit.status !== 'queued' || unit.step !== seen.step || unit.dispatch !== seen.dispatch || unit.fanoutEpoch !== seen.fanoutEpoch) {
-      return { counter: 'skipped', reason: 'the unit changed since the query' };
-    }
-    if (unit.nextRunAtMs > lostBefore) return { counter: 'skipped', reason: 'the unit is not overdue any more' };
-    if (fanOutEnded(job, unit)) return park(run, context);
-    if (job === null || !inFanOut(job, unit)) return { counter: 'skipped', reason: `the job is ${job?.status ?? 'gone'}, not in this unit's fan-out` };
+  const stillDue = (unit: UnitRecord): string | null => {
+    if (unit.status !== 'queued' || unit.step !== seen.step || unit.dispatch !== seen.dispatch || unit.fanoutEpoch !== seen.fanoutEpoch) return 'the unit changed since the query';
+    if (unit.nextRunAtMs > lostBefore) return 'the unit is not overdue any more';
+    return null;
+  };
+  return inSweptUnit(run, seen, stillDue, ({ job, unit }) => {
     const redispatched = redispatchQueuedUnit(unit, { lostBeforeMs: lostBefore }, nowMs);
-    store.commitUnit(tx, context.unitSnapshot, redispatched.next);
-    store.commitJob(tx, context.jobSnapshot, job, job, redispatched.events);
-    return withDispatch('unitsRedispatched', redispatched);
+    return { next: job, nextUnit: redispatched.next, events: redispatched.events, dispatch: redispatched.dispatch, value: { counter: 'unitsRedispatched' } };
   });
 }
 
@@ -377,12 +361,8 @@ async function redispatchUnit(run: Sweep, doc: QueryDocumentSnapshot, lostBefore
 
 async function resumeWait(run: Sweep, doc: QueryDocumentSnapshot): Promise<Outcome> {
   const { store, nowMs } = run;
-  return store.transact<Outcome>(
-    doc.id,
-    () => {
-      run.read(1);
-      return null;
-    },
-    ({ job }) => Promise.resolve(committed(resumeWaitJob(job, nowMs), 'resumed')),
-  );
+  return store.apply({ kind: 'job-record', jobId: doc.id }, ({ job }) => {
+    run.read(1);
+    return committed(resumeWaitJob(job, nowMs), 'resumed');
+  });
 }

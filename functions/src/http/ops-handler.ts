@@ -17,7 +17,7 @@
 import { z } from 'zod';
 import { PhaselineError } from '../core/errors';
 import { documentId } from '../core/ids';
-import { PHASE_NAME_PATTERN } from '../core/pipeline';
+import { PHASE_NAME_PATTERN, type PipelineRegistry } from '../core/pipeline';
 import { cancellationReport } from '../effects/stop-report';
 import { OperatorActionRefusedError, redriveJob, releaseQuarantined } from '../engine/operator';
 import { cancelJob, OwnerActionError } from '../engine/owner-actions';
@@ -40,6 +40,8 @@ export interface OpsLogger {
 export interface OpsActionDeps {
   readonly store: JobStore;
   readonly queue: TaskQueuePort;
+  /** The pipelines a re-drive names phases of (the deployed ones; only their phase lists are read). */
+  readonly pipelines: PipelineRegistry;
   readonly verifyToken: VerifyOperatorToken;
   /** Defaults to the console; the trigger passes the Cloud Functions logger (the audit trail). */
   readonly logger?: OpsLogger;
@@ -87,7 +89,7 @@ async function perform(deps: OpsActionDeps, request: OpsActionRequest, by: strin
       return { status: cancelled.status, unknownEffects, report: cancelled.cancellation ? cancellationReport(cancelled.cancellation) : null };
     }
     case 'redrive': {
-      const redriven = await redriveJob(deps.store, deps.queue, { jobId: request.jobId, fromPhase: request.fromPhase, by, reason: request.reason }, nowMs);
+      const redriven = await redriveJob(deps.store, deps.queue, { jobId: request.jobId, fromPhase: request.fromPhase, by, reason: request.reason }, nowMs, { pipelines: deps.pipelines });
       return { status: redriven.job.status, taskId: redriven.taskId, enqueued: redriven.enqueued, resumesAt: redriven.resumesAt, setAside: redriven.setAside };
     }
   }

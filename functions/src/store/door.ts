@@ -9,6 +9,7 @@
  */
 import type { DocumentData, Timestamp } from 'firebase-admin/firestore';
 import type { JobClaim, UnitClaim } from '../core/claims';
+import type { UnreadableJobError } from '../core/errors';
 import type { JobRecord, UnitRecord } from '../core/job';
 import type { Dispatch } from '../core/transitions';
 
@@ -43,12 +44,17 @@ export interface UnitKeys {
  * - `job-record`: anyone deciding from the job record alone (a claimer, the sweeper, an operator, an
  *   owner's action): `decide` refuses by throwing.
  * - `unit-record`: the same for a unit (a unit claimer); a change without `nextUnit` writes nothing.
+ * - `swept-unit`: the sweeper deciding from a unit whose job may be gone or unreadable: with a
+ *   readable job it is `unit-record`; without one `decide` gets `job: null` and its change may
+ *   write the unit alone, conditioned on the unit's update time (a job gone stays gone; an
+ *   unreadable one is ended next, by a commit conditioned on it).
  */
 export type DoorOwner =
   | ClaimHolder
   | { readonly kind: 'slot'; readonly holder: ClaimHolder; readonly job?: EventJob }
   | { readonly kind: 'job-record'; readonly jobId: string }
-  | { readonly kind: 'unit-record'; readonly keys: UnitKeys };
+  | { readonly kind: 'unit-record'; readonly keys: UnitKeys }
+  | { readonly kind: 'swept-unit'; readonly keys: UnitKeys };
 
 /** The unit owner's extra: a lease renewal to commit between lost races (null: the lease is fresh enough). */
 export interface UnitHolderOptions {
@@ -70,7 +76,9 @@ export type CurrentOf<O extends DoorOwner> = O extends { readonly kind: 'job' | 
   ? JobCurrent
   : O extends { readonly kind: 'unit' | 'unit-record' }
     ? UnitCurrent
-    : SlotCurrent;
+    : O extends { readonly kind: 'swept-unit' }
+      ? SweptUnitCurrent
+      : SlotCurrent;
 
 export interface JobCurrent {
   readonly job: JobRecord;
@@ -80,6 +88,13 @@ export interface UnitCurrent {
   readonly job: JobRecord;
   readonly unit: UnitRecord;
   readonly slot: ClaimSlotView;
+}
+
+/** A unit as the sweeper reads it: `job` null when its job is gone or its document cannot be read (`unreadable` says why). */
+export interface SweptUnitCurrent {
+  readonly job: JobRecord | null;
+  readonly unreadable: UnreadableJobError | null;
+  readonly unit: UnitRecord;
 }
 
 /** Nothing is read for a slot-fenced write: the slot's precondition proves the claim. */
@@ -98,6 +113,15 @@ export interface UnitVersion {
   readonly updateTime: Timestamp | null;
 }
 
+/**
+ * A document a change was decided from, as read: a write conditioned on it fails the commit when the
+ * document changed since (the change is then decided again from a new read). No lock is taken.
+ */
+export interface ReadVersion {
+  readonly path: string;
+  readonly updateTime: Timestamp;
+}
+
 /** A document a change carries besides the job and unit records. */
 export type DocumentWrite =
   /** A phase checkpoint (replaces any earlier one: the commit is fenced by the job). */
@@ -113,7 +137,19 @@ export type DocumentWrite =
   /** Another unit of the fan-out rewritten, conditioned on the update time it was read at. */
   | { readonly kind: 'unit'; readonly read: StoredUnit; readonly next: UnitRecord }
   /** The unit records a fan-out starts with, each created or replaced under the version read. */
-  | { readonly kind: 'fan-out-units'; readonly units: readonly { readonly record: UnitRecord; readonly updateTime: Timestamp | null }[] };
+  | { readonly kind: 'fan-out-units'; readonly units: readonly { readonly record: UnitRecord; readonly updateTime: Timestamp | null }[] }
+  /** Any other document of the job, written whole (an audit copy); fenced by the commit's other preconditions. */
+  | { readonly kind: 'put'; readonly path: string; readonly document: DocumentData }
+  /** Fields of a document the change was decided from (an effect entry), updated under the update time it was read at. */
+  | { readonly kind: 'update-read'; readonly read: ReadVersion; readonly fields: DocumentData }
+  /** A document the change was decided from, deleted under the update time it was read at. */
+  | { readonly kind: 'delete-read'; readonly read: ReadVersion }
+  /**
+   * A document the change was decided from and leaves as it is: `field` is written back with the
+   * `value` it was read with, under the update time it was read at. A write that changes nothing
+   * keeps the document's update time, so it fences this commit without disturbing anyone else's.
+   */
+  | { readonly kind: 'unchanged'; readonly read: ReadVersion; readonly field: string; readonly value: unknown };
 
 /** What `decide` returns: the next records, their events, the documents they carry, the tasks to enqueue once committed, and the caller's value. */
 export interface Change<T> {

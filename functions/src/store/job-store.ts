@@ -10,7 +10,7 @@ import { FieldValue, Timestamp, type DocumentData, type DocumentReference, type 
 import type { Clock } from '../core/clock';
 import type { EngineOptions } from '../core/options';
 import { heldJobEpoch, heldUnitEpoch, jobClaimRefusal, unitClaimRefusal, type JobClaim, type UnitClaim } from '../core/claims';
-import { CheckpointWriteError, describeError, OwnershipLostError, PhaselineError } from '../core/errors';
+import { CheckpointWriteError, describeError, OwnershipLostError, PhaselineError, UnreadableJobError } from '../core/errors';
 import { ENDED_STATUSES, newQueuedJob, type FanOutState, type JobRecord } from '../core/job';
 import { endedAtMs, expireAtMs, withRetentionDue } from '../core/lifecycle';
 import type { QuotaRefusal } from '../core/quota';
@@ -20,11 +20,11 @@ import { readFanOutUnits } from './checkpoint-reads';
 import { ClaimSession, type ClaimSlotRecord } from './claim-session';
 import { FirestoreHandle, isAlreadyExists, isFailedPrecondition, isTransientFirestoreError, type JobVersion, type JobWriter } from './firestore-handle';
 import type { OwnedTransaction } from './firestore-ledger';
-import { dispatchesOf, type Change, type ClaimHolder, type ClaimSlotView, type CurrentOf, type Decide, type DocumentWrite, type DoorOwner, type EventDraft, type EventJob, type StoredUnit, type UnitKeys, type UnitVersion } from './door';
+import { dispatchesOf, type Change, type ClaimHolder, type ClaimSlotView, type CurrentOf, type Decide, type DocumentWrite, type DoorOwner, type EventDraft, type EventJob, type StoredUnit, type SweptUnitCurrent, type UnitCurrent, type UnitKeys, type UnitVersion } from './door';
 import { outboxRef, sectionRef, transcriptSaveRef } from './job-documents';
 import type { TaskQueuePort } from './task-queue';
 import type { JobAdmission } from './quota-documents';
-import { claimPath, conversationPath, eventId, eventPath, JOB_CLAIM_SLOT, JOBS, unitClaimSlot } from './paths';
+import { claimPath, conversationPath, eventId, eventPath, JOB_CLAIM_SLOT, JOBS, unitClaimSlot, unitsPath } from './paths';
 import type { JobCommit, UnitCommit } from './record-commits';
 import { noteCommitPreconditionFailed, noteJobCommit, noteUnitCommit } from '../telemetry/commits';
 
@@ -244,7 +244,55 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
         return this.commitUnitRecord(owner.keys, decide);
       case 'slot':
         return this.commitFencedBySlot(owner.holder, owner.job, decide);
+      case 'swept-unit':
+        return this.commitSweptUnit(owner.keys, decide);
     }
+  }
+
+  /**
+   * The sweeper's unit (see DoorOwner `swept-unit`): the unit-record commit while its job reads; when
+   * the job is gone or unreadable, `decide` gets `job: null` and its change writes the unit alone, in
+   * one commit conditioned on the unit's update time (a lost race reads both again).
+   */
+  private async commitSweptUnit<T>(keys: UnitKeys, decide: (current: AnyCurrent) => Change<T> | Promise<Change<T>>): Promise<Change<T>> {
+    const jobRef = this.jobRef(keys.jobId);
+    const unitRef = this.unitRef(keys.jobId, keys.phase, keys.unit);
+    return this.retryingWrite(`unit ${keys.jobId}/${keys.unit}`, async () => {
+      for (let attempt = 1; ; attempt += 1) {
+        try {
+          return await this.commitUnitRecord(keys, (current) => decide({ ...(current as UnitCurrent), unreadable: null } satisfies SweptUnitCurrent));
+        } catch (error) {
+          if (!(error instanceof OwnershipLostError) && !(error instanceof UnreadableJobError)) throw error;
+          const [jobSnapshot, unitSnapshot] = await this.db.getAll(jobRef, unitRef);
+          if (!unitSnapshot?.exists) throw error;
+          let unreadable: UnreadableJobError | null = null;
+          if (jobSnapshot?.exists) {
+            try {
+              decodeJob(keys.jobId, jobSnapshot.data());
+              // It reads now (a refusal of decide's, or repaired meanwhile): a refusal stands, a repair is decided again.
+              if (error instanceof OwnershipLostError) throw error;
+              continue;
+            } catch (decodeError) {
+              if (!(decodeError instanceof UnreadableJobError)) throw decodeError;
+              unreadable = decodeError;
+            }
+          }
+          const unit = decodeUnit(unitRef.path, unitSnapshot.data());
+          const change = await decide({ job: null, unreadable, unit });
+          if (change.next || change.events?.length || change.documents?.length || dispatchesOf(change).length > 0) throw new Error(`unit ${unitRef.path}: without its job, a change writes the unit alone`, { cause: error });
+          if (!change.nextUnit) return change;
+          const writer = new CountingBatch(this.db.batch());
+          this.commitUnit(writer, unitSnapshot, change.nextUnit, unit);
+          try {
+            await writer.batch.commit();
+            return change;
+          } catch (commitError) {
+            if (!isFailedPrecondition(commitError) || attempt >= MAX_JOB_COMMIT_ATTEMPTS) throw commitError;
+            noteCommitPreconditionFailed();
+          }
+        }
+      }
+    });
   }
 
   /** A decided change, its documents added to the commit: the value the commit protocols carry is the whole change. */
@@ -335,6 +383,18 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
           break;
         case 'fan-out-units':
           this.putFanOutUnits(tx, write.units);
+          break;
+        case 'put':
+          tx.set(this.db.doc(write.path), write.document);
+          break;
+        case 'update-read':
+          tx.update(this.db.doc(write.read.path), write.fields, { lastUpdateTime: write.read.updateTime });
+          break;
+        case 'delete-read':
+          tx.delete(this.db.doc(write.read.path), { lastUpdateTime: write.read.updateTime });
+          break;
+        case 'unchanged':
+          tx.update(this.db.doc(write.read.path), { [write.field]: write.value }, { lastUpdateTime: write.read.updateTime });
           break;
       }
     }
@@ -868,6 +928,12 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
   /** The units of a job's fan-out (by its epoch), each with the update time a change that rewrites it is conditioned on. */
   async readFanOutUnits(jobId: string, fanoutEpoch: number): Promise<StoredUnit[]> {
     return (await readFanOutUnits(this, jobId, fanoutEpoch)).map((snapshot) => ({ record: decodeUnit(snapshot.ref.path, snapshot.data()), updateTime: snapshot.updateTime }));
+  }
+
+  /** Every unit of a job, all fan-outs, each with the update time a change that rewrites it is conditioned on. */
+  async readJobUnits(jobId: string): Promise<StoredUnit[]> {
+    const snapshot = await this.db.collection(unitsPath(jobId)).get();
+    return snapshot.docs.map((doc) => ({ record: decodeUnit(doc.ref.path, doc.data()), updateTime: doc.updateTime }));
   }
 
   /**

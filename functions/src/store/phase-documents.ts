@@ -9,13 +9,14 @@
  * unit document is not removed but parked without its result: its epoch and step go on counting,
  * so a claim number is never given twice, and its cost stays counted once.
  */
-import { FieldPath, type DocumentReference, type DocumentSnapshot, type Query, type Transaction } from 'firebase-admin/firestore';
+import { FieldPath, type DocumentReference, type DocumentSnapshot, type Query } from 'firebase-admin/firestore';
+import { setAsideUnit } from '../core/fan-out-moves';
 import type { JobRecord } from '../core/job';
 import { decodeUnit } from './codec';
 import { prefixSuccessor, type StoredDocument } from './checkpoint-reads';
 import { outboxRef } from './job-documents';
+import type { DocumentWrite } from './door';
 import type { FirestoreHandle } from './firestore-handle';
-import type { UnitCommitHandle } from './record-commits';
 import { JOBS } from './paths';
 
 /** Where set-aside documents are kept: a subcollection of their job (owner-readable, like the others; no TTL). */
@@ -68,11 +69,11 @@ export interface SetAsidePage {
 }
 
 /**
- * Reads, in the transaction, the next documents still to set aside for `phases`: the last phase
+ * Reads (plainly: the commit that moves them is conditioned on each one's update time) the next documents still to set aside for `phases`: the last phase
  * first (an attempt interrupted between pages leaves a job whose later phases are set aside, never
  * a gap before a phase it kept), at most `maxDocuments` and about `maxBytes` (at least one).
  */
-export async function readSetAsidePage(store: FirestoreHandle, tx: Transaction, jobId: string, phases: readonly string[], maxDocuments: number, maxBytes: number): Promise<SetAsidePage> {
+export async function readSetAsidePage(store: FirestoreHandle, jobId: string, phases: readonly string[], maxDocuments: number, maxBytes: number): Promise<SetAsidePage> {
   const documents: SetAsideDocument[] = [];
   let bytes = 0;
   const take = (collection: SetAsideCollection, snapshot: DocumentSnapshot): boolean => {
@@ -86,7 +87,7 @@ export async function readSetAsidePage(store: FirestoreHandle, tx: Transaction, 
     for (const collection of SET_ASIDE_COLLECTIONS) {
       const left = maxDocuments - documents.length;
       if (left <= 0) return { documents, full: true };
-      const found = collection === 'checkpoints' ? [await tx.get(store.checkpointRef(jobId, phase))].filter((doc) => doc.exists) : (await tx.get(phaseRange(store, jobId, collection, phase).limit(left))).docs;
+      const found = collection === 'checkpoints' ? [await store.checkpointRef(jobId, phase).get()].filter((doc) => doc.exists) : (await phaseRange(store, jobId, collection, phase).limit(left).get()).docs;
       for (const snapshot of found) if (!take(collection, snapshot)) return { documents, full: true };
     }
   }
@@ -94,27 +95,23 @@ export async function readSetAsidePage(store: FirestoreHandle, tx: Transaction, 
 }
 
 /** The job's published answer, if there is one (its conversation's message, or `results/final`). */
-export async function readOutbox(store: FirestoreHandle, tx: Transaction, job: Pick<JobRecord, 'id' | 'conversationId'>): Promise<SetAsideDocument | null> {
-  const snapshot = await tx.get(outboxRef(store, job));
+export async function readOutbox(store: FirestoreHandle, job: Pick<JobRecord, 'id' | 'conversationId'>): Promise<SetAsideDocument | null> {
+  const snapshot = await outboxRef(store, job).get();
   return snapshot.exists ? { collection: 'outbox', snapshot } : null;
 }
 
 /** Which phase an earlier, interrupted attempt with these IDs was re-driving from, if it set anything aside. */
-export async function readEarlierAttempt(store: FirestoreHandle, tx: Transaction, jobId: string, mark: Pick<SetAsideMark, 'redrive' | 'epoch'>): Promise<string | null> {
+export async function readEarlierAttempt(store: FirestoreHandle, jobId: string, mark: Pick<SetAsideMark, 'redrive' | 'epoch'>): Promise<string | null> {
   const prefix = setAsidePrefix(mark);
-  const found = await tx.get(
-    store.db.collection(`${JOBS}/${jobId}/${SET_ASIDE}`).where(FieldPath.documentId(), '>=', prefix).where(FieldPath.documentId(), '<', prefixSuccessor(prefix)).limit(1),
-  );
+  const found = await store.db.collection(`${JOBS}/${jobId}/${SET_ASIDE}`).where(FieldPath.documentId(), '>=', prefix).where(FieldPath.documentId(), '<', prefixSuccessor(prefix)).limit(1).get();
   const fromPhase: unknown = found.docs[0]?.get('setAside.fromPhase');
   return typeof fromPhase === 'string' ? fromPhase : null;
 }
 
 /** How many documents attempts with these IDs set aside so far (interrupted ones included). */
-export async function countSetAside(store: FirestoreHandle, tx: Transaction, jobId: string, mark: Pick<SetAsideMark, 'redrive' | 'epoch'>): Promise<number> {
+export async function countSetAside(store: FirestoreHandle, jobId: string, mark: Pick<SetAsideMark, 'redrive' | 'epoch'>): Promise<number> {
   const prefix = setAsidePrefix(mark);
-  const counted = await tx.get(
-    store.db.collection(`${JOBS}/${jobId}/${SET_ASIDE}`).where(FieldPath.documentId(), '>=', prefix).where(FieldPath.documentId(), '<', prefixSuccessor(prefix)).count(),
-  );
+  const counted = await store.db.collection(`${JOBS}/${jobId}/${SET_ASIDE}`).where(FieldPath.documentId(), '>=', prefix).where(FieldPath.documentId(), '<', prefixSuccessor(prefix)).count().get();
   return counted.data().count;
 }
 
@@ -123,25 +120,26 @@ function auditRef(store: FirestoreHandle, jobId: string, mark: SetAsideMark, doc
 }
 
 /**
- * Moves the documents read (all reads of the transaction come first): a copy under the job's
- * `setAside` with its record, then the original removed, or, for a unit, parked without its result
- * and with fresh budgets (see the module comment). Returns the number of writes added.
+ * The writes that move the documents read: a copy under the job's `setAside` with its record, then
+ * the original removed, or, for a unit, parked without its result and with fresh budgets (see the
+ * module comment); each conditioned on the update time it was read at, so a document that changed
+ * since fails the commit (which is decided again from a new read). Every document costs up to three
+ * writes of the commit (its copy, its removal or parking, a unit's claim slot).
  */
-export function writeSetAside(store: UnitCommitHandle, tx: Transaction, jobId: string, mark: SetAsideMark, documents: readonly SetAsideDocument[]): number {
-  let writes = 0;
+export function setAsideWrites(store: FirestoreHandle, jobId: string, mark: SetAsideMark, documents: readonly SetAsideDocument[]): DocumentWrite[] {
+  const writes: DocumentWrite[] = [];
   for (const document of documents) {
     const { snapshot } = document;
     const record = { ...mark, collection: document.collection, id: snapshot.id, path: snapshot.ref.path };
-    tx.set(auditRef(store, jobId, mark, document), { ...snapshot.data(), setAside: record });
+    writes.push({ kind: 'put', path: auditRef(store, jobId, mark, document).path, document: { ...snapshot.data(), setAside: record } });
+    const updateTime = snapshot.updateTime;
+    if (!updateTime) throw new Error(`${snapshot.ref.path}: read without an update time`);
     if (document.collection === 'units') {
       const unit = decodeUnit(snapshot.ref.path, snapshot.data());
       const message = `Set aside by re-drive ${mark.redrive} (from ${mark.fromPhase}, by ${mark.by}); its result is kept under ${SET_ASIDE}`;
-      store.commitUnit(tx, snapshot, { ...unit, status: 'running', lease: null, result: null, attempts: 0, staleReclaims: 0, lastError: { code: 'set-aside', message, atMs: mark.atMs } }, unit);
-      // commitUnit may also revoke the unit's claim slot: counted as a write of its own.
-      writes += 3;
+      writes.push({ kind: 'unit', read: { record: unit, updateTime }, next: setAsideUnit(unit, { message, atMs: mark.atMs }) });
     } else {
-      tx.delete(snapshot.ref);
-      writes += 2;
+      writes.push({ kind: 'delete-read', read: { path: snapshot.ref.path, updateTime } });
     }
   }
   return writes;

@@ -10,12 +10,14 @@ import { createOpsActionHandler, OPERATOR_CLAIM } from '../http/ops-handler';
 import { JobStore } from '../store/job-store';
 import { firestore, stepQueue, verifyCaller } from './admin';
 import { engineOptionsFromEnv } from './config';
+import { pipelines } from './pipelines';
 
 let handler: ReturnType<typeof createOpsActionHandler> | undefined;
 function opsHandler(): ReturnType<typeof createOpsActionHandler> {
   handler ??= createOpsActionHandler({
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
     queue: stepQueue(),
+    pipelines,
     verifyToken: async (token) => {
       const caller = await verifyCaller()(token);
       return { uid: caller.uid, admin: caller.claims[OPERATOR_CLAIM] === true };
