@@ -11,6 +11,7 @@
  */
 import { FieldPath, type DocumentReference, type DocumentSnapshot, type Query, type Transaction } from 'firebase-admin/firestore';
 import type { JobRecord } from '../core/job';
+import { setAsideUnit } from '../core/fan-out-moves';
 import { decodeUnit } from './codec';
 import { prefixSuccessor, type StoredDocument } from './checkpoint-reads';
 import { outboxRef } from './job-documents';
@@ -135,7 +136,7 @@ export function writeSetAside(store: JobStore, tx: Transaction, jobId: string, m
     if (document.collection === 'units') {
       const unit = decodeUnit(snapshot.ref.path, snapshot.data());
       const message = `Set aside by re-drive ${mark.redrive} (from ${mark.fromPhase}, by ${mark.by}); its result is kept under ${SET_ASIDE}`;
-      store.commitUnit(tx, snapshot, { ...unit, status: 'running', lease: null, result: null, attempts: 0, staleReclaims: 0, lastError: { code: 'set-aside', message, atMs: mark.atMs } }, unit);
+      store.commitUnit(tx, snapshot, setAsideUnit(unit, { message, atMs: mark.atMs }), unit);
       // commitUnit may also revoke the unit's claim slot: counted as a write of its own.
       writes += 3;
     } else {

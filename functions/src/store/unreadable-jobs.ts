@@ -15,7 +15,7 @@
 import { Timestamp, type DocumentData } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import { UnreadableJobError } from '../core/errors';
-import { ENDED_STATUSES, type JobStatus } from '../core/job';
+import { unreadableJobEnd } from '../core/unreadable-job';
 import { expireAtMs } from '../core/lifecycle';
 import { decodeJob } from './codec';
 import { eventId, type ClaimSlotRecord, type JobStore } from './job-store';
@@ -57,8 +57,8 @@ export async function endUnreadableJob(store: JobStore, error: UnreadableJobErro
       }
       const nowMs = store.clock.now();
       const status: unknown = data.status;
-      const ended = typeof status === 'string' && ENDED_STATUSES.has(status as JobStatus);
-      const quarantine = !ended && status !== 'quarantined';
+      const { ended, quarantinedAs } = unreadableJobEnd(status);
+      const quarantine = quarantinedAs !== null;
       const found = [data.lease, data.fanout, data.waiting, data.effectsToSettleAt, data.retention].some((value) => value !== null && value !== undefined);
       if (!quarantine && !found) return 'unchanged';
 
@@ -67,7 +67,7 @@ export async function endUnreadableJob(store: JobStore, error: UnreadableJobErro
       const seq = count.safeParse(data.eventSeq);
       const event = seq.success ? eventId(seq.data + 1) : `unreadable-${String(nowMs).padStart(14, '0')}`;
       const epoch = count.safeParse(data.epoch);
-      const nextStatus = quarantine ? 'quarantined' : status;
+      const nextStatus = quarantinedAs ?? status;
       tx.update(ref, {
         lease: null,
         fanout: null,
@@ -76,7 +76,7 @@ export async function endUnreadableJob(store: JobStore, error: UnreadableJobErro
         retention: null,
         updatedAt: at,
         ...(seq.success ? { eventSeq: seq.data + 1 } : {}),
-        ...(quarantine ? { status: 'quarantined', quarantine: { reason, at }, finishedAt: at } : {}),
+        ...(quarantine ? { status: quarantinedAs, quarantine: { reason, at }, finishedAt: at } : {}),
       });
       tx.set(store.db.doc(eventPath(error.jobId, event)), {
         kind: quarantine ? 'quarantined' : 'unreadable',
