@@ -1032,4 +1032,12 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '    const outputTokens = answer.usage?.outputTokens ?? 0;\n',
     tests: [{ files: ['test/unit/ai-sdk-adapter.test.ts', 'test/unit/ai-sdk-wire.test.ts'], names: '.' }],
   },
+  {
+    name: 'fanout-end-fences-siblings',
+    removes: "the fence on every sibling a unit's fan-out-ending move decided from (a sibling that records cost after the read loses it when its claim is revoked)",
+    file: 'functions/src/engine/ended-fan-out.ts',
+    search: '    documents.push(next ? { kind: \'unit\', read, next } : { kind: \'unchanged\', read: { path: store.unitRef(job.id, phase, unit).path, updateTime: read.updateTime }, field: \'fanoutEpoch\', value: fanoutEpoch });\n',
+    replace: '    if (next) documents.push({ kind: \'unit\', read, next });\n',
+    tests: [{ files: ['test/emulator/fanout-end-fences.test.ts'], names: 'bug 38: ' }],
+  },
 ];

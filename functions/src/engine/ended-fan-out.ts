@@ -16,14 +16,18 @@ import type { Change, DocumentWrite } from '../store/door';
 import type { JobWriter } from '../store/firestore-handle';
 import type { JobStore } from '../store/job-store';
 
-/** The change of a unit's move that ends (or joins) its job's fan-out: the fan-out's units are read now, and those the move charged are rewritten conditioned on this read. */
+/** The change of a unit's move that ends (or joins) its job's fan-out: the fan-out's units are read now; those the move charged are rewritten, and the others fenced, conditioned on this read. */
 export async function fanOutMoveChange(store: JobStore, job: JobRecord, move: (others: readonly UnitRecord[]) => FanOutMove): Promise<Required<Pick<Change<unknown>, 'next' | 'nextUnit' | 'events' | 'documents'>>> {
   const reads = job.fanout === null ? [] : await store.readFanOutUnits(job.id, job.fanout.epoch);
   const made = move(reads.map(({ record }) => record));
   const documents: DocumentWrite[] = [];
-  for (const next of made.charged) {
-    const read = reads.find(({ record }) => record.phase === next.phase && record.unit === next.unit);
-    if (read) documents.push({ kind: 'unit', read, next });
+  for (const read of reads) {
+    const { phase, unit, fanoutEpoch } = read.record;
+    // The moving unit is written by the commit itself, under its own precondition.
+    if (phase === made.unit.phase && unit === made.unit.unit) continue;
+    const next = made.charged.find((charged) => charged.phase === phase && charged.unit === unit);
+    // Every sibling decided from is fenced, charged or not: one that records more cost since this read fails the commit, which is decided again with it.
+    documents.push(next ? { kind: 'unit', read, next } : { kind: 'unchanged', read: { path: store.unitRef(job.id, phase, unit).path, updateTime: read.updateTime }, field: 'fanoutEpoch', value: fanoutEpoch });
   }
   return { next: made.job, nextUnit: made.unit, events: made.events, documents };
 }
