@@ -1038,6 +1038,6 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/ended-fan-out.ts',
     search: '    documents.push(next ? { kind: \'unit\', read, next } : { kind: \'unchanged\', read: { path: store.unitRef(job.id, phase, unit).path, updateTime: read.updateTime }, field: \'fanoutEpoch\', value: fanoutEpoch });\n',
     replace: '    if (next) documents.push({ kind: \'unit\', read, next });\n',
-    tests: [{ files: ['test/emulator/fanout-end-fences.test.ts'], names: 'bug 38: ' }],
+    tests: [{ files: ['test/emulator/fanout-cost.test.ts'], names: 'bug 38: ' }],
   },
 ];

@@ -231,3 +231,67 @@ test("a re-drive of a job a quarantine left with its fan-out on record counts th
     ],
   });
 });
+
+/** One unit of the fan-out, as stored. */
+const readUnit = async (jobId: string, unit: string): Promise<UnitRecord> => {
+  const found = (await readUnits(jobId)).find((candidate) => candidate.unit === unit);
+  if (!found) throw new Error(`no unit ${unit}`);
+  return found;
+};
+
+test('bug 38: a sibling unit whose heartbeat records cost between the sweeper\'s read of the fan-out and its quarantine commit is counted in the job', async () => {
+  const u0Held = hold();
+  const u1Held = hold();
+  turns.run = async (context, unit) => {
+    if (unit === 'u0') {
+      context.addCost({ usd: 1 });
+      u0Held.arrive();
+      await u0Held.released;
+    } else {
+      u1Held.arrive();
+      await u1Held.released;
+    }
+    return { kind: 'done', state: { value: 1 } };
+  };
+  const { jobId, tasks } = await fanOut(2);
+  await db().doc(`${JOBS}/${jobId}/units/experts~u1`).update({ staleReclaims: harness.options.maxStaleReclaims });
+  // u1's worker goes silent (its timers never fire) and its lease runs out.
+  const u1Timers = new ManualTimers();
+  const silent = run(unitTask(tasks, 'u1'), 'worker-silent', u1Timers);
+  await u1Held.entered;
+  harness.clock.advance((harness.options.leaseSeconds + 1) * 1000);
+  // u0 is claimed now (fresh lease), has spent $1 in memory, not yet flushed: cost 0 = counted 0 on the unit.
+  const u0Timers = new ManualTimers();
+  const u0 = run(unitTask(tasks, 'u0'), 'worker-a', u0Timers);
+  await u0Held.entered;
+  expect((await readUnit(jobId, 'u0')).cost.usd ?? 0).toBe(0);
+
+  const sweepAt = harness.clock.now();
+  // Between the sweeper's read of the fan-out's units and its commit, u0's heartbeat records its $1.
+  const real = harness.store.readFanOutUnits.bind(harness.store);
+  let interposed = false;
+  const spy = jest.spyOn(harness.store, 'readFanOutUnits').mockImplementation(async (id, epoch) => {
+    const reads = await real(id, epoch);
+    if (!interposed) {
+      interposed = true;
+      harness.clock.advance(harness.options.heartbeatSeconds * 1000);
+      u0Timers.fireAll();
+      for (let tries = 0; ((await readUnit(jobId, 'u0')).cost.usd ?? 0) !== 1; tries += 1) {
+        if (tries > 500) throw new Error('u0 never recorded its cost');
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    }
+    return reads;
+  });
+  const report = await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, sweepAt);
+  spy.mockRestore();
+  expect(interposed).toBe(true);
+  expect(report.quarantined).toBe(1);
+  u0Held.release();
+  u1Held.release();
+  await Promise.allSettled([u0, silent]);
+  const job = await readJob(jobId);
+  const unit0 = await readUnit(jobId, 'u0');
+  // The promise: the job's cost is its own plus every unit's recorded cost, counted once when the fan-out ends.
+  expect({ status: job.status, jobCost: job.cost.usd ?? 0, u0Cost: unit0.cost.usd ?? 0, u0Counted: unit0.costInJob.usd ?? 0 }).toEqual({ status: 'quarantined', jobCost: 1, u0Cost: 1, u0Counted: 1 });
+});
