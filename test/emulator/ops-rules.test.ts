@@ -4,7 +4,7 @@
  * reads the timeline, units and effect ledger of any job, but not its transcripts, drafts,
  * sections, results or artifacts; a user without the claim (or with a claim that is not `true`)
  * reads none of it; nobody writes, operators included. The users' content an operator does read
- * (rules grant whole documents) is exactly what firestore.rules and the README say. The last block
+ * (rules grant whole documents) is exactly what firestore.rules and docs/security.md say. The last block
  * loads loosened copies of the rules and shows that these checks catch each loosening.
  */
 import { readFileSync } from 'node:fs';
@@ -137,7 +137,7 @@ describe('an operator does not read', () => {
 describe('what an operator sees of the user\'s content', () => {
   /** Text only the owner wrote (or the work done for them): wherever an operator's read finds it, they see the user's content. */
   const MARK = 'alice-private-7f3c';
-  const README = readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8');
+  const README = readFileSync(join(__dirname, '..', '..', 'docs', 'security.md'), 'utf8');
   /** The backticked field paths (`jobs/{id}.input`, `jobs/{id}/effects.intent`) a text names as what operators see. */
   const declared = (text: string): string[] => [...new Set([...text.matchAll(/`(jobs\/\{id\}(?:\/[a-zA-Z]+)?\.[a-zA-Z]+)`/g)].map(([, path = '']) => path))].sort();
 
@@ -169,7 +169,7 @@ describe('what an operator sees of the user\'s content', () => {
     });
   }
 
-  test("bug 36: every field through which an operator reads the user's content is named in firestore.rules and in the README, and nothing else of it is readable", async () => {
+  test("bug 36: every field through which an operator reads the user's content is named in firestore.rules and in docs/security.md, and nothing else of it is readable", async () => {
     await seedContent();
     const seen = new Set<string>();
     const look = (prefix: string, data: Readonly<Record<string, unknown>> | undefined) => {

@@ -1,6 +1,6 @@
 /**
  * Where `PHASELINE_*` variables may be named: in functions/src only by the configuration module;
- * in the README's Configuration section, exactly the module's declarations (names and defaults),
+ * in docs/configuration.md, exactly the module's declarations (names and defaults),
  * plus every variable the local tools read.
  */
 import { readdirSync, readFileSync } from 'node:fs';
@@ -31,11 +31,10 @@ interface ReadmeRow {
   readonly defaultText: string;
 }
 
-/** The README's Configuration section: the functions' tables, and the local tools' table under its own heading. */
-function readmeConfiguration(readme: string): { readonly functions: ReadmeRow[]; readonly tools: ReadmeRow[] } {
-  const section = /^## Configuration\n([\s\S]*?)(?=^## )/m.exec(readme)?.[1];
-  if (section === undefined) throw new Error('README.md has no "## Configuration" section');
-  const [functionsPart = '', toolsPart = ''] = section.split(/^### Local tools\n/m);
+/** docs/configuration.md: the functions' tables, and the local tools' table under its own heading. */
+function documentedConfiguration(page: string): { readonly functions: ReadmeRow[]; readonly tools: ReadmeRow[] } {
+  if (!page.startsWith('# Configuration\n')) throw new Error('docs/configuration.md does not start with "# Configuration"');
+  const [functionsPart = '', toolsPart = ''] = page.split(/^## Local tools\n/m);
   const rows = (text: string): ReadmeRow[] =>
     [...text.matchAll(/^\| *`(PHASELINE_[A-Z0-9_]+)` *\| *([^|]*?) *\|/gm)].map(([, name = '', defaultText = '']) => ({ name, defaultText: defaultText.replaceAll('`', '') }));
   return { functions: rows(functionsPart), tools: rows(toolsPart) };
@@ -56,8 +55,8 @@ describe('PHASELINE_* variables in functions/src', () => {
   });
 });
 
-describe("the README's Configuration section", () => {
-  const readme = readmeConfiguration(readFileSync(join(ROOT, 'README.md'), 'utf8'));
+describe('the configuration page (docs/configuration.md)', () => {
+  const readme = documentedConfiguration(readFileSync(join(ROOT, 'docs', 'configuration.md'), 'utf8'));
 
   test("lists exactly the module's variables, with their defaults", () => {
     const byName = (rows: readonly ReadmeRow[]) => Object.fromEntries(rows.map((row) => [row.name, row.defaultText]));
@@ -76,14 +75,13 @@ describe("the README's Configuration section", () => {
 
   test("the parser tells the functions' tables from the local tools' table", () => {
     const sample = [
-      '## Configuration',
+      '# Configuration',
       '| Variable | Default | What it does |',
       '|---|---|---|',
       '| `PHASELINE_A` | `https://x/v1` | a |',
-      '### Local tools',
+      '## Local tools',
       '| `PHASELINE_B` | unset | b |',
-      '## Next',
     ].join('\n');
-    expect(readmeConfiguration(sample)).toEqual({ functions: [{ name: 'PHASELINE_A', defaultText: 'https://x/v1' }], tools: [{ name: 'PHASELINE_B', defaultText: 'unset' }] });
+    expect(documentedConfiguration(sample)).toEqual({ functions: [{ name: 'PHASELINE_A', defaultText: 'https://x/v1' }], tools: [{ name: 'PHASELINE_B', defaultText: 'unset' }] });
   });
 });

@@ -1,6 +1,6 @@
 /**
  * The lifecycle table, without Firestore: every transition from each status it allows, every
- * refusal, task IDs only from the table, and the README's diagram against the table.
+ * refusal, task IDs only from the table, and the architecture page's diagram against the table.
  */
 import { budgetWait } from '../../functions/src/core/lifecycle';
 import { readFileSync } from 'node:fs';
@@ -391,9 +391,9 @@ describe('timelines', () => {
   });
 });
 
-describe("the README's lifecycle diagram is the table", () => {
+describe("the architecture page's lifecycle diagram is the table", () => {
   test('the moves listed between the lifecycle markers are exactly the moves the table allows', () => {
-    const readme = readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8');
+    const readme = readFileSync(join(__dirname, '..', '..', 'docs', 'architecture.md'), 'utf8');
     const block = /<!-- lifecycle:start -->([\s\S]*?)<!-- lifecycle:end -->/.exec(readme)?.[1];
     expect(block).toBeDefined();
     const listed = new Set([...(block ?? '').matchAll(/^(\w+)\s+->\s+(\w+)/gm)].map((match) => `${match[1]} -> ${match[2]}`));
