@@ -97,6 +97,7 @@ const MAX_UNKNOWNS = 5;
 /** Unknown-then-not-found rounds within one call before the step waits instead. */
 const IMMEDIATE_RETRIES = 2;
 
+// Two signatures, not one over the union: with the union, TypeScript cannot type `execute`'s parameters from the definition.
 /**
  * Defines a tool. A bad definition (a name providers refuse, an empty description) throws at once.
  *
@@ -108,6 +109,9 @@ const IMMEDIATE_RETRIES = 2;
  *   execute: async ({ order }) => JSON.stringify(await orders.find(order)),
  * });
  */
+export function defineTool<TInput>(definition: PlainToolDefinition<TInput>): AgentTool;
+// eslint-disable-next-line @typescript-eslint/unified-signatures
+export function defineTool<TInput>(definition: EffectToolDefinition<TInput>): AgentTool;
 export function defineTool<TInput>(definition: PlainToolDefinition<TInput> | EffectToolDefinition<TInput>): AgentTool {
   if (!TOOL_NAME.test(definition.name)) throw new Error(`Tool name ${JSON.stringify(definition.name)} must be 1 to 64 letters, digits, _ or -`);
   if (definition.description.trim() === '') throw new Error(`Tool ${definition.name} needs a description: the model chooses tools by it`);
