@@ -14,7 +14,7 @@ import { effectEntrySchema } from '../../functions/src/core/effect-ledger';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { createTriagePipeline, type Helpdesk, type TicketRequest, type TriageDeps } from '../../functions/src/pipelines/triage';
 import { decodeJob } from '../../functions/src/store/codec';
-import { JOBS, effectsPath } from '../../functions/src/store/paths';
+import { JOBS, effectsPath, sectionKey, transcriptPath } from '../../functions/src/store/paths';
 import { firestoreCircuit } from '../../functions/src/store/provider-circuit';
 import { drainSurvivingKill, engineHarness, reclaimAfterLease, type EngineHarness } from '../support/engine';
 import { hangForever, immediateTimers } from '../support/research';
@@ -223,4 +223,16 @@ test('a helpdesk that is down makes the job wait, spending no retry; it resumes 
   expect(helpdesk.tickets.size).toBe(1);
   // The ticket's call waited on the same thread: no attempt was spent on it and nothing was thrown away.
   expect((await readJob(jobId)).cost.wastedModelCalls ?? 0).toBe(0);
+});
+
+test('a stored transcript that fails the schema is refused, not continued: the item starts a clean thread and is triaged', async () => {
+  const jobId = await harness.submit('triage', { items: [howToItem] });
+  // As a transcript written before the log existed, but not one the runner ever wrote.
+  await db().doc(transcriptPath(jobId, sectionKey('triage', null, 'b2'))).set({ id: 'b2', transcript: { generation: -1, messages: 'not a thread', attempts: { warm: 0 } } });
+  await harness.drain();
+
+  expect(await readJob(jobId)).toMatchObject({ status: 'completed', outcome: 'complete' });
+  const timeline = (await db().collection(`${JOBS}/${jobId}/events`).get()).docs.map((doc) => doc.get('kind') as string);
+  expect(timeline).toContain('transcript-refused');
+  expect(await report(jobId)).toContain('| b2 | question |');
 });
