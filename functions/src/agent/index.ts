@@ -49,5 +49,6 @@ export {
   type Reference,
   type StoredSource,
 } from './citations';
+export { tracedProvider, tracedToolbox } from './traced';
 export type { ChatMessage, ModelProvider, NumberedSource, Source, ToolCall, ToolSpec } from './provider';
 export type { ApplyOutcome, LookupOutcome } from '../effects/port';

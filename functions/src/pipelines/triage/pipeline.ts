@@ -17,16 +17,17 @@ import {
   createToolbox,
   defineTool,
   runAgentSection,
+  tracedToolbox,
   type AgentDeps,
   type AgentTool,
   type ApplyOutcome,
   type LookupOutcome,
   type ModelProvider,
+  type SectionPolicy,
 } from '../../agent';
 import type { ProviderCircuit } from '../../core/circuit';
 import type { Timers } from '../../core/flusher';
 import { definePhase, definePipeline, type PhaseOutcome, type StepContext } from '../../core/pipeline';
-import type { SectionPolicy } from '../../agent';
 
 export const TRIAGE_PIPELINE = 'triage';
 
@@ -163,7 +164,8 @@ async function triageItem(context: StepContext<TriageInput>, deps: TriageDeps, e
   const { labels } = context.input;
   const agent: AgentDeps = {
     provider: deps.provider,
-    toolbox: createToolbox(triageTools(deps, labels)),
+    // A span per tool call, as the deployed research tools have (no-op spans unless an exporter is configured).
+    toolbox: tracedToolbox(createToolbox(triageTools(deps, labels))),
     ...(deps.circuit ? { circuit: deps.circuit } : {}),
     ...(deps.policy ? { policy: deps.policy } : {}),
     ...(deps.timers ? { timers: deps.timers } : {}),
