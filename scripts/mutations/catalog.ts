@@ -1072,4 +1072,12 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '          if (parsed.ok || stored !== null) return stored as StoredTranscript;\n',
     tests: [{ files: ['test/emulator/triage.test.ts'], names: 'a stored transcript that fails the schema is refused' }],
   },
+  {
+    name: 'triage-stopped-settler',
+    removes: "the sweeper's settler for a stopped triage job (its tickets left unknown after a cancel)",
+    file: 'functions/src/pipelines/triage/config.ts',
+    search: '    if (pipeline !== TRIAGE_PIPELINE) return null;\n',
+    replace: '    if (pipeline !== TRIAGE_PIPELINE || pipeline === TRIAGE_PIPELINE) return null;\n',
+    tests: [{ files: ['test/emulator/triage.test.ts'], names: 'a job cancelled while its ticket was in flight' }],
+  },
 ];

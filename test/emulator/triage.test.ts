@@ -12,7 +12,9 @@ import type { ApplyOutcome, LookupOutcome } from '../../functions/src/agent';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { effectEntrySchema } from '../../functions/src/core/effect-ledger';
 import { sweep } from '../../functions/src/engine/sweeper';
-import { createTriagePipeline, type Helpdesk, type TicketRequest, type TriageDeps } from '../../functions/src/pipelines/triage';
+import { DEFAULT_SETTLE_GRACE_MS } from '../../functions/src/effects/after-stop';
+import { cancelJob } from '../../functions/src/engine/owner-actions';
+import { createTriagePipeline, triageStoppedEffects, type Helpdesk, type TicketRequest, type TriageDeps } from '../../functions/src/pipelines/triage';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS, effectsPath, sectionKey, transcriptPath } from '../../functions/src/store/paths';
 import { firestoreCircuit } from '../../functions/src/store/provider-circuit';
@@ -235,4 +237,26 @@ test('a stored transcript that fails the schema is refused, not continued: the i
   const timeline = (await db().collection(`${JOBS}/${jobId}/events`).get()).docs.map((doc) => doc.get('kind') as string);
   expect(timeline).toContain('transcript-refused');
   expect(await report(jobId)).toContain('| b2 | question |');
+});
+
+test('a job cancelled while its ticket was in flight: the sweeper settles the ticket by lookup in the helpdesk, and files nothing', async () => {
+  behaviours.set('a1', 'ticket');
+  let die: () => void = () => undefined;
+  const died = new Promise<void>((resolve) => {
+    die = resolve;
+  });
+  helpdesk.next = 'file-then-die';
+  helpdesk.onDeath = die;
+  const jobId = await harness.submit('triage', { items: [csvItem] }, 'owner-1');
+  await drainSurvivingKill(harness, died);
+
+  const { unknownEffects } = await cancelJob(harness.store, { jobId, owner: 'owner-1', reason: 'submitted by mistake' });
+  expect(unknownEffects).toBe(1);
+  harness.clock.advance(DEFAULT_SETTLE_GRACE_MS + 1);
+  const report = await sweep({ store: harness.store, queue: harness.queue, log: () => undefined, stoppedEffects: { settlerFor: triageStoppedEffects(() => helpdesk) } }, harness.clock.now());
+
+  expect(report.stoppedEffects).toMatchObject({ checked: 1, settled: 1, effectsFoundApplied: 1, errors: 0 });
+  expect(await ledger(jobId)).toEqual([expect.objectContaining({ state: 'applied', evidence: { ticketId: 'T-1' } })]);
+  expect(helpdesk.fileCalls).toBe(1);
+  expect((await readJob(jobId)).status).toBe('cancelled');
 });

@@ -8,7 +8,9 @@ import { configuredNotifyDeps, createNotifyPipeline } from './notify';
 import { sectionPolicyFromEnv } from '../config/environment';
 import { configuredProvider } from './providers';
 import { createResearchPipeline, type ResearchDeps } from './research';
-import { createTriagePipeline, helpdeskFromEffectAdapter, type TriageDeps } from './triage';
+import { createTriagePipeline, helpdeskFromEffectAdapter, triageStoppedEffects, type TriageDeps } from './triage';
+import type { StoppedEffectsDeps } from '../engine/settle-stopped';
+import { notifyStoppedEffects } from './notify/config';
 
 /**
  * Every pipeline the deployed functions accept, by name. Firestore comes from the caller (the
@@ -34,4 +36,11 @@ export function deployedPipelines(firestore: () => Firestore): PipelineRegistry 
     return triageDeps;
   };
   return pipelineRegistry(canaryPipeline, createResearchPipeline(resolveResearchDeps), createNotifyPipeline(configuredNotifyDeps), createTriagePipeline(resolveTriageDeps));
+}
+
+/** How the sweeper checks the effects of a stopped job, for every deployed pipeline that has effects (notify's messages, triage's tickets). */
+export function deployedStoppedEffects(): StoppedEffectsDeps['settlerFor'] {
+  const notify = notifyStoppedEffects();
+  const triage = triageStoppedEffects(() => helpdeskFromEffectAdapter(configuredNotifyDeps().adapter));
+  return (pipeline) => notify(pipeline) ?? triage(pipeline);
 }
