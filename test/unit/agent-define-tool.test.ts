@@ -76,6 +76,14 @@ test('bad definitions are refused when written, with what is wrong', () => {
   expect(() => defineTool({ name: 'has space', description: 'x', input: z.object({}), execute: () => '' })).toThrow('must be 1 to 64 letters, digits, _ or -');
   expect(() => defineTool({ name: 'quiet', description: ' ', input: z.object({}), execute: () => '' })).toThrow('Tool quiet needs a description');
   expect(() => createToolbox([double, double])).toThrow('Two tools are named double');
+  const sendTwin = defineTool({
+    name: 'send-note',
+    description: 'Sends a note too',
+    input: z.object({}),
+    effect: { lookup: () => Promise.resolve({ kind: 'not-found' as const }) },
+    execute: () => Promise.resolve({ kind: 'applied' as const, evidence: {} }),
+  });
+  expect(() => createToolbox([send, sendTwin])).toThrow('Tools send_note and send-note would record their effects under one kind');
   const noLookup = { name: 'blind', description: 'x', input: z.object({}), effect: {}, execute: () => Promise.resolve({ kind: 'applied', evidence: {} }) };
   expect(() => defineTool(noLookup as unknown as Parameters<typeof defineTool>[0])).toThrow('has an effect but no lookup');
 });

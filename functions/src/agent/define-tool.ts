@@ -124,9 +124,14 @@ export function defineTool<TInput>(definition: PlainToolDefinition<TInput> | Eff
 /** A toolbox over defined tools; bind it to a step (runAgentSection does) before an effectful tool can run. */
 export function createToolbox(tools: readonly AgentTool[]): Toolbox {
   const byName = new Map<string, AgentTool>();
+  const kinds = new Map<string, string>();
   for (const tool of tools) {
     if (byName.has(tool.name)) throw new Error(`Two tools are named ${tool.name}`);
     byName.set(tool.name, tool);
+    if (tool.effect === undefined) continue;
+    const other = kinds.get(effectKind(tool.name));
+    if (other !== undefined) throw new Error(`Tools ${other} and ${tool.name} would record their effects under one kind: rename one`);
+    kinds.set(effectKind(tool.name), tool.name);
   }
   const specs: ToolSpec[] = tools.map((tool) => ({ name: tool.name, description: tool.description, parameters: toolParameters(tool.input) }));
   return new DefinedToolbox(byName, specs, null);
@@ -209,13 +214,20 @@ class DefinedToolbox implements Toolbox {
 /** The ledger intent of one effectful call: its identity names the effect, its payload holds the arguments as recorded. */
 function effectIntent(tool: EffectToolDefinition<unknown>, input: unknown, call: ToolCall, place: ToolCallPlace): EffectIntent {
   const named = tool.effect.identity?.(input) ?? `${place.sectionId}/g${place.generation}/${call.id}`;
-  const identity = named.length <= MAX_IDENTITY_CHARS && named.length > 0 ? named : `sha256:${createHash('sha256').update(named).digest('hex')}`;
+  // An empty identity would make every such call one effect: refused, not guessed at.
+  if (named.trim() === '') throw new Error(`Tool ${tool.name}: effect.identity gave an empty identity for ${call.id}`);
+  const identity = named.length <= MAX_IDENTITY_CHARS ? named : `sha256:${createHash('sha256').update(named).digest('hex')}`;
   return {
-    kind: `tool-${tool.name.toLowerCase().replace(/[^a-z0-9]+/g, '-')}`.slice(0, 40).replace(/-+$/, ''),
+    kind: effectKind(tool.name),
     identity,
     target: tool.effect.target ?? tool.name,
     payload: { tool: tool.name, arguments: call.arguments },
   };
+}
+
+/** The ledger kind of a tool's effects: part of every key, so two tools never share one. */
+function effectKind(toolName: string): string {
+  return `tool-${toolName.toLowerCase().replace(/[^a-z0-9]+/g, '-')}`.slice(0, 40).replace(/-+$/, '');
 }
 
 /** The arguments of the call that first planned the effect, parsed again by the tool's schema. */
