@@ -6,6 +6,7 @@ import { resolveEngineOptions, type EngineOptions } from '../../functions/src/co
 import type { PipelineRegistry } from '../../functions/src/core/pipeline';
 import { DEFAULT_QUOTA_DEFAULTS, MAX_SPEND_USD_PER_DAY } from '../../functions/src/core/quota';
 import { runStep } from '../../functions/src/engine/step';
+import { sweep } from '../../functions/src/engine/sweeper';
 import type { RunnerDeps, StepOutcome } from '../../functions/src/engine/step/deps';
 import { SpendLedger } from '../../functions/src/store/quota-documents';
 import { JobStore } from '../../functions/src/store/job-store';
@@ -81,4 +82,26 @@ export function gate(): { promise: Promise<void>; open: () => void } {
     open = resolve;
   });
   return { promise, open };
+}
+
+/**
+ * Runs queued tasks like `drain`, but a task still running when `killed` settles is abandoned
+ * where it stands (its worker was killed there); returns once the queue is empty.
+ */
+export async function drainSurvivingKill(harness: EngineHarness, killed: Promise<void>, maxTasks = 300): Promise<StepOutcome[]> {
+  const outcomes: StepOutcome[] = [];
+  for (let round = 0; round < maxTasks; round += 1) {
+    const next = harness.queue.tasks.shift();
+    if (!next) return outcomes;
+    harness.clock.advance(next.delaySeconds * 1000);
+    const result = await Promise.race([runStep(harness.deps(), next.task), killed.then(() => 'killed' as const)]);
+    if (result !== 'killed') outcomes.push(result);
+  }
+  throw new Error(`Queue still not empty after ${maxTasks} tasks`);
+}
+
+/** Moves the clock past the lease and runs the sweeper: the job of a killed worker is reclaimed and requeued. */
+export async function reclaimAfterLease(harness: EngineHarness): Promise<void> {
+  harness.clock.advance(harness.options.leaseSeconds * 1000 + 1);
+  await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
 }

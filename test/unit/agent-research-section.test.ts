@@ -12,7 +12,7 @@ import { DEFAULT_MAX_SERVER_DELAY_SECONDS } from '../../functions/src/core/serve
 import { refusingEffectLedger } from '../../functions/src/effects/ledger';
 import { createStepContext } from '../../functions/src/engine/context';
 import { createResearchPipeline, researchInput, type ResearchDeps, type ResearchInput } from '../../functions/src/pipelines/research';
-import { describeDelay, overLongDelayQuestion, storedTranscriptSchema } from '../../functions/src/pipelines/research/agent-section';
+import { describeDelay, overLongDelayQuestion, storedTranscriptSchema } from '../../functions/src/agent';
 import { createCorpusToolbox, createOfflineProvider } from '../../functions/src/providers/offline';
 import { createOpenAiCompatibleProvider } from '../../functions/src/providers/openai-compatible';
 

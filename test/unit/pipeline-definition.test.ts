@@ -195,7 +195,7 @@ describe('access', () => {
     const deployed = deployedPipelines(() => {
       throw new Error('no Firestore here');
     });
-    expect(Object.fromEntries([...deployed].map(([name, pipeline]) => [name, pipeline.access ?? 'anyone']))).toEqual({ canary: 'anyone', research: 'anyone', notify: 'granted' });
+    expect(Object.fromEntries([...deployed].map(([name, pipeline]) => [name, pipeline.access ?? 'anyone']))).toEqual({ canary: 'anyone', research: 'anyone', notify: 'granted', triage: 'signed-in' });
   });
 
   test('the grants are the claim\'s strings; any other value grants nothing', () => {

@@ -5,7 +5,7 @@
  * result, so "parses as intended" is tested, not assumed.
  */
 import type { NumberedSource } from '../../functions/src/agent/provider';
-import { citeSection, markdownUrl, numberCitationsAcross, referenceDefinitions, storableSource, type StoredSource } from '../../functions/src/pipelines/research/citations';
+import { citeSection, markdownUrl, numberCitationsAcross, referenceDefinitions, storableSource, type StoredSource } from '../../functions/src/agent/citations';
 import { composeReport } from '../../functions/src/pipelines/research/pipeline';
 import { renderMarkdown } from '../../web/src/markdown';
 

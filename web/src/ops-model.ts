@@ -31,6 +31,7 @@ export const PIPELINE_PHASES: Readonly<Record<string, readonly string[]>> = {
   canary: ['split', 'measure', 'summarize'],
   research: RESEARCH_PHASES,
   notify: ['plan', 'send'],
+  triage: ['triage'],
 };
 export const PIPELINES = Object.keys(PIPELINE_PHASES);
 

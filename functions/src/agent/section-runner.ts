@@ -13,6 +13,9 @@
  *   is left, none starts without `minCallTimeMs` left, and no wait runs past the deadline. A section
  *   that cannot finish in time ends `out-of-time` (its transcript is durable; the next step goes on)
  *   instead of running until the platform kills the worker.
+ * - A tool that cannot answer yet (ToolWaitError: an effect whose target is down or whose outcome
+ *   is unknown) is thrown out as it is: its call stays open in the saved transcript, no attempt is
+ *   spent, and the next step runs that call again.
  * - Other failures spend attempts: warm retries first (repair, compact if the context overflowed,
  *   continue the same thread), then cold retries (a new generation from the prompt and the rolling
  *   context), then an explicit `skipped` outcome naming the last error.
@@ -41,7 +44,7 @@ import {
   type Source,
   type ToolCall,
 } from './provider';
-import { toolError, type ToolResult, type Toolbox } from './tools';
+import { toolError, ToolWaitError, type ToolResult, type Toolbox } from './tools';
 import {
   citationKey,
   compactTranscript,
@@ -426,9 +429,11 @@ class SectionRun {
       this.signal.throwIfAborted();
       let result: ToolResult;
       try {
-        result = await this.deps.toolbox.execute(call, this.signal);
+        result = await this.deps.toolbox.execute(call, this.signal, { sectionId: this.spec.sectionId, generation: this.generation });
       } catch (error) {
         this.signal.throwIfAborted();
+        // The call cannot be answered yet (its effect's target is down, or its outcome unknown): the section waits, it did not fail.
+        if (error instanceof ToolWaitError) throw error;
         this.count('tool_call', { toolCalls: 1, wastedToolCalls: 1 }, call.name);
         throw new SectionAttemptError(`tool ${call.name} (${call.id}) threw: ${describeError(error)}`, { cause: error });
       }

@@ -1,5 +1,7 @@
 /** The tool port: what an agent can call, and how a call is executed. */
 import { z } from 'zod';
+import type { Clock } from '../core/clock';
+import type { EffectLedger } from '../core/effect-ledger';
 import type { ToolCall, ToolSpec } from './provider';
 
 export interface ToolResult {
@@ -20,11 +22,49 @@ export interface ToolResult {
   }[];
 }
 
+/** Where in a job's work a tool call sits: the section and the thread (generation) that made it. */
+export interface ToolCallPlace {
+  readonly sectionId: string;
+  /** 0 for a section's first thread; each clean-thread (cold) reconstruction adds one. */
+  readonly generation: number;
+}
+
+/**
+ * What a toolbox bound to one step may use: the job and unit it serves, the step's owner-checked
+ * effect ledger, its abort signal and clock. Tools with an external effect need it (agent/define-tool.ts).
+ */
+export interface ToolStep {
+  readonly jobId: string;
+  readonly unit: string | null;
+  readonly effects: EffectLedger;
+  readonly signal: AbortSignal;
+  readonly clock: Clock;
+  note(kind: string, message: string): void;
+}
+
 export interface Toolbox {
   readonly specs: readonly ToolSpec[];
-  execute(call: ToolCall, signal: AbortSignal): Promise<ToolResult>;
+  /** `place` is given by the section runner; a toolbox whose tools have no effects may ignore it. */
+  execute(call: ToolCall, signal: AbortSignal, place?: ToolCallPlace): Promise<ToolResult>;
   /** For tools that keep something under the job they serve (fetch_page's artifacts): the toolbox bound to that job. */
   forJob?(jobId: string): Toolbox;
+  /** For tools that need the step itself (effects through its ledger): the toolbox bound to that step. Preferred over `forJob`. */
+  forStep?(step: ToolStep): Toolbox;
+}
+
+/**
+ * Thrown by a tool whose call cannot be answered yet (the target of its effect is down, or the
+ * effect's outcome is still unknown). Not the section's failure: no retry is spent, the call stays
+ * open in the saved transcript, and the step waits until `untilMs`, when the call runs again.
+ */
+export class ToolWaitError extends Error {
+  constructor(
+    message: string,
+    readonly untilMs: number,
+  ) {
+    super(message);
+    this.name = 'ToolWaitError';
+  }
 }
 
 /** A tool's parameters as the JSON Schema a provider is offered (without the `$schema` key providers reject). */

@@ -8,7 +8,7 @@
 import { SpanKind } from '@opentelemetry/api';
 import { errorOutcome, OUTCOME_ATTRIBUTE, startChildSpan, withSpan } from '../telemetry/spans';
 import type { ChatRequest, ChatResponse, ModelProvider, ToolCall } from './provider';
-import type { Toolbox, ToolResult } from './tools';
+import type { ToolStep, Toolbox, ToolResult } from './tools';
 
 export const MODEL_ATTRIBUTES = {
   operation: 'gen_ai.operation.name',
@@ -85,14 +85,16 @@ export function tracedProvider(provider: ModelProvider): ModelProvider {
   };
 }
 
-/** The toolbox with a span per execution; a toolbox bound to a job (`forJob`) is traced too. */
+/** The toolbox with a span per execution; a toolbox bound to a job (`forJob`) or a step (`forStep`) is traced too. */
 export function tracedToolbox(toolbox: Toolbox): Toolbox {
   const forJob = toolbox.forJob?.bind(toolbox);
+  const forStep = toolbox.forStep?.bind(toolbox);
   return {
     get specs() {
       return toolbox.specs;
     },
-    execute: (call, signal) => traceToolCall(call, signal, () => toolbox.execute(call, signal)),
+    execute: (call, signal, place) => traceToolCall(call, signal, () => toolbox.execute(call, signal, place)),
     ...(forJob ? { forJob: (jobId: string) => tracedToolbox(forJob(jobId)) } : {}),
+    ...(forStep ? { forStep: (step: ToolStep) => tracedToolbox(forStep(step)) } : {}),
   };
 }

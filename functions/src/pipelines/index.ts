@@ -8,11 +8,14 @@ import { configuredNotifyDeps, createNotifyPipeline } from './notify';
 import { sectionPolicyFromEnv } from '../config/environment';
 import { configuredProvider } from './providers';
 import { createResearchPipeline, type ResearchDeps } from './research';
+import { createTriagePipeline, helpdeskFromEffectAdapter, triageStoppedEffects, type TriageDeps } from './triage';
+import type { StoppedEffectsDeps } from '../engine/settle-stopped';
+import { notifyStoppedEffects } from './notify/config';
 
 /**
  * Every pipeline the deployed functions accept, by name. Firestore comes from the caller (the
  * triggers' backends: pipelines do not import triggers/); provider configuration and Firestore are
- * only touched when a research step first runs.
+ * only touched when a research or triage step first runs.
  */
 export function deployedPipelines(firestore: () => Firestore): PipelineRegistry {
   let researchDeps: ResearchDeps | undefined;
@@ -23,5 +26,21 @@ export function deployedPipelines(firestore: () => Firestore): PipelineRegistry 
     }
     return researchDeps;
   };
-  return pipelineRegistry(canaryPipeline, createResearchPipeline(resolveResearchDeps), createNotifyPipeline(configuredNotifyDeps));
+  // Triage shares research's model and circuit; its tickets go to the receiver notify sends to.
+  let triageDeps: TriageDeps | undefined;
+  const resolveTriageDeps = (): TriageDeps => {
+    if (!triageDeps) {
+      const { provider, circuit, policy } = resolveResearchDeps();
+      triageDeps = { provider, helpdesk: helpdeskFromEffectAdapter(configuredNotifyDeps().adapter), ...(circuit ? { circuit } : {}), ...(policy ? { policy } : {}) };
+    }
+    return triageDeps;
+  };
+  return pipelineRegistry(canaryPipeline, createResearchPipeline(resolveResearchDeps), createNotifyPipeline(configuredNotifyDeps), createTriagePipeline(resolveTriageDeps));
+}
+
+/** How the sweeper checks the effects of a stopped job, for every deployed pipeline that has effects (notify's messages, triage's tickets). */
+export function deployedStoppedEffects(): StoppedEffectsDeps['settlerFor'] {
+  const notify = notifyStoppedEffects();
+  const triage = triageStoppedEffects(() => helpdeskFromEffectAdapter(configuredNotifyDeps().adapter));
+  return (pipeline) => notify(pipeline) ?? triage(pipeline);
 }

@@ -2,7 +2,7 @@ import { logger } from 'firebase-functions';
 import { onSchedule } from 'firebase-functions/v2/scheduler';
 import { systemClock } from '../core/clock';
 import { sweep, type SweepDeps } from '../engine/sweeper';
-import { notifyStoppedEffects } from '../pipelines/notify/config';
+import { deployedStoppedEffects } from '../pipelines';
 import { JobStore } from '../store/job-store';
 import { firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
@@ -30,8 +30,8 @@ function sweepDeps(): SweepDeps {
     store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
     queue: stepQueue(),
     log: (message, detail) => logger.warn(message, detail),
-    // Stopped jobs' effects are checked with the receiver the notify pipeline sends through (its configured URL).
-    stoppedEffects: { settlerFor: notifyStoppedEffects() },
+    // Stopped jobs' effects (notify's messages, triage's tickets) are checked with the receiver they were sent to (its configured URL).
+    stoppedEffects: { settlerFor: deployedStoppedEffects() },
   };
   return deps;
 }

@@ -1,2 +1,1 @@
-export { createResearchPipeline, researchInput, listItems, type ResearchInput } from './pipeline';
-export type { ResearchDeps } from './agent-section';
+export { createResearchPipeline, researchInput, listItems, type ResearchDeps, type ResearchInput } from './pipeline';

@@ -4,15 +4,17 @@
  * section by section → publication. Every section is a checkpoint; a section that fails all its
  * attempts is recorded as skipped and named in the report, which then completes as partial.
  *
- * Citations: each section records the sources it cites (citations.ts); a final section is shown
+ * Built on the agent toolkit (agent/index.ts): each section is one `runAgentSection`.
+ * Citations: each section records the sources it cites (agent/citations.ts); a final section is shown
  * its experts' notes with their sources numbered, and the report numbers every source once and
  * ends with reference definitions.
  */
 import { z } from 'zod';
-import type { SectionOutcome } from '../../agent/section-runner';
+import { agentWait, citeSection, numberCitationsAcross, referenceDefinitions, runAgentSection, storedSource, type AgentDeps, type AgentSectionOutcome, type CitedText } from '../../agent';
 import { defineFanOutPhase, definePhase, definePipeline, type PhaseOutcome, type StepContext, type UnitOutcome } from '../../core/pipeline';
-import { runAgentSection, type ResearchDeps } from './agent-section';
-import { citeSection, numberCitationsAcross, referenceDefinitions, storedSource, type CitedText } from './citations';
+
+/** What research sections run with: the agent toolkit's deps (provider, toolbox, the provider's circuit). */
+export type ResearchDeps = AgentDeps;
 
 export const researchInput = z.strictObject({
   question: z.string().trim().min(10, 'question must be at least 10 characters').max(2_000),
@@ -91,11 +93,6 @@ const finalSection = z.object({
 type FinalSection = z.output<typeof finalSection>;
 const documentState = z.object({ sections: z.array(finalSection) });
 
-/** A section outcome that ended in a provider wait becomes the phase's wait. */
-function providerWait(outcome: { readonly untilMs: number; readonly question: string }) {
-  return { kind: 'wait' as const, reason: 'provider' as const, questionId: 'provider', question: outcome.question, untilMs: outcome.untilMs };
-}
-
 /**
  * A planning section: asks for a list of `count` items (`prompt` says what and how many) and gives
  * them back, padded from `fallback`; or how the phase stops first: a provider wait, or the step's
@@ -110,7 +107,7 @@ async function planList(
   fallback: readonly string[],
 ): Promise<{ readonly items: string[] } | { readonly stop: PhaseOutcome<never> }> {
   const outcome = await runAgentSection(context, deps, { sectionId, promptId: sectionId, system: SYSTEM, prompt, coldContext: '', maxToolRounds: MAX_TOOL_ROUNDS });
-  if (outcome.kind === 'provider-wait') return { stop: providerWait(outcome) };
+  if (outcome.kind === 'provider-wait') return { stop: agentWait(outcome) };
   if (outcome.kind === 'out-of-time') return { stop: { kind: 'yield' } };
   return { items: pad(outcome.kind === 'written' ? listItems(outcome.text) : [], fallback, count) };
 }
@@ -159,7 +156,7 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
           if (recorded().some((section) => section.headingId === heading.id)) continue; // finished before: reused
           if (context.shouldYield()) return { kind: 'yield' };
           const outcome = await writeExpertSection(context, resolveDeps(), expert, heading, recorded());
-          if (outcome.kind === 'provider-wait') return { kind: 'wait', reason: 'provider', question: outcome.question, untilMs: outcome.untilMs };
+          if (outcome.kind === 'provider-wait') return agentWait(outcome);
           if (outcome.kind === 'out-of-time') return { kind: 'yield' };
           const section: ExpertSection =
             outcome.kind === 'written'
@@ -224,7 +221,7 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
             coldContext: `Report so far: ${context.sections().map((section) => (section.data as { heading: string }).heading).join(', ') || 'nothing yet'}.`,
             maxToolRounds: MAX_TOOL_ROUNDS,
           });
-          if (outcome.kind === 'provider-wait') return providerWait(outcome);
+          if (outcome.kind === 'provider-wait') return agentWait(outcome);
           if (outcome.kind === 'out-of-time') return { kind: 'yield' };
           if (outcome.kind === 'written') {
             record = { headingId: heading.id, heading: heading.heading, ...citeSection(outcome.text, outcome.sources), missing: false, note: null };
@@ -288,7 +285,7 @@ async function writeExpertSection(
   expert: Expert,
   heading: Heading,
   earlier: readonly ExpertSection[],
-): Promise<SectionOutcome | { kind: 'provider-wait'; untilMs: number; question: string }> {
+): Promise<AgentSectionOutcome> {
   const rolling = earlier
     .map((section) => (section.skipped ? `(${section.headingId} skipped)` : firstWords(section.text, 60)))
     .join('\n');

@@ -1,5 +1,7 @@
 /**
- * Citations in the research report. A stored section numbers its own sources (`[k]` in its text
+ * Citations for any pipeline that writes cited text from agent sections (the research report is
+ * one). A written section's sources come numbered from its thread (SectionOutcome `sources`);
+ * `citeSection` turns the text and those sources into a record. A stored section numbers its own sources (`[k]` in its text
  * cites `sources[k-1]`); the report numbers every source once (the same URL is one source, numbered
  * where the report first cites it) and ends with reference definitions `[n]: <url> "Title"`.
  *
@@ -10,14 +12,16 @@
  * citation somewhere else).
  */
 import { z } from 'zod';
-import type { NumberedSource } from '../../agent/provider';
-import { sourceKey, titleForText } from '../../agent/transcript';
+import type { NumberedSource } from './provider';
+import { sourceKey, titleForText } from './transcript';
 
 /** The passage kept per source: enough to show what was relied on, small enough for a section record. */
 export const MAX_PASSAGE_CHARS = 500;
 const MAX_TITLE_CHARS = 200;
 
+/** A source as a section record keeps it (checkpointed data: parsed on write and read). */
 export const storedSource = z.object({ url: z.string(), title: z.string(), passage: z.string(), fetchedAt: z.string() });
+/** A source as a section record keeps it. */
 export type StoredSource = z.infer<typeof storedSource>;
 
 /** Text whose `[k]` markers cite `sources[k-1]`. */
@@ -26,6 +30,7 @@ export interface CitedText {
   readonly sources: readonly StoredSource[];
 }
 
+/** A source under a numbering shared by several texts: `[number]` cites it. */
 export interface Reference extends StoredSource {
   readonly number: number;
 }

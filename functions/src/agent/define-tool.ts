@@ -1,0 +1,238 @@
+/**
+ * Tools an agent-pipeline author writes: a name, a description, a zod schema for the arguments and
+ * an `execute` function. `createToolbox` turns a list of them into the Toolbox the section runner
+ * offers the model; arguments are parsed against the schema before `execute` sees them, and a bad
+ * call comes back to the model as a tool error it can act on.
+ *
+ * A tool whose call changes something outside the job (files a ticket, sends a message, charges a
+ * card) says so with `effect`. Its call then goes through the step's effect ledger
+ * (core/effect-ledger.ts, effects/protocol.ts): the intent is recorded before `execute` runs, under
+ * an idempotency key derived from the job, the unit, the section, its thread and the tool call (or
+ * from `effect.identity`), and `execute` is handed that key. A call whose result is on record is
+ * never executed again; one whose outcome is unknown (a crash, a timeout) is looked up with
+ * `effect.lookup` and recorded as applied when found, retried under the same key only when the
+ * target says it has nothing, and otherwise waited on, never blindly re-sent.
+ */
+import { createHash } from 'node:crypto';
+import type { z } from 'zod';
+import type { EffectEvidence, EffectIntent } from '../core/effect-ledger';
+import type { ApplyOutcome, EffectAdapter, LookupOutcome } from '../effects/port';
+import { settleEffect } from '../effects/protocol';
+import type { Source, ToolCall, ToolSpec } from './provider';
+import { toolArguments, toolError, toolParameters, ToolWaitError, type ToolCallPlace, type ToolResult, type ToolStep, type Toolbox } from './tools';
+
+/** What `execute` may return: text for the model, or text with the sources it drew on (for citations). */
+export type ToolOutput = string | { readonly content: string; readonly sources?: readonly Source[] };
+
+/** What a tool's `execute` is given beside its parsed arguments. */
+export interface ToolContext {
+  /** The call being answered. */
+  readonly call: ToolCall;
+  /** Aborted when the step loses its claim: pass it to every request. */
+  readonly signal: AbortSignal;
+  /** The job and unit, when the toolbox runs inside a step (always, under runAgentSection). */
+  readonly jobId: string | null;
+  readonly unit: string | null;
+}
+
+/** What an effectful tool's `execute` is given: the context and the key the target must honour. */
+export interface EffectContext extends ToolContext {
+  /** The same for every attempt of this effect, by any worker; the target must apply a key at most once. */
+  readonly idempotencyKey: string;
+}
+
+/** How a tool's external effect is recorded, looked up and named. */
+export interface ToolEffect<TInput> {
+  /**
+   * Asks the system of record whether an effect with this key was applied: `found` (with its
+   * evidence), `not-found` (a retry under the same key is safe), or `unreachable`.
+   */
+  lookup(idempotencyKey: string, signal: AbortSignal): Promise<LookupOutcome>;
+  /** The target, for people (timeline, questions); defaults to the tool's name. */
+  readonly target?: string;
+  /**
+   * What the effect is about, when that is a fact of the input ("the ticket for item 42"): every
+   * call with the same identity in this job and unit is the same effect, even from a clean thread
+   * after a cold retry. Without it, each tool call of each thread is its own effect.
+   */
+  identity?(input: TInput): string;
+  /** How long one `execute` may take before it gives up (its own deadline); an entry found in flight is waited out this long. */
+  readonly sendTimeoutMs?: number;
+  /** How long to wait before trying again when the target is down or cannot tell (default 60 s). */
+  readonly retryAfterMs?: number;
+  /** The model's text for an applied effect (default: its evidence as JSON). */
+  describe?(evidence: EffectEvidence): string;
+}
+
+/** A tool without an external effect: `execute` may run again after a crash (its recorded result is reused when there is one). */
+export interface PlainToolDefinition<TInput> {
+  /** Letters, digits, `_` and `-`, at most 64 (what every provider accepts). */
+  readonly name: string;
+  readonly description: string;
+  /** The arguments' schema: offered to the model as JSON Schema, and parsed before `execute` runs. */
+  readonly input: z.ZodType<TInput>;
+  execute(input: TInput, context: ToolContext): Promise<ToolOutput> | ToolOutput;
+  readonly effect?: undefined;
+}
+
+/** A tool whose call has an external effect: it runs through the step's effect ledger. */
+export interface EffectToolDefinition<TInput> {
+  readonly name: string;
+  readonly description: string;
+  readonly input: z.ZodType<TInput>;
+  /** Applies the effect under `context.idempotencyKey` and says what happened (effects/port.ts ApplyOutcome). */
+  execute(input: TInput, context: EffectContext): Promise<ApplyOutcome>;
+  readonly effect: ToolEffect<TInput>;
+}
+
+/** A defined tool, ready for `createToolbox`. */
+export type AgentTool = PlainToolDefinition<never> | EffectToolDefinition<never>;
+
+const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+/** The ledger's identity field holds at most this many characters; longer ones are hashed. */
+const MAX_IDENTITY_CHARS = 300;
+const DEFAULT_RETRY_AFTER_MS = 60_000;
+/** Unusable answers one effect may get before one its target never received is given up on. */
+const MAX_UNKNOWNS = 5;
+/** Unknown-then-not-found rounds within one call before the step waits instead. */
+const IMMEDIATE_RETRIES = 2;
+
+// Two signatures, not one over the union: with the union, TypeScript cannot type `execute`'s parameters from the definition.
+/**
+ * Defines a tool. A bad definition (a name providers refuse, an empty description) throws at once.
+ *
+ * @example
+ * const lookupOrder = defineTool({
+ *   name: 'lookup_order',
+ *   description: 'Finds an order by its number',
+ *   input: z.object({ order: z.string() }),
+ *   execute: async ({ order }) => JSON.stringify(await orders.find(order)),
+ * });
+ */
+export function defineTool<TInput>(definition: PlainToolDefinition<TInput>): AgentTool;
+// eslint-disable-next-line @typescript-eslint/unified-signatures
+export function defineTool<TInput>(definition: EffectToolDefinition<TInput>): AgentTool;
+export function defineTool<TInput>(definition: PlainToolDefinition<TInput> | EffectToolDefinition<TInput>): AgentTool {
+  if (!TOOL_NAME.test(definition.name)) throw new Error(`Tool name ${JSON.stringify(definition.name)} must be 1 to 64 letters, digits, _ or -`);
+  if (definition.description.trim() === '') throw new Error(`Tool ${definition.name} needs a description: the model chooses tools by it`);
+  if (definition.effect !== undefined && typeof definition.effect.lookup !== 'function') {
+    throw new Error(`Tool ${definition.name} has an effect but no lookup: an unknown outcome could not be reconciled`);
+  }
+  return definition as AgentTool;
+}
+
+/** A toolbox over defined tools; bind it to a step (runAgentSection does) before an effectful tool can run. */
+export function createToolbox(tools: readonly AgentTool[]): Toolbox {
+  const byName = new Map<string, AgentTool>();
+  const kinds = new Map<string, string>();
+  for (const tool of tools) {
+    if (byName.has(tool.name)) throw new Error(`Two tools are named ${tool.name}`);
+    byName.set(tool.name, tool);
+    if (tool.effect === undefined) continue;
+    const other = kinds.get(effectKind(tool.name));
+    if (other !== undefined) throw new Error(`Tools ${other} and ${tool.name} would record their effects under one kind: rename one`);
+    kinds.set(effectKind(tool.name), tool.name);
+  }
+  const specs: ToolSpec[] = tools.map((tool) => ({ name: tool.name, description: tool.description, parameters: toolParameters(tool.input) }));
+  return new DefinedToolbox(byName, specs, null);
+}
+
+class DefinedToolbox implements Toolbox {
+  constructor(
+    private readonly tools: ReadonlyMap<string, AgentTool>,
+    readonly specs: readonly ToolSpec[],
+    private readonly step: ToolStep | null,
+  ) {}
+
+  forStep(step: ToolStep): Toolbox {
+    return new DefinedToolbox(this.tools, this.specs, step);
+  }
+
+  async execute(call: ToolCall, signal: AbortSignal, place?: ToolCallPlace): Promise<ToolResult> {
+    const tool = this.tools.get(call.name);
+    if (tool === undefined) return toolError(`There is no tool named ${call.name}. Use one of: ${[...this.tools.keys()].join(', ')}.`);
+    const parsed = toolArguments(tool.input as z.ZodType, call);
+    if (!parsed.ok) return parsed.result;
+    const context: ToolContext = { call, signal, jobId: this.step?.jobId ?? null, unit: this.step?.unit ?? null };
+    if (tool.effect === undefined) {
+      const output = await (tool as PlainToolDefinition<unknown>).execute(parsed.value, context);
+      return typeof output === 'string' ? { ok: true, content: output } : { ok: true, content: output.content, ...(output.sources ? { sources: output.sources } : {}) };
+    }
+    return this.executeEffect(tool, parsed.value, context, place);
+  }
+
+  private async executeEffect(tool: EffectToolDefinition<unknown>, input: unknown, context: ToolContext, place: ToolCallPlace | undefined): Promise<ToolResult> {
+    const step = this.step;
+    if (step === null || place === undefined) {
+      throw new Error(`Tool ${tool.name} has an external effect: it runs only inside a step, through runAgentSection (which records it in the effect ledger)`);
+    }
+    const effect = tool.effect;
+    const intent = effectIntent(tool, input, context.call, place);
+    const [planned] = await step.effects.plan([intent]);
+    if (planned === undefined) throw new Error(`The effect ledger recorded nothing for ${tool.name}`);
+    const target = effect.target ?? tool.name;
+    const adapter: EffectAdapter = {
+      name: target,
+      ...(effect.sendTimeoutMs === undefined ? {} : { sendTimeoutMs: effect.sendTimeoutMs }),
+      // The recorded intent is applied, not this call's arguments: the first plan of an effect wins.
+      apply: (recorded, idempotencyKey, signal) => tool.execute(recordedInput(tool, recorded), { ...context, signal, idempotencyKey }),
+      lookup: (idempotencyKey, signal) => effect.lookup(idempotencyKey, signal),
+    };
+    const settled = await settleEffect(step.effects, adapter, planned, {
+      signal: step.signal,
+      clock: step.clock,
+      maxUnknowns: MAX_UNKNOWNS,
+      immediateRetries: IMMEDIATE_RETRIES,
+      // No person is asked about a tool's effect: an outcome nobody can tell is looked up again later.
+      answerFor: () => null,
+      note: (kind, message) => step.note(kind, message),
+    });
+    const nowMs = step.clock.now();
+    const retryAtMs = nowMs + (effect.retryAfterMs ?? DEFAULT_RETRY_AFTER_MS);
+    switch (settled.kind) {
+      case 'applied': {
+        const evidence = settled.entry.evidence ?? {};
+        return { ok: true, content: effect.describe ? effect.describe(evidence) : JSON.stringify({ applied: true, ...evidence }) };
+      }
+      case 'failed':
+        return toolError(`Not applied: ${settled.entry.lastOutcome ?? 'refused'}. Do not try this again unchanged.`);
+      case 'unavailable':
+        throw new ToolWaitError(
+          `${tool.name}: ${target} is unavailable (${settled.reason}); the call runs again when the job resumes`,
+          Math.max(retryAtMs, settled.retryAfterMs === null ? 0 : nowMs + settled.retryAfterMs),
+        );
+      case 'in-flight':
+        throw new ToolWaitError(`${tool.name}: an earlier request to ${target} may still be on its way; it is checked at ${new Date(settled.untilMs).toISOString()}`, settled.untilMs);
+      case 'cannot-tell':
+        throw new ToolWaitError(`${tool.name}: outcome unknown and ${target} cannot be asked (${settled.reason}); it is looked up again when the job resumes`, retryAtMs);
+      case 'stop':
+        throw new Error(`${tool.name}: the effect was stopped (${settled.entry.resolution ?? 'no reason recorded'})`);
+    }
+  }
+}
+
+/** The ledger intent of one effectful call: its identity names the effect, its payload holds the arguments as recorded. */
+function effectIntent(tool: EffectToolDefinition<unknown>, input: unknown, call: ToolCall, place: ToolCallPlace): EffectIntent {
+  const named = tool.effect.identity?.(input) ?? `${place.sectionId}/g${place.generation}/${call.id}`;
+  // An empty identity would make every such call one effect: refused, not guessed at.
+  if (named.trim() === '') throw new Error(`Tool ${tool.name}: effect.identity gave an empty identity for ${call.id}`);
+  const identity = named.length <= MAX_IDENTITY_CHARS ? named : `sha256:${createHash('sha256').update(named).digest('hex')}`;
+  return {
+    kind: effectKind(tool.name),
+    identity,
+    target: tool.effect.target ?? tool.name,
+    payload: { tool: tool.name, arguments: call.arguments },
+  };
+}
+
+/** The ledger kind of a tool's effects: part of every key, so two tools never share one. */
+function effectKind(toolName: string): string {
+  return `tool-${toolName.toLowerCase().replace(/[^a-z0-9]+/g, '-')}`.slice(0, 40).replace(/-+$/, '');
+}
+
+/** The arguments of the call that first planned the effect, parsed again by the tool's schema. */
+function recordedInput(tool: EffectToolDefinition<unknown>, recorded: EffectIntent): unknown {
+  const text = recorded.payload.arguments;
+  if (typeof text !== 'string') throw new Error(`The ledger entry of ${tool.name} holds no arguments`);
+  return tool.input.parse(JSON.parse(text));
+}

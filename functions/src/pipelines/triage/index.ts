@@ -1,0 +1,2 @@
+export * from './pipeline';
+export * from './config';
