@@ -1040,4 +1040,20 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '    if (next) documents.push({ kind: \'unit\', read, next });\n',
     tests: [{ files: ['test/emulator/fanout-cost.test.ts'], names: 'bug 38: ' }],
   },
+  {
+    name: 'woken-zombie-checks-lease',
+    removes: "the lease check on every read of the claim's signal (a holder woken after a takeover starts a call the new holder already ran)",
+    file: 'functions/src/engine/step/claim-scope.ts',
+    search: '    abortOnLapse(this.calls, () => this.leaseGuard.lapse());\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/lease-lapse.test.ts'], names: 'a frozen holder that wakes|silent for the takeover age' }],
+  },
+  {
+    name: 'lease-guard-follows-renewals',
+    removes: 'moving the lease guard with each confirmed renewal (a live holder stops itself one takeover age after its claim)',
+    file: 'functions/src/core/lease-guard.ts',
+    search: '    this.confirmedAtMs = Math.max(this.confirmedAtMs, renewedAtMs);\n',
+    replace: '    void renewedAtMs;\n',
+    tests: [{ files: ['test/emulator/lease-lapse.test.ts'], names: 'a live holder whose renewals are confirmed' }],
+  },
 ];
