@@ -1056,4 +1056,20 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '    void renewedAtMs;\n',
     tests: [{ files: ['test/emulator/lease-lapse.test.ts'], names: 'a live holder whose renewals are confirmed' }],
   },
+  {
+    name: 'sweep-minute-recovery-passes',
+    removes: "the recovery passes between a scheduled run's full sweeps (a frozen worker waits for the next minute's run)",
+    file: 'functions/src/engine/sweep-minute.ts',
+    search: '  while (slotMs <= lastSlotMs) {\n',
+    replace: '  while (false as boolean) {\n',
+    tests: [{ files: ['test/emulator/sweep-minute.test.ts'], names: "a frozen worker's job is reclaimed by the first pass" }],
+  },
+  {
+    name: 'sweep-minute-skips-past-slots',
+    removes: 'skipping slots already behind the clock (a late run sweeps its whole minute at once, at times already past)',
+    file: 'functions/src/engine/sweep-minute.ts',
+    search: '    if (nowMs > slotMs) {\n',
+    replace: '    if (false as boolean) {\n',
+    tests: [{ files: ['test/emulator/sweep-minute.test.ts'], names: 'a run delivered after its minute is over' }],
+  },
 ];
