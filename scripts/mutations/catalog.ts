@@ -1072,4 +1072,12 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '    if (false as boolean) {\n',
     tests: [{ files: ['test/emulator/sweep-minute.test.ts'], names: 'a run delivered after its minute is over' }],
   },
+  {
+    name: 'ledger-move-conditioned-on-entry',
+    removes: "the entry's read update time on a ledger move (an entry someone else moved between the read and the commit is overwritten)",
+    file: 'functions/src/store/firestore-ledger.ts',
+    search: "          documents: [{ kind: 'update-read', read: { path: snapshot.ref.path, updateTime: snapshot.updateTime }, fields: next }],\n",
+    replace: "          documents: [{ kind: 'put', path: snapshot.ref.path, document: next }],\n",
+    tests: [{ files: ['test/emulator/effect-ledger-locks.test.ts'], names: 'moved by someone else between' }],
+  },
 ];
