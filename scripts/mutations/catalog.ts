@@ -1080,4 +1080,12 @@ export const MUTANTS: readonly Mutant[] = [
     replace: "          documents: [{ kind: 'put', path: snapshot.ref.path, document: next }],\n",
     tests: [{ files: ['test/emulator/effect-ledger-locks.test.ts'], names: 'moved by someone else between' }],
   },
+  {
+    name: 'circuit-write-conditioned',
+    removes: "the read update time on a provider circuit write (two outages recorded at once count as one)",
+    file: 'functions/src/store/provider-circuit.ts',
+    search: '    if (snapshot.exists && snapshot.updateTime) batch.update(ref, document, { lastUpdateTime: snapshot.updateTime });\n',
+    replace: '    if (snapshot.exists && snapshot.updateTime) batch.set(ref, document);\n',
+    tests: [{ files: ['test/emulator/provider-circuit-commits.test.ts'], names: 'two workers recording an outage at once' }],
+  },
 ];
