@@ -60,3 +60,16 @@ export const SWEEP_PERIOD_MS = ((): number => {
   if (!match) throw new Error(`bench: sweepJobs' schedule ${JSON.stringify(schedule)} is not "every N minutes"; the bench cannot model it`);
   return Number(match[1]) * 60_000;
 })();
+
+/**
+ * The sweeper's next pass strictly after `afterMs`: each scheduled run sweeps in full at the start of
+ * its period, then runs the recovery rules every `intervalMs` until one interval before the next run
+ * (functions/src/engine/sweep-minute.ts). `full` says which kind of pass it is.
+ */
+export function nextSweepPass(afterMs: number, intervalMs: number, periodMs: number = SWEEP_PERIOD_MS): { readonly atMs: number; readonly full: boolean } {
+  if (!(intervalMs > 0)) throw new Error(`bench: sweep interval must be positive, got ${intervalMs}`);
+  const periodStartMs = Math.floor(afterMs / periodMs) * periodMs;
+  const slot = Math.floor((afterMs - periodStartMs) / intervalMs) + 1;
+  if (slot * intervalMs <= periodMs - intervalMs) return { atMs: periodStartMs + slot * intervalMs, full: false };
+  return { atMs: periodStartMs + periodMs, full: true };
+}

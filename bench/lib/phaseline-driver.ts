@@ -12,7 +12,8 @@
  *   fails only at the function timeout);
  * - a killed or frozen worker is abandoned where it stands: it neither heartbeats nor flushes;
  * - when nothing can run, the clock jumps to whichever comes first: the next task due, or the first
- *   every-minute sweep after a lease expires or a queued job's grace runs out.
+ *   sweeper pass after a lease expires or a queued job's grace runs out (a full sweep each minute,
+ *   recovery passes every sweepIntervalSeconds between them, as the deployed sweepJobs runs).
  *
  * So a killed worker's task comes back within seconds and takes the job (or unit) over once the
  * dead worker's heartbeat is `staleHeartbeatSeconds` old; the sweeper reclaims what no task comes
@@ -26,12 +27,12 @@ import type { EngineOptions } from '../../functions/src/core/options';
 import type { PipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
 import type { RunnerDeps, StepOutcome } from '../../functions/src/engine/step/deps';
-import { sweep } from '../../functions/src/engine/sweeper';
+import { sweep, sweepRecovery } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { jobPath } from '../../functions/src/store/paths';
 import type { TaskQueuePort } from '../../functions/src/store/task-queue';
-import { redeliveryDelayMs, STEP_QUEUE, SWEEP_PERIOD_MS } from './cloud-tasks';
+import { nextSweepPass, redeliveryDelayMs, STEP_QUEUE } from './cloud-tasks';
 import { liveWorkerTimers, newWorker, runAsWorker } from './faults';
 import type { ProjectClients } from './firestore';
 
@@ -290,15 +291,17 @@ export class PhaselineDriver {
         break;
       }
       const next = this.queue.next();
-      // The first sweep after the next lease expiry or lost-task grace, sweeps falling on the schedule's period.
-      const sweepAt = state.nextEventMs === null ? undefined : Math.ceil((Math.max(state.nextEventMs, this.clock.now()) + 1) / SWEEP_PERIOD_MS) * SWEEP_PERIOD_MS;
+      // The first sweeper pass after the next lease expiry or lost-task grace: full sweeps on the schedule's period, recovery passes every sweepIntervalSeconds between them.
+      const pass = state.nextEventMs === null ? undefined : nextSweepPass(Math.max(state.nextEventMs, this.clock.now()), this.store.options.sweepIntervalSeconds * 1000);
+      const sweepAt = pass?.atMs;
       if (next !== undefined && (sweepAt === undefined || next.dueAtMs < sweepAt)) {
         wait(next.cause, this.advanceTo(next.dueAtMs));
         continue;
       }
       if (sweepAt === undefined) throw new Error(`Job ${jobId} is ${state.status} with nothing queued, running or due: the bench driver is stuck`);
       wait(WAIT.sweep, this.advanceTo(sweepAt));
-      const report = await sweep({ store: this.store, queue: this.queue, log: () => undefined }, this.clock.now());
+      const sweepDeps = { store: this.store, queue: this.queue, log: () => undefined };
+      const report = pass?.full === false ? await sweepRecovery(sweepDeps, this.clock.now()) : await sweep(sweepDeps, this.clock.now());
       sweeps += 1;
       reclaimed += report.reclaimed + report.unitsReclaimed;
       if (report.reclaimed + report.unitsReclaimed > 0) reclaimingSweeps.add(this.clock.now());

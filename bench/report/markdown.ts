@@ -86,9 +86,16 @@ export function comparisonTable(summary: readonly ImplementationSummary[]): stri
       ),
       row('**Recovery wait per killed worker** (virtual: from the kill until its work runs again)', (item) =>
         item.implementation === 'phaseline'
-          ? `**${seconds(item.recoveryMsPerKilledWorker)}** (${recoveredBy(item, 'killed')})` +
-            (lostTask ? `; with its task lost, the sweeper alone: ${seconds(lostTask.recoveryMsPerKilledWorker)} (${recoveredBy(lostTask, 'killed')})` : '')
+          ? `**${seconds(item.recoveryMsPerKilledWorker)}** (${recoveredBy(item, 'killed')})`
           : `**${seconds(item.recoveryMsPerKilledWorker)}** (redelivery)`,
+      ),
+      // The baselines have no sweeper: a task that never comes back leaves their job where it stood, by construction (not measured).
+      row('Recovery wait per lost task (virtual: a killed worker whose task never comes back; Phaseline faulted runs again with every killed task lost)', (item) =>
+        item.implementation === 'phaseline'
+          ? lostTask
+            ? `${seconds(lostTask.recoveryMsPerKilledWorker)} (${recoveredBy(lostTask, 'killed')})`
+            : 'not run (lostTaskVariant off)'
+          : 'never: only its task runs it again (no sweeper; by construction, not measured)',
       ),
       row('Recovery wait per frozen worker (virtual: from the freeze until its work runs again)', (item) =>
         item.implementation === 'phaseline'

@@ -162,7 +162,7 @@ export async function runKillAllOnce(options: KillAllOptions): Promise<number> {
     `engine variables given to the functions and the sweeper: ${Object.keys(engineEnv).length === 0 ? 'none (every engine default)' : Object.entries(engineEnv).map(([name, value]) => `${name}=${value}`).join(' ')}`,
     `engine options in force: ${optionsText(engine)}`,
     `provider: PHASELINE_PROVIDER=offline PHASELINE_OFFLINE_SEED=${offlineSeed} PHASELINE_OFFLINE_SETTINGS=${JSON.stringify({ latencyMs: options.latencyMs })} (plus the toolbox's execution log, for the tool-call check)`,
-    `stack: firebase.json ports; runJobStep's task queue as declared (Cloud Tasks redelivers by its backoff): ${JSON.stringify(runJobStep.__endpoint.taskQueueTrigger?.retryConfig ?? null)}; the stack's sweeper every ${SWEEP_EVERY_MS / 1000} s (production cadence)`,
+    `stack: firebase.json ports; runJobStep's task queue as declared (Cloud Tasks redelivers by its backoff): ${JSON.stringify(runJobStep.__endpoint.taskQueueTrigger?.retryConfig ?? null)}; the stack's sweeper as deployed (a run every ${SWEEP_EVERY_MS / 1000} s, recovery passes every PHASELINE_SWEEP_INTERVAL_SECONDS within it)`,
     `job: research ${JSON.stringify(KILL_ALL_INPUT)}, offline model latency ${options.latencyMs} ms a call; allowance ${options.allowanceSeconds} s; seed ${options.seed}`,
   ];
   log(`kill-all-once: every function worker SIGKILLed once, mid-job`);

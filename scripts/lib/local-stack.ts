@@ -4,7 +4,7 @@
  *   - the official Firestore emulator (the project's launcher), with firestore.rules loaded;
  *   - firebase-tools' functions, tasks and auth emulators (`firebase emulators:start`), the
  *     functions built first;
- *   - the sweeper every minute (see `startSweeper` for how and why in-process);
+ *   - the sweeper as deployed: a run every minute, sweeping again every sweepIntervalSeconds within it (see `startSweeper` for how and why in-process);
  *   - optionally the chat page from web/dist with a /config.json that points it at the emulators.
  *
  * Everything started is registered with a teardown that stops it in reverse order, process groups
@@ -20,7 +20,8 @@ import { createInterface } from 'node:readline';
 import { deleteApp, initializeApp, type App } from 'firebase-admin/app';
 import { getFirestore } from 'firebase-admin/firestore';
 import { systemClock } from '../../functions/src/core/clock';
-import { sweep, type SweepDeps, type SweepReport } from '../../functions/src/engine/sweeper';
+import { sweep, type RecoverySweepReport, type SweepDeps, type SweepReport } from '../../functions/src/engine/sweeper';
+import { sweepMinute, type Wait } from '../../functions/src/engine/sweep-minute';
 import { notifyStoppedEffects } from '../../functions/src/pipelines/notify/config';
 import { stepQueueLimitsFromEnv, type StepQueueLimits } from '../../functions/src/config/environment';
 import { cloudTasksQueue, STEP_FUNCTION_NAME } from '../../functions/src/store/cloud-tasks-queue';
@@ -240,23 +241,55 @@ export function startSweeper(options: { readonly projectId: string; readonly fir
     });
     return inFlight;
   };
-  const timer = setInterval(() => {
-    runNow().then(
-      (report) => {
-        const acted = (['reclaimed', 'unitsReclaimed', 'quarantined', 'redispatched', 'unitsRedispatched', 'resumed', 'parkedUnits', 'errors', 'enqueueFailures'] as const).filter((key) => report[key] > 0);
-        const effects = (['checked', 'settled', 'pending', 'errors'] as const).filter((key) => report.stoppedEffects[key] > 0);
-        const said = [...acted.map((key) => `${key} ${report[key]}`), ...effects.map((key) => `stopped-job effects ${key} ${report.stoppedEffects[key]}`)];
-        if (said.length > 0) options.log(`sweeper: ${said.join(', ')}`);
-      },
-      (error: unknown) => options.log(`sweeper: the pass failed (${error instanceof Error ? error.message : String(error)}); the next one tries again`),
-    );
-  }, options.everyMs);
+  const sayWhatActed = (report: RecoverySweepReport & { readonly stoppedEffects?: SweepReport['stoppedEffects'] }): void => {
+    const acted = (['reclaimed', 'unitsReclaimed', 'quarantined', 'redispatched', 'unitsRedispatched', 'parkedUnits', 'errors', 'enqueueFailures'] as const).filter((key) => report[key] > 0);
+    const stopped = report.stoppedEffects;
+    const effects = stopped ? (['checked', 'settled', 'pending', 'errors'] as const).filter((key) => stopped[key] > 0).map((key) => `stopped-job effects ${key} ${stopped[key]}`) : [];
+    const said = [...acted.map((key) => `${key} ${report[key]}`), ...('resumed' in report && report.resumed > 0 ? [`resumed ${report.resumed}`] : []), ...effects];
+    if (said.length > 0) options.log(`sweeper: ${said.join(', ')}`);
+  };
+  // As the deployed sweepJobs: one run a minute (everyMs), a full sweep and then recovery passes every sweepIntervalSeconds until the run's minute is over.
+  let stopped = false;
+  const stopWaiting = new AbortController();
+  const wait: Wait = (ms) =>
+    new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      timer.unref();
+      stopWaiting.signal.addEventListener('abort', () => {
+        clearTimeout(timer);
+        resolve();
+      }, { once: true });
+    });
+  let minute: Promise<unknown> | null = null;
+  const runMinute = (): void => {
+    if (minute !== null || stopped) return;
+    const scheduledAtMs = Date.now();
+    const passing: Wait = async (ms) => {
+      await wait(ms);
+      // Stopping: the remaining passes are skipped (the clock is past them once the run resumes).
+      if (stopped) throw new Error('the sweeper stopped');
+    };
+    minute = sweepMinute({ ...deps, clock: systemClock, wait: passing }, scheduledAtMs, options.everyMs)
+      .then(
+        ({ full, recovery }) => [full, ...recovery].forEach(sayWhatActed),
+        (error: unknown) => {
+          if (!stopped) options.log(`sweeper: the run failed (${error instanceof Error ? error.message : String(error)}); the next one tries again`);
+        },
+      )
+      .finally(() => {
+        minute = null;
+      });
+  };
+  runMinute();
+  const timer = setInterval(runMinute, options.everyMs);
   timer.unref();
   return {
     runNow,
     stop: async () => {
+      stopped = true;
       clearInterval(timer);
-      await inFlight?.catch(() => undefined);
+      stopWaiting.abort();
+      await Promise.allSettled([inFlight, minute]);
       await deleteApp(app);
     },
   };

@@ -211,7 +211,8 @@ describe('bug 11: a provider slower than the step', () => {
       // 200 s a call, within a 250 s call timeout: three calls would outlive the function.
       slow = recoverySetup(firestore.db, clock, { sleep, latencyMs: 200_000, policy: { callTimeoutMs: 250_000 } });
       return slow.registry;
-    });
+      // The clock moves inside model calls while heartbeats are held back: a lease and takeover age covering a whole step stand in for a live worker's renewals.
+    }, { leaseSeconds: 600, staleHeartbeatSeconds: 600 });
   });
   beforeEach(() => slowHarness.firestore.reset());
   afterAll(() => slowHarness.firestore.close());

@@ -1,5 +1,5 @@
 /**
- * The default lease is 90 s (heartbeat 5 s, stale takeover 10 s, progress
+ * The default lease is 20 s (heartbeat 5 s, stale takeover 10 s, progress
  * timeout 150 s), and "a live holder never loses its lease to the sweeper". On the injected clock:
  *
  *   - held: a job phase (and a fan-out unit) that waits on one long call for 145 s, heartbeating
@@ -53,8 +53,8 @@ async function waitUntil(probe: () => Promise<boolean>): Promise<void> {
 }
 
 test('the options under review', () => {
-  expect(harness.options).toMatchObject({ leaseSeconds: 90, heartbeatSeconds: 5, staleHeartbeatSeconds: 10, progressTimeoutSeconds: 150 });
-  expect(DEFAULT_ENGINE_OPTIONS.leaseSeconds).toBe(90);
+  expect(harness.options).toMatchObject({ leaseSeconds: 20, heartbeatSeconds: 5, staleHeartbeatSeconds: 10, progressTimeoutSeconds: 150 });
+  expect(DEFAULT_ENGINE_OPTIONS.leaseSeconds).toBe(20);
 });
 
 test('held: a job phase waiting 145 s on one call (no progress), heartbeating every 5 s, is never reclaimed by the sweeper and finishes', async () => {

@@ -23,7 +23,8 @@ let harness: EngineHarness;
 
 beforeAll(() => {
   // A short step budget so that a long batch yields; every message moves the clock a second.
-  harness = engineHarness('notify', notify.registry, { stepBudgetSeconds: 40 });
+  // The receiver moves the clock a second a message inside steps whose heartbeats are held back: a takeover age and lease past a 40 s step stand in for a live worker's renewals.
+  harness = engineHarness('notify', notify.registry, { stepBudgetSeconds: 40, leaseSeconds: 90, staleHeartbeatSeconds: 60 });
 });
 beforeEach(async () => {
   harness.queue.drain();

@@ -69,7 +69,7 @@ test("an effect moved under the claim of the step before, between the publicatio
       epoch: claim.epoch,
       clock: harness.clock,
       signal: new AbortController().signal,
-      owned: (body) => harness.store.asOwnerReading(claim, body),
+      commit: (decide) => harness.store.apply({ kind: 'job', claim }, decide),
     });
   await db().doc(`${JOBS}/${jobId}`).update({ effectsToSettleAt: Timestamp.fromMillis(harness.clock.now()) });
   const outbox = db().doc(resultPath(jobId));
@@ -129,7 +129,7 @@ test('an effect that goes in flight under the current claim between the effect q
       epoch: claim.epoch,
       clock: harness.clock,
       signal: new AbortController().signal,
-      owned: (body) => harness.store.asOwnerReading(claim, body),
+      commit: (decide) => harness.store.apply({ kind: 'job', claim }, decide),
     });
     const [entry] = await ledger.plan([{ kind: 'email', identity: 'late-one', target: 'mailto:someone@example.com', payload: { subject: 'hello' } }]);
     await ledger.transition(entry!.key, ['planned'], { state: 'applying', countAttempt: true, lastOutcome: 'sending' });

@@ -216,7 +216,7 @@ describe('unit heartbeats on the owner-write path', () => {
 
   test.each([
     ['with the defaults, 5 s heartbeat and 10 s stale threshold (a failed heartbeat is tried again within a second)', 'defaults', {}],
-    ['with the former defaults, 10 s heartbeat and 30 s stale threshold', 'former', { heartbeatSeconds: 10, staleHeartbeatSeconds: 30 }],
+    ['with the former defaults, 10 s heartbeat and 30 s stale threshold', 'former', { leaseSeconds: 90, heartbeatSeconds: 10, staleHeartbeatSeconds: 30 }],
   ] as const)(
     'bug 16: one failed heartbeat of a live worker, then a duplicate task: the worker keeps its unit; %s',
     async (_, label, overrides) => {

@@ -95,8 +95,8 @@ describe('defaults', () => {
 
 describe('engine', () => {
   test('a cross-field refusal from core/options names the variables behind the options it names', () => {
-    expect(() => engineOptionsFromEnv({ PHASELINE_HEARTBEAT_SECONDS: '90' })).toThrow(
-      'heartbeatSeconds (90) must be shorter than leaseSeconds (90) (PHASELINE_LEASE_SECONDS unset (default 90), PHASELINE_HEARTBEAT_SECONDS=90)',
+    expect(() => engineOptionsFromEnv({ PHASELINE_HEARTBEAT_SECONDS: '20' })).toThrow(
+      'heartbeatSeconds (20) must be shorter than leaseSeconds (20) (PHASELINE_LEASE_SECONDS unset (default 20), PHASELINE_HEARTBEAT_SECONDS=20)',
     );
     expect(() => engineOptionsFromEnv({ PHASELINE_WRITE_RETRIES: '-2' })).toThrow('Engine option writeRetries must be a non-negative number, got -2 (PHASELINE_WRITE_RETRIES=-2)');
   });

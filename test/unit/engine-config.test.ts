@@ -8,9 +8,9 @@ import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions, type EngineOptions } from
 import { engineOptionsFromEnv } from '../../functions/src/triggers/config';
 
 describe('resolveEngineOptions', () => {
-  test('the defaults: 90 s lease, 5 s heartbeat, takeover after 10 s without one, 150 s progress bound, 1000 ms progress flush', () => {
+  test('the defaults: 20 s lease, 5 s heartbeat, takeover after 10 s without one, 150 s progress bound, 1000 ms progress flush', () => {
     const options = resolveEngineOptions();
-    expect(options.leaseSeconds).toBe(90);
+    expect(options.leaseSeconds).toBe(20);
     expect(options.heartbeatSeconds).toBe(5);
     expect(options.staleHeartbeatSeconds).toBe(10);
     expect(options.progressTimeoutSeconds).toBe(150);
@@ -33,6 +33,10 @@ describe('resolveEngineOptions', () => {
     expect(DEFAULT_ENGINE_OPTIONS).toEqual(before);
   });
 
+  test.each([0, 61])('a sweep interval of %p s is rejected: more than 0, at most the scheduler\'s minute', (sweepIntervalSeconds) => {
+    expect(() => resolveEngineOptions({ sweepIntervalSeconds })).toThrow(/sweepIntervalSeconds must be more than 0 and at most 60/);
+  });
+
   test('zero is a valid value where it makes sense', () => {
     expect(resolveEngineOptions({ writeRetries: 0, progressFlushMs: 0 }).writeRetries).toBe(0);
   });
@@ -51,7 +55,7 @@ describe('resolveEngineOptions', () => {
   });
 
   test('a stale-heartbeat threshold under two heartbeats is rejected: one late heartbeat is not a dead worker', () => {
-    expect(() => resolveEngineOptions({ heartbeatSeconds: 20, staleHeartbeatSeconds: 30 })).toThrow(/staleHeartbeatSeconds \(30\) must be at least two heartbeats/);
+    expect(() => resolveEngineOptions({ leaseSeconds: 90, heartbeatSeconds: 20, staleHeartbeatSeconds: 30 })).toThrow(/staleHeartbeatSeconds \(30\) must be at least two heartbeats/);
   });
 
   test('bug 4: a delay setting past what Cloud Tasks can schedule (30 days) is rejected', () => {
@@ -119,6 +123,7 @@ describe('engineOptionsFromEnv', () => {
       backoffBaseSeconds: 3,
       backoffMaxSeconds: 300,
       lostTaskGraceSeconds: 45,
+      sweepIntervalSeconds: DEFAULT_ENGINE_OPTIONS.sweepIntervalSeconds,
       sweepBatchSize: 50,
       writeRetries: 1,
       maxServerDelaySeconds: 120,

@@ -86,6 +86,7 @@ function engineOption(option: keyof EngineOptions, description: string): EngineV
 
 const ENGINE_VARIABLES = {
   PHASELINE_LEASE_SECONDS: engineOption('leaseSeconds', 'A lease nobody renews expires this long after its last renewal: the sweeper reclaims it.'),
+  PHASELINE_SWEEP_INTERVAL_SECONDS: engineOption('sweepIntervalSeconds', 'How often within each scheduled minute the sweeper looks for expired leases and lost tasks.'),
   PHASELINE_HEARTBEAT_SECONDS: engineOption('heartbeatSeconds', 'How often a working step renews its lease, coalesced with progress writes.'),
   PHASELINE_STALE_HEARTBEAT_SECONDS: engineOption('staleHeartbeatSeconds', 'A task finding its step held by a worker silent this long takes it over with a new epoch.'),
   PHASELINE_PROGRESS_TIMEOUT_SECONDS: engineOption('progressTimeoutSeconds', 'A step without progress this long stops renewing its lease and gives the job back.'),

@@ -4,6 +4,13 @@ import { DEFAULT_MAX_SERVER_DELAY_SECONDS } from './server-delay';
 export interface EngineOptions {
   /** A lease nobody renews expires this long after its last renewal: the sweeper's backstop. */
   readonly leaseSeconds: number;
+  /**
+   * How often, within each scheduled minute, the sweeper looks for expired leases and lost tasks
+   * (Cloud Scheduler fires at most once a minute; the run sweeps again at this interval until its
+   * minute is over). A frozen worker's job is reclaimed at most `leaseSeconds + sweepIntervalSeconds`
+   * after its last renewal.
+   */
+  readonly sweepIntervalSeconds: number;
   /** How often a working step renews its lease (coalesced with progress writes). */
   readonly heartbeatSeconds: number;
   /**
@@ -52,10 +59,14 @@ export interface EngineOptions {
 export const MAX_SCHEDULE_SECONDS = 30 * 86_400;
 
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
-  // The sweeper's backstop for a holder whose task never comes back (a frozen worker). Longer than the
-  // 60 s for which a dead client's transaction can keep a document locked (Firestore expires an idle
-  // transaction after 60 s): a live holder whose renewals wait on such a lock keeps its lease.
-  leaseSeconds: 90,
+  // The sweeper's backstop for a holder whose task never comes back (a frozen worker, a lost task).
+  // Its floor is the stale-takeover age plus a margin: a holder that confirmed no renewal for
+  // staleHeartbeatSeconds stops itself (core/lease-guard.ts), so at expiry it has started nothing
+  // for leaseSeconds - staleHeartbeatSeconds (10 s here: clock skew, a commit in flight). No
+  // transaction a dead client could leave open sits on a lease holder's documents (README: Recovery).
+  leaseSeconds: 20,
+  // 20 s lease + 5 s: a frozen worker's job is reclaimed within 25 s of its last renewal, claimed again about a second later.
+  sweepIntervalSeconds: 5,
   // Cloud Tasks redelivers a killed step 2, 6 and 14 s after the kill: a holder silent 10 s is taken over by the third.
   heartbeatSeconds: 5,
   staleHeartbeatSeconds: 10,
@@ -66,7 +77,8 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   maxStaleReclaims: 3,
   backoffBaseSeconds: 5,
   backoffMaxSeconds: 600,
-  lostTaskGraceSeconds: 120,
+  // A queued job's task may wait behind others (the queue's rate and concurrency limits): a redispatch then only adds a task that acknowledges.
+  lostTaskGraceSeconds: 20,
   sweepBatchSize: 200,
   writeRetries: 3,
   maxServerDelaySeconds: DEFAULT_MAX_SERVER_DELAY_SECONDS,
@@ -83,6 +95,9 @@ export function resolveEngineOptions(overrides: Partial<EngineOptions> = {}): En
   }
   if (options.staleHeartbeatSeconds < 2 * options.heartbeatSeconds) {
     throw new Error(`staleHeartbeatSeconds (${options.staleHeartbeatSeconds}) must be at least two heartbeats (${2 * options.heartbeatSeconds} s): one late heartbeat is not a dead worker`);
+  }
+  if (options.sweepIntervalSeconds <= 0 || options.sweepIntervalSeconds > 60) {
+    throw new Error(`sweepIntervalSeconds must be more than 0 and at most 60 (the scheduler's minute), got ${options.sweepIntervalSeconds}`);
   }
   if (options.progressTimeoutSeconds <= options.heartbeatSeconds) {
     throw new Error(`progressTimeoutSeconds (${options.progressTimeoutSeconds}) must be longer than heartbeatSeconds (${options.heartbeatSeconds})`);

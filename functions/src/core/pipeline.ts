@@ -23,7 +23,11 @@ export interface SectionRecord<TData = unknown> {
 export interface StepContext<TInput> {
   readonly jobId: string;
   readonly input: TInput;
-  /** Aborted when this worker loses its claim (or the job is cancelled); pass it to every call. */
+  /**
+   * Aborted when this worker loses its claim (or the job is cancelled), and when it has confirmed no
+   * lease renewal for the stale-takeover age (a worker woken from a freeze): pass it to every call,
+   * and check it before starting one.
+   */
   readonly signal: AbortSignal;
   readonly clock: Clock;
   readonly random: RandomSource;

@@ -11,7 +11,10 @@ export interface ContextParts<TInput> {
   readonly input: TInput;
   readonly unit: string | null;
   readonly decisions: Readonly<Record<string, string>>;
+  /** The signal the phase's calls get (StepContext.signal). */
   readonly signal: AbortSignal;
+  /** The claim's own signal, which the context's writes check; without it, `signal`. */
+  readonly claimSignal?: AbortSignal;
   readonly clock: Clock;
   readonly random: RandomSource;
   readonly phase: PhaseDefinition<TInput, unknown>;
@@ -49,6 +52,7 @@ const YIELD_AT_BUDGET_SHARE = 0.8;
 
 export function createStepContext<TInput>(parts: ContextParts<TInput>): StepContext<TInput> {
   const progressed = () => parts.onProgress?.();
+  const claimSignal = parts.claimSignal ?? parts.signal;
   const needs = new Set([...(parts.phase.needs ?? []).map((phase) => phase.name)]);
   return {
     jobId: parts.jobId,
@@ -65,7 +69,7 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
     },
     sections: () => parts.sections,
     async recordSection(id, data) {
-      parts.signal.throwIfAborted();
+      claimSignal.throwIfAborted();
       if (parts.sections.some((section) => section.id === id)) return;
       const validated = parts.phase.section ? parts.phase.section.parse(data) : data;
       const section: SectionRecord = {
@@ -83,7 +87,7 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
     },
     loadTranscript: (sectionId) => parts.durable.loadTranscript(sectionId),
     saveTranscript: async (sectionId, transcript) => {
-      parts.signal.throwIfAborted();
+      claimSignal.throwIfAborted();
       await parts.durable.saveTranscript(sectionId, transcript);
       progressed();
     },

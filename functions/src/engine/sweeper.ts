@@ -218,17 +218,35 @@ class Sweep {
   }
 }
 
-/** Runs one sweep at `nowMs`. Never throws for a single document, query or enqueue: see the report. */
-export async function sweep(deps: SweepDeps, nowMs: number): Promise<SweepReport> {
-  const run = new Sweep(deps, nowMs);
-  const byDocument = (doc: QueryDocumentSnapshot) => doc.ref.path;
-  const byJob = (doc: QueryDocumentSnapshot) => doc.ref.parent.parent?.path ?? doc.ref.path;
-  const lostBefore = nowMs - deps.store.options.lostTaskGraceSeconds * 1000;
+/** A recovery pass's report: the rules a lost worker or task waits on, without the slower passes'. */
+export type RecoverySweepReport = Omit<SweepReport, 'stoppedEffects' | 'retention'>;
 
+const byDocument = (doc: QueryDocumentSnapshot) => doc.ref.path;
+const byJob = (doc: QueryDocumentSnapshot) => doc.ref.parent.parent?.path ?? doc.ref.path;
+
+/** Rules 1 to 3: expired job and unit leases, lost job and unit tasks. */
+async function recoverLostWork(run: Sweep, nowMs: number): Promise<void> {
+  const lostBefore = nowMs - run.store.options.lostTaskGraceSeconds * 1000;
   await run.scan('expiredJobLeases', nowMs, (doc) => reclaimJobLease(run, doc), byDocument);
   await run.scan('expiredUnitLeases', nowMs, (doc) => reclaimUnitLease(run, doc), byJob);
   await run.scan('lostJobTasks', lostBefore, (doc) => redispatchJob(run, doc, lostBefore), byDocument);
   await run.scan('lostUnitTasks', lostBefore, (doc) => redispatchUnit(run, doc, lostBefore), byJob);
+}
+
+/**
+ * Rules 1 to 3 alone at `nowMs`: what a lost worker or a lost task waits on, run several times a
+ * minute between full sweeps (sweep-minute.ts). Four index-backed queries; never throws for one document.
+ */
+export async function sweepRecovery(deps: SweepDeps, nowMs: number): Promise<RecoverySweepReport> {
+  const run = new Sweep(deps, nowMs);
+  await recoverLostWork(run, nowMs);
+  return run.report();
+}
+
+/** Runs one sweep at `nowMs`. Never throws for a single document, query or enqueue: see the report. */
+export async function sweep(deps: SweepDeps, nowMs: number): Promise<SweepReport> {
+  const run = new Sweep(deps, nowMs);
+  await recoverLostWork(run, nowMs);
   await run.scan('waitsOver', nowMs, (doc) => resumeWait(run, doc), byDocument);
   const stoppedEffects = await settleStoppedEffects({ ...deps, store: run.store }, nowMs);
   // Last: the passes above may end jobs' stories (their events are stamped as they are written).

@@ -138,6 +138,8 @@ export type DocumentWrite =
   | { readonly kind: 'unit'; readonly read: StoredUnit; readonly next: UnitRecord }
   /** The unit records a fan-out starts with, each created or replaced under the version read. */
   | { readonly kind: 'fan-out-units'; readonly units: readonly { readonly record: UnitRecord; readonly updateTime: Timestamp | null }[] }
+  /** A document of the job created whole (an effect entry): one there already fails the commit, which is decided again from a new read. */
+  | { readonly kind: 'create'; readonly path: string; readonly document: DocumentData }
   /** Any other document of the job, written whole (an audit copy); fenced by the commit's other preconditions. */
   | { readonly kind: 'put'; readonly path: string; readonly document: DocumentData }
   /** Fields of a document the change was decided from (an effect entry), updated under the update time it was read at. */

@@ -23,10 +23,11 @@ export function unresolvedEffectsIn(store: FirestoreHandle, tx: Transaction, job
 
 /**
  * The same, read plainly, for the publication's commit conditioned on the job. Every change to a
- * job's entries is a transaction that reads the job and needs its claim or its end: a claim older
- * than the publishing one is refused there (the job's epoch moved on), a unit's once its fan-out
- * is over, and a stopped job's settling cannot meet a running one's commit (the stop changed the
- * job). The publishing claim itself holds no ledger, and must not: a move under it would change
+ * job's entries needs its claim or its end: a holder's goes through the door (a job holder's commit
+ * rewrites the job under its precondition, so a claim older than the publishing one is refused and
+ * the publication's commit meets any move; a unit holder's is conditioned on its unit and claim
+ * slot, which the end of its fan-out revokes), and a stopped job's settling cannot meet a running
+ * one's commit (the stop changed the job). The publishing claim itself holds no ledger, and must not: a move under it would change
  * no job and go unfenced. The publication's context refuses effects (publication-races.test.ts).
  */
 export function unresolvedEffectsOf(store: FirestoreHandle, jobId: string, limit?: number): Promise<string[]> {

@@ -1,10 +1,13 @@
 /**
- * The effect ledger on Firestore, `jobs/{jobId}/effects/{effectKey}`. Every write runs inside the
- * caller's owner-checked transaction (the runner passes `store.asOwner` or `store.asUnitOwner`),
- * so a worker that lost its claim, or a job that was cancelled, cannot move an entry. Entries are
- * zod-parsed on every read and every write.
+ * The effect ledger on Firestore, `jobs/{jobId}/effects/{effectKey}`. Every write goes through the
+ * store's door as its holder (`commit`: JobStore.apply with the job or unit claim as owner), so a
+ * worker that lost its claim, or a job that was cancelled, cannot move an entry: the commit is
+ * conditioned on the holder's record, and an entry moved is rewritten under the update time it was
+ * read at (a move by anyone else meanwhile is decided again from a new read). No transaction is
+ * held, so a worker that dies between its read and its commit locks nothing. Entries are zod-parsed
+ * on every read and every write.
  */
-import { Timestamp, type Firestore, type Query, type Transaction } from 'firebase-admin/firestore';
+import type { Firestore, Query, Transaction } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import type { Clock } from '../core/clock';
 import { CorruptCheckpointError } from '../core/errors';
@@ -19,10 +22,15 @@ import {
   type EffectIntent,
   type EffectLedger,
 } from '../core/effect-ledger';
-import { effectPath, effectsPath, jobPath } from './paths';
+import type { JobRecord } from '../core/job';
+import type { Change } from './door';
+import { effectPath, effectsPath } from './paths';
 
-/** Runs a body in a transaction that first proves the caller still owns its claim. */
-export type OwnedTransaction = <T>(body: (context: { tx: Transaction }) => Promise<{ value: T }>) => Promise<T>;
+/**
+ * Commits a change decided from the holder's job record through the door, refused unless the claim
+ * still holds; `decide` may run again (a lost race), so it reads what it needs itself.
+ */
+export type HolderCommit = <T>(decide: (current: { readonly job: JobRecord }) => Change<T> | Promise<Change<T>>) => Promise<T>;
 
 export interface FirestoreLedgerParts {
   readonly db: Firestore;
@@ -33,10 +41,10 @@ export interface FirestoreLedgerParts {
   readonly epoch: number;
   readonly clock: Clock;
   readonly signal: AbortSignal;
-  readonly owned: OwnedTransaction;
+  readonly commit: HolderCommit;
 }
 
-/** Entries planned per transaction: well inside Firestore's 500 writes per commit. */
+/** Entries planned per commit: well inside Firestore's 500 writes per commit. */
 const PLAN_CHUNK = 100;
 
 /**
@@ -53,9 +61,8 @@ export function parseEffectEntry(path: string, data: unknown): EffectEntry {
 }
 
 export function firestoreEffectLedger(parts: FirestoreLedgerParts): EffectLedger {
-  const { db, jobId, unit, epoch, clock, signal, owned } = parts;
+  const { db, jobId, unit, epoch, clock, signal, commit } = parts;
   const ref = (key: string) => db.doc(effectPath(jobId, key));
-  const jobRef = db.doc(jobPath(jobId));
   // Once this step has seen the mark, it stays: only the stopped-effects pass clears it, and only on a stopped job.
   let markedForSettling = false;
   return {
@@ -75,9 +82,10 @@ export function firestoreEffectLedger(parts: FirestoreLedgerParts): EffectLedger
       for (let start = 0; start < drafts.length; start += PLAN_CHUNK) {
         signal.throwIfAborted();
         const chunk = drafts.slice(start, start + PLAN_CHUNK);
-        const written = await owned(async ({ tx }) => {
-          const snapshots = await tx.getAll(...chunk.map((draft) => ref(draft.key)));
+        const written = await commit(async () => {
+          const snapshots = await db.getAll(...chunk.map((draft) => ref(draft.key)));
           const nowMs = clock.now();
+          const creates: { readonly kind: 'create'; readonly path: string; readonly document: EffectEntry }[] = [];
           const value = chunk.map((draft, index) => {
             const snapshot = snapshots[index];
             // First write wins: an effect already recorded keeps its intent and state.
@@ -102,10 +110,10 @@ export function firestoreEffectLedger(parts: FirestoreLedgerParts): EffectLedger
               createdAtMs: nowMs,
               updatedAtMs: nowMs,
             } satisfies EffectEntry);
-            tx.create(ref(draft.key), entry);
+            creates.push({ kind: 'create', path: ref(draft.key).path, document: entry });
             return entry;
           });
-          return { value };
+          return { documents: creates, value };
         });
         stored.push(...written);
       }
@@ -114,21 +122,22 @@ export function firestoreEffectLedger(parts: FirestoreLedgerParts): EffectLedger
 
     async transition(key, from, change) {
       signal.throwIfAborted();
-      const moved = await owned(async ({ tx }) => {
-        const snapshot = await tx.get(ref(key));
-        if (!snapshot.exists) throw new EffectStateConflictError(`Effect ${key} of job ${jobId} is not in the ledger`);
+      const moved = await commit(async ({ job }) => {
+        const snapshot = await ref(key).get();
+        if (!snapshot.exists || !snapshot.updateTime) throw new EffectStateConflictError(`Effect ${key} of job ${jobId} is not in the ledger`);
         const entry = parseEffectEntry(snapshot.ref.path, snapshot.data());
         if (!from.includes(entry.state)) {
           throw new EffectStateConflictError(`Effect ${key} is ${entry.state}, not ${from.join(' or ')}: the ledger moved under this step`);
         }
-        const marking = change.state === 'applying' && !markedForSettling;
-        const job = marking ? await tx.get(jobRef) : null;
         const nowMs = clock.now();
         const next = applyChange(entry, change, epoch, nowMs);
-        tx.set(snapshot.ref, next);
-        const marked: unknown = job?.get(EFFECTS_TO_SETTLE_FIELD);
-        if (job?.exists && !(marked instanceof Timestamp)) tx.update(jobRef, { [EFFECTS_TO_SETTLE_FIELD]: Timestamp.fromMillis(nowMs) });
-        return { value: next };
+        const marking = change.state === 'applying' && !markedForSettling && (job.effectsToSettleAtMs ?? null) === null;
+        return {
+          // The job as decided from, marked for the stopped-effects pass in the commit that first sends an effect.
+          ...(marking ? { next: { ...job, effectsToSettleAtMs: nowMs } } : {}),
+          documents: [{ kind: 'update-read', read: { path: snapshot.ref.path, updateTime: snapshot.updateTime }, fields: next }],
+          value: next,
+        };
       });
       if (change.state === 'applying') markedForSettling = true;
       return moved;

@@ -19,7 +19,6 @@ import { decodeJob, decodeUnit, encodeJob, encodeUnit, encodeUnitFlush, type Uni
 import { readFanOutUnits } from './checkpoint-reads';
 import { ClaimSession, type ClaimSlotRecord } from './claim-session';
 import { FirestoreHandle, isAlreadyExists, isFailedPrecondition, isTransientFirestoreError, type JobVersion, type JobWriter } from './firestore-handle';
-import type { OwnedTransaction } from './firestore-ledger';
 import { dispatchesOf, type Change, type ClaimHolder, type ClaimSlotView, type CurrentOf, type Decide, type DocumentWrite, type DoorOwner, type EventDraft, type EventJob, type StoredUnit, type SweptUnitCurrent, type UnitCurrent, type UnitKeys, type UnitVersion } from './door';
 import { outboxRef, sectionRef, transcriptSaveRef } from './job-documents';
 import type { TaskQueuePort } from './task-queue';
@@ -384,6 +383,9 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
         case 'fan-out-units':
           this.putFanOutUnits(tx, write.units);
           break;
+        case 'create':
+          tx.create(this.db.doc(write.path), write.document);
+          break;
         case 'put':
           tx.set(this.db.doc(write.path), write.document);
           break;
@@ -573,7 +575,7 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
 
   /**
    * An owner-checked Firestore transaction, for a holder's change that reads other documents to decide.
-   * Old door: the effect ledger's transaction (ownedTransaction) and callers outside engine/step still use it; everything else uses apply
+   * Old door, a Firestore transaction: no engine path uses it any more (tests still drive it); everything uses apply
    */
   async asOwnerReading<T>(claim: JobClaim, body: (context: ReadingJobTransaction) => Promise<JobChange<T>>): Promise<T> {
     return this.transactReading(claim.jobId, (job) => jobClaimRefusal(job, claim), body);
@@ -621,7 +623,7 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
 
   /**
    * Owner-checked transaction for the holder of a unit claim: the unit and its job are both read and checked.
-   * Old door: the effect ledger's transaction (ownedTransaction) and callers outside engine/step still use it; everything else uses apply
+   * Old door, a Firestore transaction: no engine path uses it any more (tests still drive it); everything uses apply
    */
   async asUnitOwner<T>(
     claim: UnitClaim,
@@ -773,14 +775,6 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
     return this.memory.session(claimPath(claim.jobId, slot), claim.epoch, (known) => (holder.kind === 'job' ? this.jobSession(holder.claim) : this.unitSession(holder.claim, known)));
   }
 
-  /**
-   * The transaction a claim holder's effect ledger runs its moves in (effects/firestore-ledger.ts):
-   * it reads the job (and the unit) first and refuses unless the claim still holds, so a cancelled
-   * job or a lost claim can start no new effect.
-   */
-  ownedTransaction(holder: ClaimHolder): OwnedTransaction {
-    return (body) => (holder.kind === 'job' ? this.asOwnerReading(holder.claim, body) : this.asUnitOwner(holder.claim, body));
-  }
 
   /**
    * A Firestore transaction whose job commits may end a fan-out: once it has committed, the units
@@ -814,23 +808,32 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
   }
 
   /**
-   * Revokes the claims of a fan-out's units still marked running. Each revocation rereads its unit
-   * in a transaction: a unit a later fan-out has already rewritten (and maybe given to a new
-   * worker) is left alone. If this process dies first, the unit's next heartbeat, which reads the
-   * job, stops it instead.
+   * Revokes the claims of a fan-out's units still marked running. Each revocation is decided from the
+   * unit as read and committed conditioned on that read (no transaction: a process that dies here
+   * locks nothing): a unit a later fan-out has rewritten since (and maybe given to a new worker) fails
+   * the precondition and is read again, then left alone. If this process dies first, the unit's next
+   * heartbeat, which reads the job, stops it instead.
    */
   private async revokeUnitsOf(jobId: string, fanout: FanOutState): Promise<void> {
-    for (const doc of await readFanOutUnits(this, jobId, fanout.epoch)) {
-      if (heldUnitEpoch(decodeUnit(doc.ref.path, doc.data())) === null) continue;
-      await this.db.runTransaction(async (tx) => {
-        const snapshot = await tx.get(doc.ref);
-        if (!snapshot.exists) return;
-        const unit = decodeUnit(doc.ref.path, snapshot.data());
+    for (const found of await readFanOutUnits(this, jobId, fanout.epoch)) {
+      let snapshot: DocumentSnapshot = found;
+      for (let attempt = 1; snapshot.exists && snapshot.updateTime; attempt += 1) {
+        const unit = decodeUnit(snapshot.ref.path, snapshot.data());
         const held = heldUnitEpoch(unit);
-        if (unit.fanoutEpoch !== fanout.epoch || held === null) return;
+        if (unit.fanoutEpoch !== fanout.epoch || held === null) break;
+        const batch = this.db.batch();
+        // The unit written back as read (its update time stays): the fence that this is still the unit decided from.
+        batch.update(snapshot.ref, { fanoutEpoch: unit.fanoutEpoch }, { lastUpdateTime: snapshot.updateTime });
         const revoked: ClaimSlotRecord = { epoch: held, state: 'revoked', worker: null, atMs: this.clock.now() };
-        tx.set(this.claimSlotRef(jobId, unitClaimSlot(unit.phase, unit.unit)), revoked);
-      });
+        batch.set(this.claimSlotRef(jobId, unitClaimSlot(unit.phase, unit.unit)), revoked);
+        try {
+          await batch.commit();
+          break;
+        } catch (error) {
+          if (!isFailedPrecondition(error) || attempt >= MAX_JOB_COMMIT_ATTEMPTS) throw error;
+          snapshot = await snapshot.ref.get();
+        }
+      }
     }
   }
 

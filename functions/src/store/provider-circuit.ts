@@ -1,5 +1,10 @@
-/** The provider circuit as one Firestore document per provider, written only on outages and recoveries. */
-import type { Firestore } from 'firebase-admin/firestore';
+/**
+ * The provider circuit as one Firestore document per provider, written only on outages and
+ * recoveries. Each write is decided from a plain read and committed conditioned on it (created when
+ * there was none): no transaction, so a worker that dies between the two holds nothing up, and a
+ * change made meanwhile by another worker makes this one read and decide again.
+ */
+import type { DocumentSnapshot, Firestore } from 'firebase-admin/firestore';
 import { z } from 'zod';
 import {
   afterOutage,
@@ -11,7 +16,11 @@ import {
   type CircuitRecord,
   type ProviderCircuit,
 } from '../core/circuit';
+import { isAlreadyExists, isFailedPrecondition } from './firestore-handle';
 import { circuitPath } from './paths';
+
+/** Reads and decisions in a row before a circuit write gives up: each lost race means another worker wrote it. */
+const MAX_CIRCUIT_ATTEMPTS = 5;
 
 const circuitSchema = z.object({
   state: z.enum(['closed', 'open']),
@@ -25,6 +34,30 @@ function decode(data: unknown): CircuitRecord {
   const parsed = circuitSchema.safeParse(data);
   // An unreadable circuit document is treated as closed: the circuit only ever protects the provider.
   return parsed.success ? parsed.data : CLOSED_CIRCUIT;
+}
+
+/**
+ * Writes what `decide` makes of the circuit as read (null: nothing to write), conditioned on that read;
+ * a lost race reads and decides again. Resolves to what was written, or null.
+ */
+async function conditionedWrite(db: Firestore, path: string, decide: (snapshot: DocumentSnapshot) => CircuitRecord | null, stamp: Record<string, unknown>): Promise<CircuitRecord | null> {
+  const ref = db.doc(path);
+  for (let attempt = 1; ; attempt += 1) {
+    const snapshot = await ref.get();
+    const next = decide(snapshot);
+    if (next === null) return null;
+    const document = { ...next, ...stamp };
+    const batch = db.batch();
+    // Every field of the record is written, so an update is the whole document; a create fails if another worker made it first.
+    if (snapshot.exists && snapshot.updateTime) batch.update(ref, document, { lastUpdateTime: snapshot.updateTime });
+    else batch.create(ref, document);
+    try {
+      await batch.commit();
+      return next;
+    } catch (error) {
+      if ((!isFailedPrecondition(error) && !isAlreadyExists(error)) || attempt >= MAX_CIRCUIT_ATTEMPTS) throw error;
+    }
+  }
 }
 
 export function firestoreCircuit(db: Firestore, providerName: string, policy: CircuitPolicy = DEFAULT_CIRCUIT_POLICY): ProviderCircuit {
@@ -44,25 +77,15 @@ export function firestoreCircuit(db: Firestore, providerName: string, policy: Ci
       return circuitState(record, nowMs);
     },
     async recordOutage(nowMs, detail) {
-      const next = await db.runTransaction(async (tx) => {
-        const snapshot = await tx.get(ref);
-        const record = afterOutage(snapshot.exists ? decode(snapshot.data()) : CLOSED_CIRCUIT, nowMs, policy, detail.slice(0, 500));
-        tx.set(ref, { ...record, provider: providerName, updatedAtMs: nowMs });
-        return record;
-      });
+      const decide = (snapshot: DocumentSnapshot) => afterOutage(snapshot.exists ? decode(snapshot.data()) : CLOSED_CIRCUIT, nowMs, policy, detail.slice(0, 500));
+      const next = (await conditionedWrite(db, ref.path, decide, { provider: providerName, updatedAtMs: nowMs })) ?? CLOSED_CIRCUIT;
       remember(next, nowMs);
       return circuitState(next, nowMs);
     },
     async recordSuccess(nowMs) {
-      const snapshot = await ref.get();
-      if (!snapshot.exists || !needsCloseOnSuccess(decode(snapshot.data()))) return;
-      const closed = await db.runTransaction(async (tx) => {
-        const current = await tx.get(ref);
-        if (!current.exists || !needsCloseOnSuccess(decode(current.data()))) return null;
-        const record: CircuitRecord = { ...CLOSED_CIRCUIT, opens: decode(current.data()).opens };
-        tx.set(ref, { ...record, provider: providerName, updatedAtMs: nowMs });
-        return record;
-      });
+      const decide = (snapshot: DocumentSnapshot): CircuitRecord | null =>
+        snapshot.exists && needsCloseOnSuccess(decode(snapshot.data())) ? { ...CLOSED_CIRCUIT, opens: decode(snapshot.data()).opens } : null;
+      const closed = await conditionedWrite(db, ref.path, decide, { provider: providerName, updatedAtMs: nowMs });
       if (closed !== null) remember(closed, nowMs);
     },
   };

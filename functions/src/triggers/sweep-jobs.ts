@@ -1,7 +1,8 @@
 import { logger } from 'firebase-functions';
 import { onSchedule } from 'firebase-functions/v2/scheduler';
 import { systemClock } from '../core/clock';
-import { sweep, type SweepDeps } from '../engine/sweeper';
+import { sweepMinute, type SweepMinuteDeps, type Wait } from '../engine/sweep-minute';
+import type { RecoverySweepReport, SweepDeps } from '../engine/sweeper';
 import { deployedStoppedEffects } from '../pipelines';
 import { JobStore } from '../store/job-store';
 import { firestore, stepQueue } from './admin';
@@ -13,12 +14,27 @@ export function scheduledNowMs(scheduleTime: string | undefined, fallback: () =>
   return Number.isFinite(parsed) ? parsed : fallback();
 }
 
-/** The handler, apart from the trigger so tests call it with their own store and queue. */
-export function sweepHandler(deps: () => SweepDeps): (event: { readonly scheduleTime?: string }) => Promise<void> {
+/** A timer's wait, for the trigger's passes between full sweeps. */
+const timerWait: Wait = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** What the recovery passes after a run's full sweep did, summed. */
+function recoveryTotals(passes: readonly RecoverySweepReport[]) {
+  const keys = ['reclaimed', 'unitsReclaimed', 'quarantined', 'redispatched', 'unitsRedispatched', 'skipped', 'enqueueFailures', 'errors', 'documentsRead'] as const;
+  return Object.fromEntries(keys.map((key) => [key, passes.reduce((sum, pass) => sum + pass[key], 0)])) as Record<(typeof keys)[number], number>;
+}
+
+/**
+ * The handler, apart from the trigger so tests call it with their own store and queue (and clock and
+ * wait: by default the system clock and a timer). One run: a full sweep at the schedule time, then
+ * recovery passes until its minute is over (engine/sweep-minute.ts).
+ */
+export function sweepHandler(deps: () => SweepDeps & Partial<Pick<SweepMinuteDeps, 'clock' | 'wait'>>): (event: { readonly scheduleTime?: string }) => Promise<void> {
   return async (event) => {
-    const report = await sweep(deps(), scheduledNowMs(event.scheduleTime));
-    const entry = { ...report, now: new Date(report.nowMs).toISOString() };
-    if (report.errors > 0 || report.enqueueFailures > 0 || report.stoppedEffects.errors > 0) logger.warn('sweepJobs finished with failures', entry);
+    const given = deps();
+    const { full, recovery } = await sweepMinute({ clock: systemClock, wait: timerWait, ...given }, scheduledNowMs(event.scheduleTime));
+    const recovered = recoveryTotals(recovery);
+    const entry = { ...full, now: new Date(full.nowMs).toISOString(), recoveryPasses: recovery.length, recovered };
+    if (full.errors > 0 || full.enqueueFailures > 0 || full.stoppedEffects.errors > 0 || recovered.errors > 0 || recovered.enqueueFailures > 0) logger.warn('sweepJobs finished with failures', entry);
     else logger.info('sweepJobs finished', entry);
   };
 }
@@ -37,7 +53,8 @@ function sweepDeps(): SweepDeps {
 }
 
 /**
- * Every minute. Runs may overlap (a slow run and the next one): every change is re-checked in its
- * own transaction, so two sweeps never act on the same document twice.
+ * Every minute, and within it every `sweepIntervalSeconds` for lost workers and tasks. Runs may
+ * overlap (a slow last pass and the next run): every change is decided again from a fresh read and
+ * committed conditioned on it, so two sweeps never act on the same document twice.
  */
 export const sweepJobs = onSchedule({ schedule: 'every 1 minutes', timeoutSeconds: 300, retryCount: 0 }, sweepHandler(sweepDeps));

@@ -5,6 +5,7 @@
  */
 import { describeError, OwnershipLostError, PhaselineError, SpendLimitReachedError, toPhaselineError } from '../../core/errors';
 import { DraftThrottle } from '../../core/draft-throttle';
+import { abortedAlready, abortOnLapse, LeaseGuard, LeaseLapsedError } from '../../core/lease-guard';
 import { CoalescingFlusher, realTimers, type FlushPayload } from '../../core/flusher';
 import type { JobRecord, Lease, UnitRecord } from '../../core/job';
 import { budgetWait } from '../../core/lifecycle';
@@ -64,6 +65,17 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
   readonly notes: EventDraft[] = [];
   /** The unit as this holder last wrote it: only its holder writes these fields while it holds the claim. */
   private held: UnitRecord | null;
+  /**
+   * The last renewal this holder saw committed: past it by the stale-takeover age, another worker may
+   * hold the claim, so the calls' signal (every model and tool call's check before it starts) aborts
+   * and nothing more starts.
+   */
+  readonly leaseGuard: LeaseGuard;
+  /**
+   * The signal the phase passes to its calls: aborted with the claim's, and on its own once the lease
+   * guard lapses. The engine's own writes check the claim's signal alone: the door fences them anyway.
+   */
+  private readonly calls = new AbortController();
 
   constructor(
     readonly deps: RunnerDeps,
@@ -78,6 +90,12 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
     this.progressAtMs = store.clock.now();
     this.staleReclaimsAtClaim = work.unit?.staleReclaims ?? work.job.staleReclaims;
     this.held = work.unit;
+    const { options, clock } = store;
+    const claimed = (holder.kind === 'unit' ? work.unit : work.job)?.lease ?? null;
+    const claimedAtMs = claimed === null ? clock.now() : (claimed.renewedAtMs ?? claimed.expiresAtMs - options.leaseSeconds * 1000);
+    this.leaseGuard = new LeaseGuard(clock, Math.min(options.staleHeartbeatSeconds, options.leaseSeconds) * 1000, claimedAtMs);
+    abortOnLapse(this.calls, () => this.leaseGuard.lapse());
+    this.controller.signal.addEventListener('abort', () => this.calls.abort(this.controller.signal.reason), { once: true });
   }
 
   get jobId(): string {
@@ -109,11 +127,15 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
     const pending = await flusher.stop();
     await this.spend.settle();
     const { signal } = this.controller;
+    // What stopped the work, not a new lapse check: a finished work's commit is fenced by the door in any case.
+    const aborted = abortedAlready(signal);
+    // The calls stopped on a lapsed lease and the work did not finish: the claim is presumed lost, nothing is settled.
+    const lapsed = finished === null && abortedAlready(this.calls.signal) && this.calls.signal.reason instanceof LeaseLapsedError;
     if (signal.reason instanceof NoProgressError) {
       this.deps.log?.('step stalled; giving the job back', { reason: signal.reason.message });
       return { settled: await settle(this, pending, giveBackDecision(this, signal.reason.message)) };
     }
-    if (signal.aborted || failure instanceof OwnershipLostError) return { settled: lost(this.deps, finished === null ? failure : signal.reason) };
+    if (aborted || lapsed || failure instanceof OwnershipLostError) return { settled: lost(this.deps, finished === null ? failure : signal.reason) };
     if (finished !== null) return { finished: finished.value, pending };
     if (failure instanceof SpendLimitReachedError) {
       this.deps.log?.('spend limit reached; the job waits', { spentUsd: failure.spentUsd, capUsd: failure.capUsd });
@@ -135,6 +157,9 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
    */
   private heartbeat(payload: FlushPayload): Promise<void> {
     const { store } = this.deps;
+    // Silent past the takeover age: someone else may hold the claim, so calls in flight stop too (the renewal is still tried: the door fences it).
+    const lapse = this.leaseGuard.lapse();
+    if (lapse !== null) this.calls.abort(lapse);
     const idleMs = store.clock.now() - this.progressAtMs;
     if (idleMs > store.options.progressTimeoutSeconds * 1000) {
       this.controller.abort(new NoProgressError(`no progress for ${Math.round(idleMs / 1000)} s (limit ${store.options.progressTimeoutSeconds} s): a call or tool never came back`));
@@ -149,15 +174,25 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
     // A fan-out recorded before it listed its units cannot revoke them in the commit that ends it: such a unit's heartbeat reads the job, as before.
     const legacyFanOut = job.fanout !== null && job.fanout.unitIds === undefined;
     if (this.holder.kind === 'job' || this.held === null || legacyFanOut) {
-      await commitTallied(this as Holding, payload, (records) =>
-        'unit' in records ? { nextUnit: { ...records.unit, lease: this.freshLease() }, value: undefined } : { next: { ...records.job, lease: this.freshLease() }, value: undefined },
-      );
+      // The lease of the decision that committed (a lost race decides again, with a later one).
+      const renewal: { lease: Lease | null } = { lease: null };
+      await commitTallied(this as Holding, payload, (records) => {
+        const lease = this.freshLease();
+        renewal.lease = lease;
+        return 'unit' in records ? { nextUnit: { ...records.unit, lease }, value: undefined } : { next: { ...records.job, lease }, value: undefined };
+      });
+      if (renewal.lease !== null) this.confirmRenewal(renewal.lease);
       return;
     }
     const { record, notes } = foldTally(this.held, payload, this.holder.claim.epoch);
     const next: UnitRecord = { ...record, lease: this.freshLease(), updatedAtMs: this.deps.store.clock.now() };
     await this.deps.store.apply({ kind: 'slot', holder: this.holder, job }, () => ({ documents: [{ kind: 'unit-flush', unit: next }], events: notes, value: undefined }));
     this.held = next;
+    if (next.lease !== null) this.confirmRenewal(next.lease);
+  }
+
+  private confirmRenewal(lease: Lease): void {
+    this.leaseGuard.confirm(lease.renewedAtMs ?? lease.expiresAtMs - this.deps.store.options.leaseSeconds * 1000);
   }
 
   /**
@@ -200,10 +235,10 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
     });
   }
 
-  /** What every context of this claim shares: the job, the claim's signal, clock, randomness and limits. */
+  /** What every context of this claim shares: the job, the calls' and the claim's signals, clock, randomness and limits. */
   private claimParts() {
     const { store, random } = this.deps;
-    return { jobId: this.jobId, input: this.work.input, decisions: this.work.job.decisions, signal: this.controller.signal, clock: store.clock, random, limits: stepLimits(store.options) };
+    return { jobId: this.jobId, input: this.work.input, decisions: this.work.job.decisions, signal: this.calls.signal, claimSignal: this.controller.signal, clock: store.clock, random, limits: stepLimits(store.options) };
   }
 
   /** The context a working phase or unit runs with: the step's time budget from now, and a progress hook that keeps the lease alive. */

@@ -149,8 +149,8 @@ export function durableWrites(scope: DurableWritesScope, phase: string, resumed:
       epoch,
       clock: store.clock,
       signal: scope.controller.signal,
-      // Effects keep the transaction that reads the job (and unit): a cancelled job must start no new effect.
-      owned: store.ownedTransaction(holder),
+      // Through the door as the holder: a cancelled job (or a claim taken over) moves no entry and starts no new effect.
+      commit: (decide) => store.apply(holder, decide),
     }),
   };
 }

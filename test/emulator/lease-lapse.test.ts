@@ -1,0 +1,113 @@
+/**
+ * A woken zombie starts nothing (the chaos soak's hole, seed a1): a holder that was frozen past the
+ * stale-takeover age wakes with its work's answers already in hand; before it starts its next model
+ * or tool call it checks the claim's signal, and that check aborts it, because its last confirmed
+ * renewal is too old on its own clock. A live holder whose renewals are confirmed keeps working.
+ * Clock injected, heartbeats fired by hand; "a call" is the phase checking its signal, as every
+ * model and tool call site does before it starts one.
+ */
+import { pipelineRegistry, type StepContext } from '../../functions/src/core/pipeline';
+import { runStep } from '../../functions/src/engine/step';
+import { decodeJob } from '../../functions/src/store/codec';
+import { jobPath } from '../../functions/src/store/paths';
+import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { behaviour, resetBehaviour, testPipeline, type TestInput } from '../support/test-pipeline';
+import { ManualTimers } from '../support/timers';
+
+let harness: EngineHarness;
+beforeAll(() => {
+  harness = engineHarness('lease-lapse', pipelineRegistry(testPipeline));
+});
+beforeEach(async () => {
+  resetBehaviour();
+  harness.queue.drain();
+  await harness.firestore.reset();
+});
+afterAll(() => harness.firestore.close());
+
+const readJob = async (jobId: string) => decodeJob(jobId, (await harness.firestore.db.doc(jobPath(jobId)).get()).data());
+
+/** The phase's calls as they start: each run of the first phase, by run number, that got past its signal check. */
+function callingPhase(holdFirstRun: Promise<void>, entered: () => void) {
+  const started: number[] = [];
+  let runs = 0;
+  behaviour.first = async (context: StepContext<TestInput>) => {
+    const run = (runs += 1);
+    if (run === 1) {
+      entered();
+      await holdFirstRun;
+    }
+    // What the section runner does before every model or tool call.
+    context.signal.throwIfAborted();
+    started.push(run);
+    return { kind: 'done', state: { sections: 1 } };
+  };
+  return started;
+}
+
+async function waitUntil(probe: () => Promise<boolean>): Promise<void> {
+  for (let tries = 0; tries < 2_000; tries += 1) {
+    if (await probe()) return;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  throw new Error('condition never held');
+}
+
+test('a frozen holder that wakes after another worker took its claim over starts no call: the call ran once, by the new holder', async () => {
+  const wake = gate();
+  const entered = gate();
+  const started = callingPhase(wake.promise, entered.open);
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  const [task] = harness.queue.drain();
+  // Frozen: its timers never fire, so it confirms no renewal.
+  const zombie = runStep(harness.deps('frozen', { timers: new ManualTimers() }), task!.task);
+  await entered.promise;
+  harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000);
+  // A copy of its task comes (a duplicate delivery): the holder is silent for the takeover age, so it is taken over.
+  const successor = await runStep(harness.deps('successor'), task!.task);
+  expect(successor).toMatchObject({ kind: 'handed-off', phase: 'first' });
+  expect((await readJob(jobId)).epoch).toBe(2);
+  wake.open();
+  const woken = await zombie;
+  expect(woken.kind).toBe('ownership-lost');
+  expect(woken.kind === 'ownership-lost' && woken.reason).toMatch(/no renewal confirmed for 10 s/);
+  expect(started).toEqual([2]);
+});
+
+test('a holder silent for the takeover age stops before its next call even when nobody took over yet (it cannot know)', async () => {
+  const wake = gate();
+  const entered = gate();
+  const started = callingPhase(wake.promise, entered.open);
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  const [task] = harness.queue.drain();
+  const holder = runStep(harness.deps('frozen', { timers: new ManualTimers() }), task!.task);
+  await entered.promise;
+  harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000 - 1);
+  // Still covered one millisecond before the age: a read of the signal aborts nothing.
+  expect((await readJob(jobId)).lease?.worker).toBe('frozen');
+  harness.clock.advance(1);
+  wake.open();
+  expect((await holder).kind).toBe('ownership-lost');
+  expect(started).toEqual([]);
+});
+
+test('a live holder whose renewals are confirmed keeps starting calls long past the takeover age', async () => {
+  const timers = new ManualTimers();
+  const proceed = gate();
+  const entered = gate();
+  const started = callingPhase(proceed.promise, entered.open);
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  const [task] = harness.queue.drain();
+  const holder = runStep(harness.deps('live', { timers }), task!.task);
+  await entered.promise;
+  for (let beat = 0; beat < 6; beat += 1) {
+    harness.clock.advance(harness.options.heartbeatSeconds * 1000);
+    timers.fireAll();
+    const now = harness.clock.now();
+    await waitUntil(async () => (await readJob(jobId)).lease?.renewedAtMs === now);
+  }
+  // 30 s after the claim, 0 s after the last confirmed renewal.
+  proceed.open();
+  expect(await holder).toMatchObject({ kind: 'handed-off', phase: 'first' });
+  expect(started).toEqual([1]);
+});

@@ -1,0 +1,127 @@
+/**
+ * Recovery within 30 s on the defaults (issue 28): one scheduled run sweeps in full at its schedule
+ * time, then looks for expired leases and lost tasks every `sweepIntervalSeconds` until its minute
+ * is over. A frozen worker (its request open, no task coming back) is reclaimed at most lease +
+ * interval after its last renewal; a live worker heartbeating across the whole minute never is.
+ * Clock injected: the run's wait moves the clock, nothing sleeps.
+ */
+import { pipelineRegistry } from '../../functions/src/core/pipeline';
+import { runStep } from '../../functions/src/engine/step';
+import { sweepMinute, type SweepMinuteDeps, type Wait } from '../../functions/src/engine/sweep-minute';
+import { decodeJob } from '../../functions/src/store/codec';
+import { jobPath } from '../../functions/src/store/paths';
+import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { behaviour, resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { ManualTimers } from '../support/timers';
+
+let harness: EngineHarness;
+beforeAll(() => {
+  harness = engineHarness('sweep-minute', pipelineRegistry(testPipeline));
+});
+beforeEach(async () => {
+  resetBehaviour();
+  harness.queue.drain();
+  await harness.firestore.reset();
+});
+afterAll(() => harness.firestore.close());
+
+const readJob = async (jobId: string) => decodeJob(jobId, (await harness.firestore.db.doc(jobPath(jobId)).get()).data());
+const neverReturns = () => new Promise<never>(() => undefined);
+const movesTheClock: Wait = (ms) => {
+  harness.clock.advance(ms);
+  return Promise.resolve();
+};
+const minuteDeps = (wait: Wait = movesTheClock): SweepMinuteDeps => ({ store: harness.store, queue: harness.queue, log: () => undefined, clock: harness.clock, wait });
+
+async function waitUntil(probe: () => Promise<boolean>): Promise<void> {
+  for (let tries = 0; tries < 2_000; tries += 1) {
+    if (await probe()) return;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  throw new Error('condition never held');
+}
+
+test('the defaults bound a frozen worker\'s recovery: 20 s lease, passes every 5 s', () => {
+  expect(harness.options).toMatchObject({ leaseSeconds: 20, sweepIntervalSeconds: 5, heartbeatSeconds: 5, staleHeartbeatSeconds: 10, lostTaskGraceSeconds: 20 });
+});
+
+test('a frozen worker\'s job is reclaimed by the first pass after its lease ran out, within 25 s of its last renewal, and the next claim runs it', async () => {
+  let runs = 0;
+  behaviour.first = async (context) => {
+    runs += 1;
+    // The first worker freezes: its request stays open, its timers never fire, no task comes back.
+    if (runs === 1) await neverReturns();
+    return { kind: 'done', state: { sections: context.input.sections } };
+  };
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  const [task] = harness.queue.drain();
+  void runStep(harness.deps('frozen', { timers: new ManualTimers() }), task!.task);
+  await waitUntil(async () => (await readJob(jobId)).lease?.worker === 'frozen');
+  const renewedAtMs = (await readJob(jobId)).lease?.renewedAtMs ?? Number.NaN;
+
+  const scheduledAtMs = harness.clock.now();
+  const { full, recovery } = await sweepMinute(minuteDeps(), scheduledAtMs);
+
+  expect(full.reclaimed).toBe(0);
+  // Every interval until one interval before the next run: 11 passes after the full sweep, on the grid.
+  expect(recovery.map((pass) => pass.nowMs - scheduledAtMs)).toEqual([5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55].map((seconds) => seconds * 1000));
+  const reclaiming = recovery.filter((pass) => pass.reclaimed > 0);
+  expect(reclaiming).toHaveLength(1);
+  const reclaimedAfterMs = reclaiming[0]!.nowMs - renewedAtMs;
+  expect(reclaimedAfterMs).toBeGreaterThanOrEqual(harness.options.leaseSeconds * 1000);
+  expect(reclaimedAfterMs).toBeLessThanOrEqual((harness.options.leaseSeconds + harness.options.sweepIntervalSeconds) * 1000);
+  expect(await readJob(jobId)).toMatchObject({ status: 'queued', staleReclaims: 1, lease: null });
+
+  // The reclaim's task is the next claim: it runs the phase the frozen worker held.
+  const [next] = harness.queue.drain();
+  expect(await runStep(harness.deps('next'), next!.task)).toMatchObject({ kind: 'handed-off', phase: 'first' });
+  expect(runs).toBe(2);
+});
+
+test('a live worker heartbeating every 5 s through a whole minute of passes keeps its job (20 s lease)', async () => {
+  const timers = new ManualTimers();
+  const release = gate();
+  const entered = gate();
+  behaviour.first = async (context) => {
+    entered.open();
+    await release.promise;
+    return { kind: 'done', state: { sections: context.input.sections } };
+  };
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  const [task] = harness.queue.drain();
+  const worker = runStep(harness.deps('live', { timers }), task!.task);
+  await entered.promise;
+  // The worker's heartbeats run while the sweeper waits between passes.
+  const heartbeatMs = harness.options.heartbeatSeconds * 1000;
+  const withHeartbeats: Wait = async (ms) => {
+    for (let left = ms; left > 0; left -= heartbeatMs) {
+      harness.clock.advance(Math.min(heartbeatMs, left));
+      timers.fireAll();
+      const now = harness.clock.now();
+      await waitUntil(async () => (await readJob(jobId)).lease?.renewedAtMs === now);
+    }
+  };
+  const { full, recovery } = await sweepMinute(minuteDeps(withHeartbeats), harness.clock.now());
+  expect(recovery).toHaveLength(11);
+  expect([full, ...recovery].map((pass) => pass.reclaimed)).toEqual(new Array(12).fill(0));
+  release.open();
+  expect(await worker).toMatchObject({ kind: 'handed-off', phase: 'first' });
+  expect((await readJob(jobId)).staleReclaims).toBe(0);
+});
+
+test('a run delivered after its minute is over does its full sweep alone, and a pass that overran skips the slots it missed', async () => {
+  const late = await sweepMinute(minuteDeps(), harness.clock.now() - 61_000);
+  expect(late.recovery).toEqual([]);
+
+  // The first wait overshoots by 12 s (a slow pass or a late timer): the slots at 5 and 10 s are behind the clock.
+  let first = true;
+  const overshootsOnce: Wait = (ms) => {
+    harness.clock.advance(ms + (first ? 12_000 : 0));
+    first = false;
+    return Promise.resolve();
+  };
+  const scheduledAtMs = harness.clock.now();
+  const { recovery } = await sweepMinute(minuteDeps(overshootsOnce), scheduledAtMs);
+  // The overshot pass decides at its slot (5 s), never ahead of it; the next is the first slot not yet past.
+  expect(recovery.map((pass) => (pass.nowMs - scheduledAtMs) / 1000)).toEqual([5, 20, 25, 30, 35, 40, 45, 50, 55]);
+});
