@@ -24,7 +24,7 @@ import { sweep, type SweepDeps, type SweepReport } from '../../functions/src/eng
 import { notifyStoppedEffects } from '../../functions/src/pipelines/notify/config';
 import { stepQueueLimitsFromEnv, type StepQueueLimits } from '../../functions/src/config/environment';
 import { cloudTasksQueue, STEP_FUNCTION_NAME } from '../../functions/src/store/cloud-tasks-queue';
-import { runJobStep } from '../../functions/src/triggers/run-job-step';
+import { runJobStep } from '../../functions/src';
 import { JobStore } from '../../functions/src/store/job-store';
 import { engineOptionsFromEnv } from '../../functions/src/triggers/config';
 import { buildWeb, WEB_DIST } from '../../web/build';

@@ -768,8 +768,8 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'unpriced-provider-refused-at-load',
     removes: 'the step function refusing to load with an unpriced openai-compatible provider (a deploy goes out uncapped)',
     file: 'functions/src/triggers/run-job-step.ts',
-    search: '\nrefuseUnpricedProvider();\n',
-    replace: '\n',
+    search: '  refuseUnpricedProvider();\n  let deps: RunnerDeps',
+    replace: '  let deps: RunnerDeps',
     tests: [{ files: ['test/unit/config.test.ts'], names: 'bug 30: the functions refuse to load' }],
   },
   {

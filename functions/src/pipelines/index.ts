@@ -1,27 +1,36 @@
+/**
+ * The pipelines this repository deploys (functions/src/index.ts hands them to createPhaseline).
+ * Provider configuration and Firestore are only touched when a research step first runs.
+ */
 import type { Firestore } from 'firebase-admin/firestore';
-import { systemClock } from '../core/clock';
-import { pipelineRegistry, type PipelineRegistry } from '../core/pipeline';
-import { firestoreArtifactStore } from '../store/artifact-store';
-import { firestoreCircuit } from '../store/provider-circuit';
+import { firestoreArtifactStore, firestoreCircuit, phaselineFirestore, pipelineRegistry, sectionPolicyFromEnv, systemClock, type PipelineRegistry } from '../api';
 import { canaryPipeline } from './canary';
 import { configuredNotifyDeps, createNotifyPipeline } from './notify';
-import { sectionPolicyFromEnv } from '../config/environment';
 import { configuredProvider } from './providers';
 import { createResearchPipeline, type ResearchDeps } from './research';
 
-/**
- * Every pipeline the deployed functions accept, by name. Firestore comes from the caller (the
- * triggers' backends: pipelines do not import triggers/); provider configuration and Firestore are
- * only touched when a research step first runs.
- */
-export function deployedPipelines(firestore: () => Firestore): PipelineRegistry {
+export { canaryPipeline } from './canary';
+export { notifyEffectsAfterStop } from './notify';
+
+/** The research pipeline's backends, from configuration and the given Firestore, built when a step first needs them. */
+function researchDepsFrom(firestore: () => Firestore): () => ResearchDeps {
   let researchDeps: ResearchDeps | undefined;
-  const resolveResearchDeps = (): ResearchDeps => {
+  return () => {
     if (!researchDeps) {
       const { provider, toolbox } = configuredProvider(systemClock, process.env, { artifacts: firestoreArtifactStore(firestore(), systemClock) });
       researchDeps = { provider, toolbox, circuit: firestoreCircuit(firestore(), provider.name), policy: sectionPolicyFromEnv(process.env) };
     }
     return researchDeps;
   };
-  return pipelineRegistry(canaryPipeline, createResearchPipeline(resolveResearchDeps), createNotifyPipeline(configuredNotifyDeps));
+}
+
+/** `research`, on the deployed functions' Firestore. */
+export const researchPipeline = createResearchPipeline(researchDepsFrom(phaselineFirestore));
+
+/** `notify`, sending through the configured receiver. */
+export const notifyPipeline = createNotifyPipeline(configuredNotifyDeps);
+
+/** Every deployed pipeline by name, reading Firestore through `firestore` (for tools that run them outside the functions). */
+export function deployedPipelines(firestore: () => Firestore): PipelineRegistry {
+  return pipelineRegistry(canaryPipeline, createResearchPipeline(researchDepsFrom(firestore)), notifyPipeline);
 }

@@ -1,11 +1,11 @@
 import { logger } from 'firebase-functions';
-import { onSchedule } from 'firebase-functions/v2/scheduler';
+import { onSchedule, type ScheduleFunction } from 'firebase-functions/v2/scheduler';
 import { systemClock } from '../core/clock';
 import { sweep, type SweepDeps } from '../engine/sweeper';
-import { notifyStoppedEffects } from '../pipelines/notify/config';
 import { JobStore } from '../store/job-store';
 import { firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
+import type { Deployment } from './deployment';
 
 /** The sweep's "now": the time the run was scheduled for (Cloud Scheduler's header), else the wall clock. */
 export function scheduledNowMs(scheduleTime: string | undefined, fallback: () => number = Date.now): number {
@@ -23,21 +23,20 @@ export function sweepHandler(deps: () => SweepDeps): (event: { readonly schedule
   };
 }
 
-let deps: SweepDeps | undefined;
-function sweepDeps(): SweepDeps {
-  // The same options as the step runner (engineOptionsFromEnv), so both agree on budgets and grace periods.
-  deps ??= {
-    store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
-    queue: stepQueue(),
-    log: (message, detail) => logger.warn(message, detail),
-    // Stopped jobs' effects are checked with the receiver the notify pipeline sends through (its configured URL).
-    stoppedEffects: { settlerFor: notifyStoppedEffects() },
-  };
-  return deps;
-}
-
 /**
- * Every minute. Runs may overlap (a slow run and the next one): every change is re-checked in its
- * own transaction, so two sweeps never act on the same document twice.
+ * `sweepJobs` for these pipelines, every minute. Runs may overlap (a slow run and the next one):
+ * every change is re-checked in its own transaction, so two sweeps never act on the same document twice.
  */
-export const sweepJobs = onSchedule({ schedule: 'every 1 minutes', timeoutSeconds: 300, retryCount: 0 }, sweepHandler(sweepDeps));
+export function createSweepJobs(deployment: Deployment): ScheduleFunction {
+  let deps: SweepDeps | undefined;
+  // The same options as the step runner (engineOptionsFromEnv), so both agree on budgets and grace periods.
+  const sweepDeps = (): SweepDeps =>
+    (deps ??= {
+      store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
+      queue: stepQueue(),
+      log: (message, detail) => logger.warn(message, detail),
+      // Stopped jobs' effects are checked through the adapter their pipeline declared (createPhaseline's effectsAfterStop).
+      stoppedEffects: { settlerFor: deployment.settlerFor },
+    });
+  return onSchedule({ schedule: 'every 1 minutes', timeoutSeconds: 300, retryCount: 0 }, sweepHandler(sweepDeps));
+}

@@ -5,14 +5,7 @@
  * engine's cap (`maxServerDelayMs`) is treated as down: the job waits, resuming at the cap.
  */
 import { z } from 'zod';
-import type { CircuitState, ProviderCircuit } from '../../core/circuit';
-import { isProviderOutage, type ModelProvider } from '../../agent/provider';
-import { runSection, type CostTally, type SectionOutcome, type SectionPolicy, type SectionSpec, type StoredTranscript, type UsageEntry } from '../../agent/section-runner';
-import type { Toolbox } from '../../agent/tools';
-import { describeError, PhaselineError } from '../../core/errors';
-import type { Timers } from '../../core/flusher';
-import type { StepContext } from '../../core/pipeline';
-import { capServerDelay } from '../../core/server-delay';
+import { PhaselineError, capServerDelay, describeError, isProviderOutage, runSection, type CircuitState, type CostTally, type ModelProvider, type ProviderCircuit, type SectionOutcome, type SectionPolicy, type SectionSpec, type StepContext, type StoredTranscript, type Timers, type Toolbox, type UsageEntry } from '../../api';
 
 export interface ResearchDeps {
   readonly provider: ModelProvider;

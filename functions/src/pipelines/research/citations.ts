@@ -10,8 +10,7 @@
  * citation somewhere else).
  */
 import { z } from 'zod';
-import type { NumberedSource } from '../../agent/provider';
-import { sourceKey, titleForText } from '../../agent/transcript';
+import { sourceKey, titleForText, type NumberedSource } from '../../api';
 
 /** The passage kept per source: enough to show what was relied on, small enough for a section record. */
 export const MAX_PASSAGE_CHARS = 500;

@@ -9,8 +9,7 @@
  * ends with reference definitions.
  */
 import { z } from 'zod';
-import type { SectionOutcome } from '../../agent/section-runner';
-import { defineFanOutPhase, definePhase, definePipeline, type PhaseOutcome, type StepContext, type UnitOutcome } from '../../core/pipeline';
+import { defineFanOutPhase, definePhase, definePipeline, type PhaseOutcome, type SectionOutcome, type StepContext, type UnitOutcome } from '../../api';
 import { runAgentSection, type ResearchDeps } from './agent-section';
 import { citeSection, numberCitationsAcross, referenceDefinitions, storedSource, type CitedText } from './citations';
 
