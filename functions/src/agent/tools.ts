@@ -2,6 +2,7 @@
 import { z } from 'zod';
 import type { ToolCall, ToolSpec } from './provider';
 
+/** What a tool call returns to the model: its content, whether the tool worked, and the sources it drew on. */
 export interface ToolResult {
   readonly content: string;
   /** False when the tool itself failed; the model sees the failure text and may try something else. */
@@ -20,6 +21,7 @@ export interface ToolResult {
   }[];
 }
 
+/** The tools a section may call: their specs for the model, and execute, which answers with a ToolResult rather than throwing. */
 export interface Toolbox {
   readonly specs: readonly ToolSpec[];
   execute(call: ToolCall, signal: AbortSignal): Promise<ToolResult>;
