@@ -6,16 +6,16 @@ import tseslint from 'typescript-eslint';
  * The layers of functions/src, bottom to top: a folder imports only the folders before it in this
  * list (and itself), never one after it; the deploy entry functions/src/index.ts sits above them
  * all. test/unit/import-graph.test.ts checks every import, type imports included, against this same
- * list, and finds no cycle. Chosen from the imports as they stood: this order left 7 imports from 5
- * files running up (the store on effects/ and agent/, telemetry on agent/ and config/, the engine on
- * the deployed pipelines), and no order tried left fewer; engine/ and config/ import neither the
- * other, nor do effects/ and agent/, so their places relative to each other are a choice.
+ * list, and finds no cycle. engine/ and config/ import neither the other, nor do effects/ and
+ * agent/, so their places relative to each other are a choice.
  * core/ is the pure centre. telemetry/ observes and is called, it does not call. store/ is
  * every Firestore access (a handle at its bottom, JobStore on top). effects/ is the external
  * effects protocol over the store's ledger; agent/ the model and tool toolkit, providers/ its model
  * backends; engine/ runs steps on the store; config/ reads the environment into options for the
- * toolkit and the engine; pipelines/ are the work, handed their backends; http/ the handlers;
- * triggers/ bind it all to Cloud Functions. Each folder's reason is the message its rule gives.
+ * toolkit and the engine; http/ the handlers; triggers/ bind them to Cloud Functions, built from
+ * the pipelines handed in; api/ is the public face (its factory builds the triggers, so it sits
+ * above them); pipelines/ are user code like any project's, written against api/ alone (see
+ * PUBLIC_API below). Each folder's reason is the message its rule gives.
  */
 export const LAYER_ORDER = /** @type {const} */ ([
   ['core', 'the pure centre, tested without an emulator: move what it needs down into core/.'],
@@ -25,21 +25,36 @@ export const LAYER_ORDER = /** @type {const} */ ([
   ['agent', 'the toolkit is handed its providers and settings: take them as parameters.'],
   ['providers', 'a model backend implements the agent\'s ports and is handed its settings.'],
   ['engine', 'the engine is handed its pipelines and backends by the triggers.'],
-  ['config', 'it sits below the code that reads it (pipelines/, triggers/).'],
-  ['pipelines', 'pipelines are handed their backends by the triggers: take them as parameters.'],
+  ['config', 'it sits below the code that reads it (http/, triggers/, pipelines/).'],
   ['http', 'handlers are mounted by the triggers: take what they need as parameters.'],
-  ['triggers', 'only the deploy entry (functions/src/index.ts) sits above the triggers.'],
+  ['triggers', 'triggers are built from the pipelines the public factory hands them (api/create-phaseline.ts): take them as parameters.'],
+  ['api', 'the public API is what pipelines import: it never imports one.'],
+  ['pipelines', 'only the deploy entry (functions/src/index.ts) sits above the pipelines.'],
 ]);
+
+/**
+ * Pipelines (functions/src/pipelines/, examples/) are written as any project writes them: against
+ * the public API alone, so what this repository's own pipelines need is what the package exports.
+ */
+const PUBLIC_API_MESSAGE = {
+  pipelines: 'pipelines/ import only the public API (\'../api\', functions/src/api/index.ts), as any project does: export what is missing from there.',
+  examples: 'examples/ import only the public API, as the package \'phaseline\': export what is missing from functions/src/api/index.ts.',
+};
 
 /** The deepest folder nesting under a layer that its rule covers (test/unit/import-graph.test.ts covers every depth). */
 const MAX_DEPTH = 4;
 
 const FIREBASE_PACKAGES = '^(firebase-admin|firebase-functions|firebase|@firebase/[^/]+|@google-cloud/[^/]+)(/|$)';
 
-/** Patterns a layer forbids besides the layers above it. */
-const EXTRA_PATTERNS = /** @type {Record<string, { regex: string, message: string }[]>} */ ({
-  core: [{ regex: FIREBASE_PACKAGES, message: 'core/ imports no Firebase or Google Cloud package: it is tested without an emulator.' }],
-  telemetry: [{ regex: FIREBASE_PACKAGES, message: 'telemetry/ imports no Firebase package: the store and triggers call it.' }],
+/** Patterns a layer forbids besides the layers above it, for a file `depth` folders below functions/src. */
+const EXTRA_PATTERNS = /** @type {Record<string, (depth: number) => { regex: string, message: string }[]>} */ ({
+  core: () => [{ regex: FIREBASE_PACKAGES, message: 'core/ imports no Firebase or Google Cloud package: it is tested without an emulator.' }],
+  telemetry: () => [{ regex: FIREBASE_PACKAGES, message: 'telemetry/ imports no Firebase package: the store and triggers call it.' }],
+  // Out of pipelines/ only to api/'s index; the package name is for code outside functions/src.
+  pipelines: (depth) => [
+    { regex: `^(\\.\\./){${depth}}(?!api$)`, message: PUBLIC_API_MESSAGE.pipelines },
+    { regex: '^phaseline(/|$)', message: PUBLIC_API_MESSAGE.pipelines },
+  ],
 });
 
 /**
@@ -59,7 +74,7 @@ const layering = LAYER_ORDER.flatMap(([layer, reason], position) => {
           'error',
           {
             patterns: [
-              ...(EXTRA_PATTERNS[layer] ?? []),
+              ...(EXTRA_PATTERNS[layer]?.(depth) ?? []),
               { regex: `^(\\.\\./){${depth}}(${above.join('|')})(/|$)`, message: `${layer}/ imports nothing above it in the layers (${order}): ${reason}` },
             ],
           },
@@ -102,8 +117,25 @@ const engineThroughStore = {
   },
 };
 
+/** examples/ import the package `phaseline` (its index only) and their own files, nothing else of the repository. */
+const examplesThroughPublicApi = Array.from({ length: MAX_DEPTH }, (_, index) => ({
+  files: [`examples/${'*/'.repeat(index)}*.ts`],
+  rules: {
+    'no-restricted-imports': [
+      'error',
+      {
+        patterns: [
+          { regex: `^(\\.\\./){${index + 1}}`, message: PUBLIC_API_MESSAGE.examples },
+          { regex: '^phaseline/', message: PUBLIC_API_MESSAGE.examples },
+        ],
+      },
+    ],
+  },
+}));
+
 export default tseslint.config(
-  { ignores: ['**/node_modules/', 'functions/lib/', 'coverage/', 'bench/results/', 'web/dist/'] },
+  // The outside project is compiled in its own folder against the packed package (test/e2e/packed-package.test.ts).
+  { ignores: ['**/node_modules/', 'functions/lib/', 'coverage/', 'bench/results/', 'web/dist/', 'test/e2e/outside-project/'] },
   js.configs.recommended,
   ...tseslint.configs.strictTypeChecked,
   {
@@ -127,4 +159,5 @@ export default tseslint.config(
   },
   ...layering,
   engineThroughStore,
+  ...examplesThroughPublicApi,
 );

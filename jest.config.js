@@ -7,7 +7,9 @@ const transform = {
 // dependency; request-filtering-agent; linkedom's DOM helpers (css-select and the htmlparser2 family).
 const esmOnly = ['p-retry', 'is-network-error', 'request-filtering-agent', 'css-select', 'css-what', 'domutils', 'domhandler', 'domelementtype', 'dom-serializer', 'entities', 'nth-check', 'boolbase', 'cssomnom'];
 const transformIgnorePatterns = [`/node_modules/(?!(${esmOnly.join('|')})/)`];
-const shared = { transform, transformIgnorePatterns, testEnvironment: 'node' };
+// `phaseline` is the public API as examples/ import it (tsconfig.json `paths`): the source, not the built package.
+const moduleNameMapper = { '^phaseline$': '<rootDir>/functions/src/api/index.ts' };
+const shared = { transform, transformIgnorePatterns, moduleNameMapper, testEnvironment: 'node' };
 
 /** @type {import('jest').Config} */
 module.exports = {

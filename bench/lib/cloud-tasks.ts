@@ -6,8 +6,7 @@
  * settings there change instead of keeping a copy. Loading the triggers connects nothing: their
  * backends are created on first use.
  */
-import { runJobStep } from '../../functions/src/triggers/run-job-step';
-import { sweepJobs } from '../../functions/src/triggers/sweep-jobs';
+import { runJobStep, sweepJobs } from '../../functions/src';
 
 function numberSetting(value: unknown, name: string): number {
   if (typeof value !== 'number' || !Number.isFinite(value)) throw new Error(`bench: runJobStep's ${name} is not a plain number (${String(value)}); the bench cannot model it`);
@@ -17,7 +16,7 @@ function numberSetting(value: unknown, name: string): number {
 const retry = runJobStep.__endpoint.taskQueueTrigger?.retryConfig ?? {};
 const rates = runJobStep.__endpoint.taskQueueTrigger?.rateLimits ?? {};
 
-/** The step queue as configured in functions/src/triggers/run-job-step.ts. */
+/** The step queue as configured in functions/src/triggers/run-job-step.ts (the deployed runJobStep). */
 export const STEP_QUEUE = {
   minBackoffSeconds: numberSetting(retry.minBackoffSeconds, 'retryConfig.minBackoffSeconds'),
   maxBackoffSeconds: numberSetting(retry.maxBackoffSeconds, 'retryConfig.maxBackoffSeconds'),

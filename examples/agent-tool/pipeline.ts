@@ -5,12 +5,10 @@
  * warm (same thread) or cold (clean thread), and an item that fails them all is reported, not lost.
  *
  * Register it beside your other pipelines, handing in the model you use:
- *   pipelineRegistry(createStoreAssistant(openai('gpt-4o-mini')))
+ *   createPhaseline({ pipelines: [createStoreAssistant(openai('gpt-4o-mini'))] })
  */
 import { z } from 'zod';
-import { agentWait, createToolbox, defineTool, runAgentSection, type AgentDeps } from '../../functions/src/agent';
-import { definePhase, definePipeline } from '../../functions/src/core/pipeline';
-import { createAiSdkProvider, type AiSdkLanguageModel } from '../../functions/src/providers/ai-sdk';
+import { agentWait, createAiSdkProvider, createToolbox, definePhase, definePipeline, defineTool, runAgentSection, type AgentDeps, type AiSdkLanguageModel } from 'phaseline';
 
 const HOURS: Readonly<Record<string, string>> = {
   lisbon: 'Mon-Sat 09:00-20:00, closed on Sunday',

@@ -1,5 +1,8 @@
-export { submitJob } from './triggers/submit-job';
-export { runJobStep } from './triggers/run-job-step';
-export { sweepJobs } from './triggers/sweep-jobs';
-export { cancelJob, decideJob } from './triggers/job-actions';
-export { opsAction } from './triggers/ops';
+/** The deployed functions: this repository's pipelines through the public factory, as any project's are. */
+import { createPhaseline } from './api';
+import { canaryPipeline, notifyEffectsAfterStop, notifyPipeline, researchPipeline, triageEffectsAfterStop, triagePipeline } from './pipelines';
+
+export const { submitJob, runJobStep, sweepJobs, cancelJob, decideJob, opsAction } = createPhaseline({
+  pipelines: [canaryPipeline, researchPipeline, notifyPipeline, triagePipeline],
+  effectsAfterStop: { notify: notifyEffectsAfterStop, triage: triageEffectsAfterStop },
+});

@@ -31,7 +31,7 @@ import { getFirestore, type Firestore } from 'firebase-admin/firestore';
 import { DECLARED_VARIABLES, engineOptionsFromEnv } from '../../functions/src/config/environment';
 import { DEFAULT_ENGINE_OPTIONS, type EngineOptions } from '../../functions/src/core/options';
 // Only for the task queue's retry config as the trigger declares it (read, not restated): its backoff paces the redeliveries.
-import { runJobStep } from '../../functions/src/triggers/run-job-step';
+import { runJobStep } from '../../functions/src';
 import { startLocalStack, stopOnSignals, type LocalStack, SWEEP_EVERY_MS } from '../lib/local-stack';
 import { signUp, submit } from './client';
 import { collectJobs } from './collect';

@@ -25,7 +25,7 @@ import { sweepMinute, type Wait } from '../../functions/src/engine/sweep-minute'
 import { notifyStoppedEffects } from '../../functions/src/pipelines/notify/config';
 import { stepQueueLimitsFromEnv, type StepQueueLimits } from '../../functions/src/config/environment';
 import { cloudTasksQueue, STEP_FUNCTION_NAME } from '../../functions/src/store/cloud-tasks-queue';
-import { runJobStep } from '../../functions/src/triggers/run-job-step';
+import { runJobStep } from '../../functions/src';
 import { JobStore } from '../../functions/src/store/job-store';
 import { engineOptionsFromEnv } from '../../functions/src/triggers/config';
 import { buildWeb, WEB_DIST } from '../../web/build';

@@ -7,8 +7,8 @@ interface EmulatorInfo {
 export const E2E_PROJECT_ID = 'demo-phaseline';
 export const REGION = 'us-central1';
 
-export async function emulatorAddress(name: 'functions' | 'tasks' | 'auth'): Promise<string> {
-  const hub = process.env.FIREBASE_EMULATOR_HUB;
+/** `hub`: another emulator suite's hub (a project started by a test), else the one the e2e layer runs under. */
+export async function emulatorAddress(name: 'functions' | 'tasks' | 'auth', hub = process.env.FIREBASE_EMULATOR_HUB): Promise<string> {
   if (!hub) throw new Error('FIREBASE_EMULATOR_HUB is not set: run the e2e layer with `npm run test:e2e`.');
   const listing = (await (await fetch(`http://${hub}/emulators`)).json()) as Record<string, EmulatorInfo | undefined>;
   const info = listing[name];
@@ -16,13 +16,13 @@ export async function emulatorAddress(name: 'functions' | 'tasks' | 'auth'): Pro
   return `${info.host}:${info.port}`;
 }
 
-export async function functionUrl(name: string): Promise<string> {
-  return `http://${await emulatorAddress('functions')}/${E2E_PROJECT_ID}/${REGION}/${name}`;
+export async function functionUrl(name: string, project?: { readonly id: string; readonly hub: string }): Promise<string> {
+  return `http://${await emulatorAddress('functions', project?.hub)}/${project?.id ?? E2E_PROJECT_ID}/${REGION}/${name}`;
 }
 
 /** Signs in anonymously on the Auth emulator and returns the ID token and uid. */
-export async function anonymousUser(): Promise<{ idToken: string; uid: string }> {
-  const auth = await emulatorAddress('auth');
+export async function anonymousUser(hub?: string): Promise<{ idToken: string; uid: string }> {
+  const auth = await emulatorAddress('auth', hub);
   const response = await fetch(`http://${auth}/identitytoolkit.googleapis.com/v1/accounts:signUp?key=demo-key`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },

@@ -70,7 +70,7 @@ describe('the step function as deployed', () => {
     try {
       jest.isolateModules(() => {
         // eslint-disable-next-line @typescript-eslint/no-require-imports -- loaded as the functions emulator and deploy load it, with this environment
-        const { runJobStep } = require('../../functions/src/triggers/run-job-step') as typeof import('../../functions/src/triggers/run-job-step');
+        const { runJobStep } = require('../../functions/src/index') as typeof import('../../functions/src/index');
         const endpoint = runJobStep.__endpoint;
         expect(endpoint.taskQueueTrigger?.rateLimits).toEqual({ maxConcurrentDispatches: 24, maxDispatchesPerSecond: 50 });
         expect(endpoint.timeoutSeconds).toBe(STEP_TIMEOUT_SECONDS);

@@ -204,7 +204,7 @@ describe('provider', () => {
     try {
       jest.isolateModules(() => {
         // eslint-disable-next-line @typescript-eslint/no-require-imports -- loaded as the functions emulator and deploy load it, with this environment
-        expect(() => require('../../functions/src/triggers/run-job-step') as unknown).toThrow(/PHASELINE_MODEL_INPUT_USD_PER_1K and PHASELINE_MODEL_OUTPUT_USD_PER_1K are not set/);
+        expect(() => require('../../functions/src/index') as unknown).toThrow(/PHASELINE_MODEL_INPUT_USD_PER_1K and PHASELINE_MODEL_OUTPUT_USD_PER_1K are not set/);
       });
     } finally {
       if (saved === undefined) delete process.env.PHASELINE_PROVIDER;

@@ -42,7 +42,7 @@ function lint(probes: readonly Probe[]): { found: string[][]; layers: string[] }
 }
 
 /** The layers of functions/src, bottom to top, as eslint.config.mjs declares them (checked below): a folder imports only those before it. */
-const LAYERS = ['core', 'telemetry', 'store', 'effects', 'agent', 'providers', 'engine', 'config', 'pipelines', 'http', 'triggers'] as const;
+const LAYERS = ['core', 'telemetry', 'store', 'effects', 'agent', 'providers', 'engine', 'config', 'http', 'triggers', 'api', 'pipelines'] as const;
 type Layer = (typeof LAYERS)[number];
 
 const importsOf = (prefix: string, folders: readonly string[]) =>
@@ -77,10 +77,22 @@ const probes = {
   coreAllowed: { filePath: 'functions/src/core/probe.ts', text: "import { z } from 'zod';\nimport { TerminalError } from './errors';\nexport const probe = [z, TerminalError];\n" },
   pipelineTriggers: { filePath: 'functions/src/pipelines/probe.ts', text: "import { firestore } from '../triggers/admin';\nexport const probe = firestore;\n" },
   nestedPipelineTriggers: { filePath: 'functions/src/pipelines/notify/probe.ts', text: "import { firestore } from '../../triggers/admin';\nexport const probe = firestore;\n" },
+  pipelineApiFile: { filePath: 'functions/src/pipelines/probe.ts', text: "import { createPhaseline } from '../api/create-phaseline';\nexport const probe = createPhaseline;\n" },
+  pipelinePackageName: { filePath: 'functions/src/pipelines/probe.ts', text: "import { definePipeline } from 'phaseline';\nexport const probe = definePipeline;\n" },
   pipelineAllowed: {
     filePath: 'functions/src/pipelines/probe.ts',
-    text: "import type { Firestore } from 'firebase-admin/firestore';\nimport { firestoreCircuit } from '../store/provider-circuit';\nexport const probe = (db: Firestore) => firestoreCircuit(db, 'x');\n",
+    text: "import type { Firestore } from 'firebase-admin/firestore';\nimport { firestoreCircuit } from '../api';\nimport { canaryPipeline } from './canary';\nexport const probe = (db: Firestore) => [firestoreCircuit(db, 'x'), canaryPipeline];\n",
   },
+  nestedPipelineAllowed: {
+    filePath: 'functions/src/pipelines/notify/probe.ts',
+    text: "import { definePhase } from '../../api';\nimport { canaryPipeline } from '../canary';\nexport const probe = [definePhase, canaryPipeline];\n",
+  },
+  exampleInternals: { filePath: 'examples/probe.ts', text: "import { definePipeline } from '../functions/src/core/pipeline';\nexport const probe = definePipeline;\n" },
+  exampleApiFolder: { filePath: 'examples/probe.ts', text: "import { definePipeline } from '../functions/src/api';\nexport const probe = definePipeline;\n" },
+  examplePackageInternals: { filePath: 'examples/probe.ts', text: "import { definePipeline } from 'phaseline/lib/core/pipeline';\nexport const probe = definePipeline;\n" },
+  nestedExampleInternals: { filePath: 'examples/nested/probe.ts', text: "import { runStep } from '../../functions/src/engine/step';\nexport const probe = runStep;\n" },
+  exampleAllowed: { filePath: 'examples/probe.ts', text: "import { z } from 'zod';\nimport { definePipeline } from 'phaseline';\nimport { other } from './other';\nexport const probe = [z, definePipeline, other];\n" },
+  nestedExampleAllowed: { filePath: 'examples/nested/probe.ts', text: "import { definePipeline } from 'phaseline';\nimport { other } from '../other';\nexport const probe = [definePipeline, other];\n" },
   storeEffectLedger: { filePath: 'functions/src/store/probe.ts', text: "import type { EffectLedger } from '../effects/ledger';\nexport type Probe = EffectLedger;\n" },
   storeAgentCircuit: { filePath: 'functions/src/store/probe.ts', text: "import { CLOSED_CIRCUIT } from '../agent/circuit';\nexport const probe = CLOSED_CIRCUIT;\n" },
   telemetryAgent: { filePath: 'functions/src/telemetry/probe.ts', text: "import type { ModelProvider } from '../agent/provider';\nexport type Probe = ModelProvider;\n" },
@@ -125,15 +137,34 @@ describe('layering rules', () => {
   test.each(LAYERS.map((layer, position) => ({ layer, above: [...LAYERS.slice(position + 1), 'index'] })))(
     '$layer/ imports no layer above it (nor the deploy entry), from any depth, type imports included',
     ({ layer, above }) => {
-      const upward = above.map((): unknown => expect.stringContaining(`${layer}/ imports nothing above it in the layers`));
+      // From pipelines/ an import of the deploy entry also leaves the public API, and is refused for both.
+      const alsoOutsideApi: unknown[] = layer === 'pipelines' ? [expect.stringContaining('pipelines/ import only the public API')] : [];
+      const upward = above.flatMap((): unknown[] => [...alsoOutsideApi, expect.stringContaining(`${layer}/ imports nothing above it in the layers`)]);
       expect(found[`${layer}:above`]).toEqual(upward);
       expect(found[`${layer}:nested-above`]).toEqual(upward);
     },
   );
 
-  test.each([...LAYERS])('%s/ imports the layers below it and its own folder, and a subfolder of its own named like a layer above', (layer) => {
+  test.each(LAYERS.filter((layer) => layer !== 'pipelines'))('%s/ imports the layers below it and its own folder, and a subfolder of its own named like a layer above', (layer) => {
     expect(found[`${layer}:below`]).toEqual([]);
     expect(found[`${layer}:nested-below`]).toEqual([]);
+  });
+
+  test("pipelines/ import only the public API: any other file of functions/src is refused, api/'s index and their own folder pass", () => {
+    const publicApiOnly: unknown = expect.stringContaining('pipelines/ import only the public API');
+    // The probes import a file inside every layer below (api/'s too: only its index is public), then a file of their own folder, which passes.
+    expect(found['pipelines:below']).toEqual(LAYERS.map(() => publicApiOnly));
+    expect(found['pipelines:nested-below']).toEqual(LAYERS.map(() => publicApiOnly));
+    for (const probe of ['pipelineTriggers', 'nestedPipelineTriggers', 'pipelineApiFile', 'pipelinePackageName'] as const) expect(found[probe]).toEqual([publicApiOnly]);
+    expect(found.pipelineAllowed).toEqual([]);
+    expect(found.nestedPipelineAllowed).toEqual([]);
+  });
+
+  test("examples/ import only the package 'phaseline' and their own files", () => {
+    const publicApiOnly: unknown = expect.stringContaining("examples/ import only the public API, as the package 'phaseline'");
+    for (const probe of ['exampleInternals', 'exampleApiFolder', 'examplePackageInternals', 'nestedExampleInternals'] as const) expect(found[probe]).toEqual([publicApiOnly]);
+    expect(found.exampleAllowed).toEqual([]);
+    expect(found.nestedExampleAllowed).toEqual([]);
   });
 
   test('core/ imports no Firebase or Google Cloud package', () => {
@@ -152,8 +183,6 @@ describe('layering rules', () => {
     expect(found.telemetryAgent).toEqual([expect.stringContaining('telemetry/ imports nothing above it')]);
     expect(found.telemetryConfig).toEqual([expect.stringContaining('telemetry/ imports nothing above it')]);
     expect(found.engineDeployedPipelines).toEqual([expect.stringContaining('engine/ imports nothing above it')]);
-    expect(found.pipelineTriggers).toEqual([expect.stringContaining('pipelines/ imports nothing above it')]);
-    expect(found.nestedPipelineTriggers).toEqual([expect.stringContaining('pipelines/ imports nothing above it')]);
     expect(found.configTriggers).toEqual([expect.stringContaining('config/ imports nothing above it')]);
   });
 
@@ -164,9 +193,8 @@ describe('layering rules', () => {
     expect(found.engineDestructuredDb).toEqual([expect.stringContaining("engine/ does not use the store's Firestore instance (.db)")]);
   });
 
-  test('imports within the layering pass: core on zod and itself, pipelines on store and Firebase, the engine on the store and Firestore types', () => {
+  test('imports within the layering pass: core on zod and itself, the engine on the store and Firestore types', () => {
     expect(found.coreAllowed).toEqual([]);
-    expect(found.pipelineAllowed).toEqual([]);
     expect(found.engineAllowed).toEqual([]);
   });
 });

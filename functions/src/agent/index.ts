@@ -52,3 +52,6 @@ export {
 export { tracedProvider, tracedToolbox } from './traced';
 export type { ChatMessage, ModelProvider, NumberedSource, Source, ToolCall, ToolSpec } from './provider';
 export type { ApplyOutcome, LookupOutcome } from '../effects/port';
+export { createPageFetcher, type PageFetcher, type PageFetchLimits } from './web/page-fetcher';
+export { createSearxngBackend, createTavilyBackend, type SearchBackend, type SearxngOptions, type TavilyOptions } from './web/search';
+export { createWebToolbox, type WebToolbox, type WebToolboxOptions } from './web/toolbox';

@@ -5,6 +5,7 @@
  */
 import { PhaselineError, RetryableError, type ErrorCode, type PhaselineErrorOptions } from '../core/errors';
 
+/** A tool call the model asked for: its ID within the thread, the tool name and the arguments as JSON text. */
 export interface ToolCall {
   readonly id: string;
   readonly name: string;
@@ -39,6 +40,7 @@ export type ChatMessage =
   | { readonly role: 'assistant'; readonly content: string | null; readonly toolCalls?: readonly ToolCall[] }
   | { readonly role: 'tool'; readonly toolCallId: string; readonly name: string; readonly content: string; readonly sources?: readonly NumberedSource[] };
 
+/** A tool as the model is offered it: name, description, JSON schema of its arguments. */
 export interface ToolSpec {
   readonly name: string;
   readonly description: string;
@@ -46,6 +48,7 @@ export interface ToolSpec {
   readonly parameters: Readonly<Record<string, unknown>>;
 }
 
+/** One model call: the thread so far, the tools on offer and the limits of the call. */
 export interface ChatRequest {
   readonly messages: readonly ChatMessage[];
   readonly tools: readonly ToolSpec[];
@@ -79,11 +82,13 @@ export interface BilledCall {
   readonly costUsd: number;
 }
 
+/** Tokens one model call used, as the provider reported them. */
 export interface Usage {
   readonly inputTokens: number;
   readonly outputTokens: number;
 }
 
+/** A model call's answer: the assistant message (text or tool calls), why it finished, its usage and its cost. */
 export interface ChatResponse {
   readonly message: Extract<ChatMessage, { role: 'assistant' }>;
   readonly finishReason: 'stop' | 'tool_calls' | 'length';
@@ -92,6 +97,7 @@ export interface ChatResponse {
   readonly costUsd: number;
 }
 
+/** The port every model backend implements (offline simulator, Chat Completions, AI SDK): one chat call, errors typed by whether a retry can help. */
 export interface ModelProvider {
   /** For people and cost records: e.g. `offline` or `openai-compatible:gpt-4o-mini`. */
   readonly name: string;

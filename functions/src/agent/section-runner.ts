@@ -58,6 +58,7 @@ import {
   withoutSources,
 } from './transcript';
 
+/** Model calls, tool calls, tokens and money a section used, across its attempts. */
 export interface CostTally {
   readonly modelCalls: number;
   readonly toolCalls: number;
@@ -111,12 +112,14 @@ export interface StoredTranscript {
   readonly tally: CostTally;
 }
 
+/** Where a section's transcript is kept between steps (a StepContext's loadTranscript / saveTranscript), so a reclaimed worker warm-resumes it. */
 export interface TranscriptPort {
   load(sectionId: string): Promise<StoredTranscript | null>;
   /** Must resolve only once the transcript is durable; a rejection stops the section and is thrown as is. */
   save(sectionId: string, transcript: StoredTranscript): Promise<void>;
 }
 
+/** One section to write: its ID, prompt, system text, the context for a cold rebuild and the tool-round budget of an attempt. */
 export interface SectionSpec {
   readonly sectionId: string;
   /** Marks the section's exact prompt message; warm repair keeps everything up to the latest one. */
@@ -131,6 +134,7 @@ export interface SectionSpec {
   readonly sources?: readonly Source[];
 }
 
+/** How a failed section attempt is retried: same-thread (warm) retries first, then clean-thread (cold) ones, within call and tool limits. */
 export interface SectionPolicy {
   /** Same-thread retries after a failed attempt. */
   readonly warmRetries: number;
@@ -158,6 +162,7 @@ export interface SectionPolicy {
   readonly maxToolCallsPerAnswer: number;
 }
 
+/** The section runner's retry and limit defaults; resolveSectionPolicy applies overrides to them. */
 export const DEFAULT_SECTION_POLICY: SectionPolicy = {
   warmRetries: 2,
   coldRetries: 2,
@@ -170,6 +175,7 @@ export const DEFAULT_SECTION_POLICY: SectionPolicy = {
   maxToolCallsPerAnswer: 8,
 };
 
+/** The default section policy with `overrides` applied, checked: retry counts whole and non-negative, delays and timeouts ordered. */
 export function resolveSectionPolicy(overrides: Partial<SectionPolicy> = {}): SectionPolicy {
   const policy = { ...DEFAULT_SECTION_POLICY, ...overrides };
   for (const name of ['warmRetries', 'coldRetries', 'transientRetries'] as const) {
@@ -202,6 +208,7 @@ export interface UsageEntry {
   readonly detail: string;
 }
 
+/** What runSection works with: the model provider, the toolbox, the transcript port, the claim signal, and optionally its policy, time left, spend meter and usage and draft callbacks. */
 export interface SectionDeps {
   readonly provider: ModelProvider;
   readonly toolbox: Toolbox;
@@ -234,6 +241,7 @@ export interface SectionAttempts {
   readonly generation: number;
 }
 
+/** How a section ended: written (text, numbered sources, cost), skipped once its retries were spent, or out of the step's time. */
 export type SectionOutcome =
   | {
       readonly kind: 'written';
@@ -272,6 +280,7 @@ export function isAttemptFailure(error: unknown): boolean {
 /** Never compact to more than this share of what the transcript was estimated at when the provider refused it. */
 const MAX_SHARE_AFTER_COMPACTION = 0.75;
 
+/** Writes one section with tool calls, checkpointing the transcript after every recorded tool result, so no recorded call is repeated and no transcript with unresolved calls is continued. */
 export async function runSection(spec: SectionSpec, deps: SectionDeps): Promise<SectionOutcome> {
   return new SectionRun(spec, deps).run();
 }

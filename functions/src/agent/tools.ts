@@ -4,6 +4,7 @@ import type { Clock } from '../core/clock';
 import type { EffectLedger } from '../core/effect-ledger';
 import type { ToolCall, ToolSpec } from './provider';
 
+/** What a tool call returns to the model: its content, whether the tool worked, and the sources it drew on. */
 export interface ToolResult {
   readonly content: string;
   /** False when the tool itself failed; the model sees the failure text and may try something else. */
@@ -42,6 +43,7 @@ export interface ToolStep {
   note(kind: string, message: string): void;
 }
 
+/** The tools a section may call: their specs for the model, and execute, which answers with a ToolResult rather than throwing. */
 export interface Toolbox {
   readonly specs: readonly ToolSpec[];
   /** `place` is given by the section runner; a toolbox whose tools have no effects may ignore it. */

@@ -28,6 +28,7 @@ export type TranscriptProblemKind =
   /** A result whose tool name differs from the name of the call it answers. */
   | 'result_name_mismatch';
 
+/** Something in a transcript that makes it unsafe to continue (an unresolved or orphaned tool call), with the message and call it is in. */
 export interface TranscriptProblem {
   readonly kind: TranscriptProblemKind;
   /** Index of the message where the problem shows (the assistant message for an unanswered call). */

@@ -30,6 +30,7 @@ export class ConfigurationError extends TerminalError {
   }
 }
 
+/** Environment variables as read (process.env by default): every reader here takes one, so tests pass their own. */
 export type Environment = Readonly<Record<string, string | undefined>>;
 
 interface Variable<S extends z.ZodType = z.ZodType> {
@@ -417,6 +418,7 @@ export interface OfflineConfig {
   readonly seed: number;
 }
 
+/** The model provider the configuration chose: the offline simulator, or an OpenAI-compatible endpoint with its model and prices. */
 export type ProviderConfig =
   | { readonly kind: 'offline'; readonly offline: OfflineConfig }
   | { readonly kind: 'openai-compatible'; readonly offline: OfflineConfig; readonly model: OpenAiCompatibleConfig };
@@ -474,6 +476,7 @@ export function sectionPolicyFromEnv(env: Environment = process.env): Pick<Secti
   return { maxToolCallsPerAnswer: parseSection(AGENT_VARIABLES, env).PHASELINE_MAX_TOOL_CALLS_PER_ANSWER };
 }
 
+/** The notify pipeline's receiver as configured: its URL, host, request timeout and pause length. */
 export interface ReceiverConfig {
   /** As configured (trimmed). */
   readonly url: string;
@@ -493,6 +496,7 @@ export function receiverConfigFromEnv(env: Environment = process.env): ReceiverC
   };
 }
 
+/** The search backend the configuration chose: the bundled corpus, SearXNG or Tavily. */
 export type SearchConfig =
   | { readonly kind: 'corpus' }
   | { readonly kind: 'searxng'; readonly baseUrl: string; readonly timeoutMs: number }
@@ -503,6 +507,7 @@ export interface PageToolConfig extends PageFetchLimits {
   readonly artifactBytesPerJob: number;
 }
 
+/** The research tools the configuration chose: the corpus tools, or web search with fetch_page and its limits. */
 export type ToolsConfig = { readonly search: { readonly kind: 'corpus' } } | { readonly search: Exclude<SearchConfig, { kind: 'corpus' }>; readonly pages: PageToolConfig };
 
 /**

@@ -15,6 +15,7 @@ export interface CircuitState {
   readonly needsClose?: boolean;
 }
 
+/** A circuit breaker shared by every worker of a provider: while it is open, agent phases wait instead of calling a provider that is down. */
 export interface ProviderCircuit {
   check(nowMs: number): Promise<CircuitState>;
   /** Counts an outage seen by a worker (after its own in-call retries); may open the circuit. */

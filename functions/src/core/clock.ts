@@ -4,6 +4,7 @@ export interface Clock {
   now(): number;
 }
 
+/** The wall clock. Inject a Clock everywhere else, so tests move time by hand. */
 export const systemClock: Clock = { now: () => Date.now() };
 
 /** A clock a test moves by hand. */

@@ -18,7 +18,9 @@
 import { z } from 'zod';
 import { RetryableError } from './errors';
 
+/** An effect ledger entry's states: planned, applying (sent, answer not yet recorded), applied, unknown, failed. */
 export const EFFECT_STATES = ['planned', 'applying', 'applied', 'unknown', 'failed'] as const;
+/** One of EFFECT_STATES. */
 export type EffectState = (typeof EFFECT_STATES)[number];
 
 /** States whose outcome nobody knows yet: a job cannot complete while an entry is in one. */
@@ -28,6 +30,7 @@ export const UNRESOLVED_EFFECT_STATES: readonly EffectState[] = ['applying', 'un
 const scalar = z.union([z.string(), z.number(), z.boolean(), z.null()]);
 export type EffectScalar = z.infer<typeof scalar>;
 
+/** An effect key (ledger entry ID and idempotency key): `fx_` and 40 hex digits, as deriveEffectKey makes them. */
 export const effectKeySchema = z.string().regex(/^fx_[0-9a-f]{40}$/, 'an effect key is fx_ and 40 hex digits');
 
 /**
@@ -41,10 +44,12 @@ export const effectIntentSchema = z.strictObject({
   target: z.string().min(1).max(500),
   payload: z.record(z.string(), scalar),
 });
+/** What an effect does: its kind, the identity that makes it the same effect across retries, its target and payload. */
 export type EffectIntent = z.infer<typeof effectIntentSchema>;
 
 /** What the system of record said about an applied effect (its own ID, when, whether it was a replay). */
 export const effectEvidenceSchema = z.record(z.string(), scalar);
+/** What the system of record said about an applied effect (its own ID, when), kept in the ledger. */
 export type EffectEvidence = z.infer<typeof effectEvidenceSchema>;
 
 export const effectEntrySchema = z.object({
@@ -79,6 +84,7 @@ export const effectEntrySchema = z.object({
   unknownSinceMs: z.number().optional(),
   unknownBecause: z.string().optional(),
 });
+/** One effect in the ledger: key, intent, state, attempts, evidence, and the question it was raised in. */
 export type EffectEntry = z.infer<typeof effectEntrySchema>;
 
 /** A state change of one entry; counters are incremented, absent fields are kept. */

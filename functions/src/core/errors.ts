@@ -19,6 +19,7 @@ export type ErrorCode =
   | 'spend_limit'
   | 'internal';
 
+/** Optional details of a PhaselineError: its cause, a server-given delay, money already billed. */
 export interface PhaselineErrorOptions {
   readonly cause?: unknown;
   /** For retryable errors: the earliest time a retry makes sense, relative to now. */
@@ -27,6 +28,7 @@ export interface PhaselineErrorOptions {
   readonly billedUsd?: number;
 }
 
+/** The base of every error Phaseline acts on: a code, and whether a retry can help (the engine reads these, never the message). */
 export class PhaselineError extends Error {
   readonly code: ErrorCode;
   readonly retryable: boolean;
@@ -43,18 +45,21 @@ export class PhaselineError extends Error {
   }
 }
 
+/** A failure worth retrying: the job is requeued with backoff while its attempts budget lasts. */
 export class RetryableError extends PhaselineError {
   constructor(message: string, options: PhaselineErrorOptions & { readonly code?: ErrorCode } = {}) {
     super(options.code ?? 'retryable', true, message, options);
   }
 }
 
+/** A retryable failure whose server said when to come back (Retry-After); the delay is capped. */
 export class RetryAfterError extends RetryableError {
   constructor(message: string, retryAfterMs: number, options: PhaselineErrorOptions = {}) {
     super(message, { ...options, code: 'rate_limited', retryAfterMs });
   }
 }
 
+/** A failure no retry fixes: the job fails with this message. */
 export class TerminalError extends PhaselineError {
   constructor(message: string, options: PhaselineErrorOptions & { readonly code?: ErrorCode } = {}) {
     super(options.code ?? 'terminal', false, message, options);
@@ -122,6 +127,7 @@ export function toPhaselineError(error: unknown): PhaselineError {
   return new RetryableError(message, { code: 'internal', cause: error });
 }
 
+/** A one-line description of any thrown value, for logs and timelines. */
 export function describeError(error: unknown): string {
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }

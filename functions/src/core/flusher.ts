@@ -58,6 +58,7 @@ export function applyClaimTally<T extends { readonly progress: Readonly<Record<s
   return { next, notes };
 }
 
+/** Timer functions, injected so heartbeats and flushes run under a test clock. */
 export interface Timers {
   setTimeout(callback: () => void, ms: number): unknown;
   clearTimeout(handle: unknown): void;

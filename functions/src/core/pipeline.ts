@@ -7,6 +7,7 @@ import type { z } from 'zod';
 import type { EffectLedger } from './effect-ledger';
 import type { Clock, RandomSource } from './clock';
 
+/** A durably recorded section: the checkpoint grain of a phase that writes in sections. */
 export interface SectionRecord<TData = unknown> {
   /** The pipeline's own section ID, unique within its phase and unit. */
   readonly id: string;
@@ -20,6 +21,7 @@ export interface SectionRecord<TData = unknown> {
   readonly version?: number;
 }
 
+/** What a phase step runs with: the input, the checkpoints it needs, sections, transcripts, the effect ledger, decisions, and the claim signal. */
 export interface StepContext<TInput> {
   readonly jobId: string;
   readonly input: TInput;
@@ -85,6 +87,7 @@ export interface SpendMeter {
 /** No cap: for contexts that make no model calls, and for tests. */
 export const UNMETERED: SpendMeter = { beforeCall: () => Promise.resolve(), charge: () => undefined };
 
+/** Engine limits a step applies to advice from outside. */
 export interface StepLimits {
   /** Cap on a server-given delay (Retry-After); a longer one is an outage resumed at this distance. */
   readonly maxServerDelayMs: number;
@@ -108,6 +111,7 @@ export interface ProviderWait {
   readonly untilMs: number;
 }
 
+/** What one step of a phase ends with: done (its checkpoint), yield (more to do), or a wait for a person or a provider. */
 export type PhaseOutcome<TState> =
   | { readonly kind: 'done'; readonly state: TState }
   /**
@@ -118,6 +122,7 @@ export type PhaseOutcome<TState> =
   | DecisionWait
   | ProviderWait;
 
+/** What one step of a fan-out unit ends with: done (its result), yield, or a provider wait for the whole job. */
 export type UnitOutcome<TUnitState> =
   | { readonly kind: 'done'; readonly state: TUnitState }
   | { readonly kind: 'yield' }
@@ -127,6 +132,7 @@ export type UnitOutcome<TUnitState> =
    */
   | { readonly kind: 'wait'; readonly reason: 'provider'; readonly question: string; readonly untilMs: number };
 
+/** A phase split into units, each run as its own task with its own lease, joined once after the last. */
 export interface FanOut<TInput, TState, TUnitState> {
   /** Unit IDs, derived deterministically from earlier checkpoints. */
   units(context: StepContext<TInput>): readonly string[];
@@ -136,6 +142,7 @@ export interface FanOut<TInput, TState, TUnitState> {
   join(results: ReadonlyMap<string, TUnitState>, context: StepContext<TInput>): TState;
 }
 
+/** A named phase: the schema of its checkpoint, the phases it needs, and either `run` or `fanOut`. */
 export interface PhaseDefinition<TInput, TState> {
   readonly name: string;
   /** Schema of the checkpoint this phase writes; parsed on write and on every read. */
@@ -175,8 +182,10 @@ export interface PhaseRefusal {
   readonly refuse: string;
 }
 
+/** How a phase reads what an earlier version of it wrote: a migration or a refusal. */
 export type OlderVersionReading = PhaseMigration | PhaseRefusal;
 
+/** A job's published answer, written with its completion: complete or partial, with what is missing named. */
 export interface PublishedResult {
   readonly outcome: 'complete' | 'partial';
   readonly title: string;
@@ -185,6 +194,7 @@ export interface PublishedResult {
   readonly missing: readonly string[];
 }
 
+/** A pipeline: its name, input schema, phases in order, who may run it, and how its answer is published. */
 export interface PipelineDefinition<TInput> {
   readonly name: string;
   readonly description: string;
@@ -214,6 +224,7 @@ export interface PipelineDefinition<TInput> {
  */
 export type PipelineAccess = 'anyone' | 'signed-in' | 'granted';
 export const PIPELINE_ACCESS_LEVELS: readonly PipelineAccess[] = ['anyone', 'signed-in', 'granted'];
+/** Who may run a pipeline that does not say: `anyone`. */
 export const DEFAULT_PIPELINE_ACCESS: PipelineAccess = 'anyone';
 
 /** The custom claim that lists the pipelines an operator granted a user (names; only a list of strings counts). */
@@ -252,12 +263,14 @@ export function definePhase<TInput, TState>(phase: PhaseDefinition<TInput, TStat
   return phase;
 }
 
+/** Defines a phase that fans out into units (keeps its unit result type). */
 export function defineFanOutPhase<TInput, TState, TUnitState>(
   phase: Omit<PhaseDefinition<TInput, TState>, 'run' | 'fanOut'> & { readonly fanOut: FanOut<TInput, TState, TUnitState> },
 ): PhaseDefinition<TInput, TState> {
   return phase;
 }
 
+/** Defines a pipeline, checked: unique kebab-case phase names, each with one of run or fanOut, needs only on earlier phases, valid versions and access. */
 export function definePipeline<TInput>(pipeline: PipelineDefinition<TInput>): PipelineDefinition<TInput> {
   const names = new Set<string>();
   const version = pipeline.version ?? 1;
@@ -301,6 +314,7 @@ export function phaseVersionProblem(phase: Pick<PhaseDefinition<unknown, unknown
 /** Pipelines by name; the submit endpoint validates input against the named one. */
 export type PipelineRegistry = ReadonlyMap<string, PipelineDefinition<unknown>>;
 
+/** Pipelines by name, as the engine, the handlers and the tools look them up. */
 export function pipelineRegistry<TInputs extends readonly unknown[]>(...pipelines: { readonly [K in keyof TInputs]: PipelineDefinition<TInputs[K]> }): PipelineRegistry {
   // Each pipeline parses its own input before any phase sees it, so erasing the input type here is safe.
   return new Map(pipelines.map((pipeline) => [pipeline.name, pipeline]));

@@ -27,6 +27,7 @@ function clampToSafe(ms: number): number | null {
   return Math.round(Math.min(Math.max(0, ms), Number.MAX_SAFE_INTEGER));
 }
 
+/** A server-given delay after the cap: what to schedule on, what was asked for, and whether the cap cut it. */
 export interface CappedDelay {
   /** The delay to schedule on: never more than the cap. */
   readonly delayMs: number;

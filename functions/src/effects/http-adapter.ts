@@ -23,6 +23,7 @@ import { canonicalJson } from '../core/effect-keys';
 import type { EffectEvidence, EffectIntent } from './ledger';
 import type { ApplyOutcome, EffectAdapter, LookupOutcome } from './port';
 
+/** The HTTP adapter's settings: base URL, request timeout, and the name questions use for the target. */
 export interface HttpEffectAdapterOptions {
   readonly baseUrl: string;
   /** Each request's own deadline; the caller's signal can end it sooner. */
@@ -100,6 +101,7 @@ function snippet(text: string): string {
   return trimmed === '' ? '' : `: ${trimmed}`;
 }
 
+/** An effect adapter for a system of record over HTTP: POST /effects with an Idempotency-Key, GET /effects/{key} to look one up. */
 export function createHttpEffectAdapter(options: HttpEffectAdapterOptions): EffectAdapter {
   const base = options.baseUrl.replace(/\/+$/, '');
   const name = options.name ?? `receiver at ${base}`;

@@ -5,6 +5,7 @@
  */
 import type { EffectEvidence, EffectIntent } from './ledger';
 
+/** What an apply request ended with, as the adapter reads its target. */
 export type ApplyOutcome =
   | { readonly kind: 'applied'; readonly evidence: EffectEvidence }
   /** Refused for good (invalid, or the key was used for something else): nothing was applied, retrying will not help. */
@@ -14,6 +15,7 @@ export type ApplyOutcome =
   /** No usable answer: it may or may not have been applied. Reconcile before anything else. */
   | { readonly kind: 'unknown'; readonly reason: string };
 
+/** What a lookup of an idempotency key at the system of record found. */
 export type LookupOutcome =
   | { readonly kind: 'found'; readonly evidence: EffectEvidence }
   /** The target has no effect under this key: a retry with the same key is safe. */
@@ -21,6 +23,7 @@ export type LookupOutcome =
   /** The lookup itself failed: nobody can tell. */
   | { readonly kind: 'unreachable'; readonly reason: string };
 
+/** The port an effect's system of record is reached through: apply under an idempotency key, and look a key up. */
 export interface EffectAdapter {
   /** For people: names the target in questions and reports. */
   readonly name: string;

@@ -15,6 +15,7 @@ import { inFlightGraceMs, inFlightUntilMs, type EffectEntry, type EffectLedger }
 import type { EffectAdapter } from './port';
 import { decideReconcile, type UnknownAnswer } from './reconcile';
 
+/** How settleEffect runs: the claim signal, the clock, retry bounds, and the owner's answers to earlier questions. */
 export interface SettleOptions {
   /** Aborted when the claim is lost: no apply starts after that. */
   readonly signal: AbortSignal;
@@ -29,6 +30,7 @@ export interface SettleOptions {
   readonly note?: (kind: string, message: string) => void;
 }
 
+/** Where settleEffect left one effect: applied, failed, unavailable, cannot tell (ask a person), stopped, or still in flight. */
 export type SettleResult =
   | { readonly kind: 'applied'; readonly entry: EffectEntry }
   /** Not applied and not to be retried: needs a person's attention. */

@@ -42,6 +42,7 @@ export interface StoppedEffectsSettler {
   readonly progress?: (entries: readonly EffectEntry[]) => Record<string, number>;
 }
 
+/** How the sweeper checks stopped jobs' effects: the settler per pipeline, and the grace period after a stop. */
 export interface StoppedEffectsDeps {
   /** The settler for a pipeline, or null when it has no effects. May throw when its configuration is missing. */
   readonly settlerFor: (pipeline: string) => StoppedEffectsSettler | null;

@@ -4,7 +4,7 @@
  * publication). It is how a deployment or the local stack is checked end to end.
  */
 import { z } from 'zod';
-import { defineFanOutPhase, definePhase, definePipeline } from '../core/pipeline';
+import { defineFanOutPhase, definePhase, definePipeline } from '../api';
 
 const canaryInput = z.strictObject({
   text: z

@@ -5,23 +5,7 @@
  * Tavily) with fetch_page. Both come wrapped for tracing (agent/traced.ts): every model call and
  * every tool call is a span of the step that made it (no-op spans unless an exporter is configured).
  */
-import { defineSecret } from 'firebase-functions/params';
-import type { ModelProvider } from '../agent/provider';
-import type { Toolbox } from '../agent/tools';
-import { createPageFetcher } from '../agent/web/page-fetcher';
-import { createSearxngBackend, createTavilyBackend, type SearchBackend } from '../agent/web/search';
-import { createWebToolbox } from '../agent/web/toolbox';
-import { MODEL_API_KEY_VARIABLE, TAVILY_API_KEY_VARIABLE, providerConfigFromEnv, toolsConfigFromEnv, type Environment, type SearchConfig } from '../config/environment';
-import type { Clock } from '../core/clock';
-import { createCorpusToolbox, createOfflineProvider } from '../providers/offline';
-import { createOpenAiCompatibleProvider } from '../providers/openai-compatible';
-import type { ArtifactStore } from '../store/artifact-store';
-import { tracedProvider, tracedToolbox } from '../agent/traced';
-
-/** Bound to the step function only for the keyed provider; its value reaches the function as an environment variable. */
-export const modelApiKey = defineSecret(MODEL_API_KEY_VARIABLE);
-/** Bound to the step function only when the search backend is Tavily (tavilyApiKeyNeeded). */
-export const tavilyApiKey = defineSecret(TAVILY_API_KEY_VARIABLE);
+import { createCorpusToolbox, createOfflineProvider, createOpenAiCompatibleProvider, createPageFetcher, createSearxngBackend, createTavilyBackend, createWebToolbox, providerConfigFromEnv, toolsConfigFromEnv, tracedProvider, tracedToolbox, type ArtifactStore, type Clock, type Environment, type ModelProvider, type SearchBackend, type SearchConfig, type Toolbox } from '../api';
 
 export interface ConfiguredProvider {
   readonly provider: ModelProvider;

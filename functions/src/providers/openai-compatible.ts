@@ -43,6 +43,7 @@ export const openAiCompatibleConfigSchema = z.strictObject({
   outputUsdPer1kTokens: z.number().min(0),
 });
 
+/** An OpenAI-compatible Chat Completions endpoint: URL, model, key, timeouts and prices. */
 export type OpenAiCompatibleConfig = Readonly<z.output<typeof openAiCompatibleConfigSchema>>;
 
 export interface OpenAiCompatibleDependencies {

@@ -18,6 +18,7 @@ import { CorruptCheckpointError, TerminalError } from '../core/errors';
 import { isAlreadyExists, type FirestoreHandle } from './firestore-handle';
 import { ARTIFACTS, artifactChunkPath, artifactPath, JOBS } from './paths';
 
+/** A stored artifact: its hash (its name), size and content type. */
 export interface ArtifactRef {
   /** Hex SHA-256 of the bytes. */
   readonly sha256: string;
@@ -39,6 +40,7 @@ export interface ArtifactPutOptions {
   readonly maxJobBytes?: number;
 }
 
+/** Content-addressed storage of large outputs under a job, checked against their hash on every read. */
 export interface ArtifactStore {
   /** Stores the content under the job; `written` is false when the same content was there already. */
   put(jobId: string, content: Uint8Array | string, options: ArtifactPutOptions): Promise<{ ref: ArtifactRef; written: boolean }>;
@@ -200,6 +202,7 @@ class FirestoreArtifactStore implements ArtifactStore {
   }
 }
 
+/** Artifacts (fetched pages, large outputs) under the job in Firestore, content-addressed and chunked below the document limit. */
 export function firestoreArtifactStore(db: Firestore, clock: Clock): ArtifactStore {
   return new FirestoreArtifactStore(db, clock);
 }

@@ -60,6 +60,7 @@ async function conditionedWrite(db: Firestore, path: string, decide: (snapshot: 
   }
 }
 
+/** A provider's circuit breaker in Firestore, shared by every worker: one document per provider. */
 export function firestoreCircuit(db: Firestore, providerName: string, policy: CircuitPolicy = DEFAULT_CIRCUIT_POLICY): ProviderCircuit {
   const ref = db.doc(circuitPath(providerName.replace(/[^A-Za-z0-9_-]/g, '_')));
   const freshnessMs = policy.readFreshnessMs ?? 0;

@@ -4,28 +4,27 @@
  * (which also revokes the user's refresh tokens) takes effect within seconds, not when the token expires.
  */
 import { logger } from 'firebase-functions/logger';
-import { onRequest } from 'firebase-functions/v2/https';
+import { onRequest, type HttpsFunction } from 'firebase-functions/v2/https';
 import { systemClock } from '../core/clock';
 import { createOpsActionHandler, OPERATOR_CLAIM } from '../http/ops-handler';
 import { JobStore } from '../store/job-store';
 import { firestore, stepQueue, verifyCaller } from './admin';
 import { engineOptionsFromEnv } from './config';
-import { pipelines } from './pipelines';
+import type { Deployment } from './deployment';
 
-let handler: ReturnType<typeof createOpsActionHandler> | undefined;
-function opsHandler(): ReturnType<typeof createOpsActionHandler> {
-  handler ??= createOpsActionHandler({
-    store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
-    queue: stepQueue(),
-    pipelines,
-    verifyToken: async (token) => {
-      const caller = await verifyCaller()(token);
-      return { uid: caller.uid, admin: caller.claims[OPERATOR_CLAIM] === true };
-    },
-    logger,
-  });
-  return handler;
+/** `opsAction` for these pipelines: an operator releases, cancels or re-drives any job; every call checks the `admin` claim. */
+export function createOpsAction(deployment: Deployment): HttpsFunction {
+  let handler: ReturnType<typeof createOpsActionHandler> | undefined;
+  const opsHandler = (): ReturnType<typeof createOpsActionHandler> =>
+    (handler ??= createOpsActionHandler({
+      store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
+      queue: stepQueue(),
+      pipelines: deployment.pipelines,
+      verifyToken: async (token) => {
+        const caller = await verifyCaller()(token);
+        return { uid: caller.uid, admin: caller.claims[OPERATOR_CLAIM] === true };
+      },
+      logger,
+    }));
+  return onRequest((request, response) => opsHandler()(request, response));
 }
-
-/** An operator releases, cancels or re-drives any job; every call checks the `admin` claim. */
-export const opsAction = onRequest((request, response) => opsHandler()(request, response));

@@ -1,17 +1,17 @@
 import { logger } from 'firebase-functions';
-import { onTaskDispatched } from 'firebase-functions/v2/tasks';
-import { modelApiKeyNeeded, quotaDefaultsFromEnv, refuseUnpricedProvider, stepQueueLimitsFromEnv, tavilyApiKeyNeeded, tracingConfigFromEnv } from '../config/environment';
+import { onTaskDispatched, type TaskQueueFunction } from 'firebase-functions/v2/tasks';
+import { quotaDefaultsFromEnv, refuseUnpricedProvider, stepQueueLimitsFromEnv, tracingConfigFromEnv } from '../config/environment';
 import { systemClock } from '../core/clock';
 import { runStep } from '../engine/step';
 import type { RunnerDeps } from '../engine/step/deps';
-import { modelApiKey, tavilyApiKey } from '../pipelines/providers';
 import { STEP_TIMEOUT_SECONDS } from '../store/cloud-tasks-queue';
 import { JobStore } from '../store/job-store';
 import { SpendLedger } from '../store/quota-documents';
 import { NO_TRACING, startTracing, stepLogger, traceStep, type LogSink, type StepLogger, type Tracing } from '../telemetry';
 import { firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
-import { pipelines } from './pipelines';
+import type { Deployment } from './deployment';
+import { stepSecrets } from './secrets';
 
 /**
  * Log lines go through the Cloud Functions logger (one JSON line each, as Cloud Logging reads them),
@@ -40,59 +40,56 @@ function tracingStarted(): Promise<Tracing> {
   return tracing;
 }
 
-let deps: RunnerDeps | undefined;
-function runnerDeps(): RunnerDeps {
-  deps ??= {
-    store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
-    queue: stepQueue(),
-    pipelines,
-    random: Math.random,
-    // What a step reports through deps.log is a problem it met (a write kept for later, a lost claim, a rejected task).
-    log: (message, detail) => log().warn(message, detail),
-    spendLedger: new SpendLedger(firestore(), quotaDefaultsFromEnv()),
-  };
-  return deps;
-}
-
-// A priced provider without its prices would run past every daily spend limit: the functions do not load (a deploy stops here, naming the variables).
-refuseUnpricedProvider();
-
 /**
- * One task, one bounded step. Cloud Tasks retries every non-2xx answer, so every outcome that
- * should not be redelivered (done, handed off, not claimable, malformed, failed) returns normally.
+ * `runJobStep` for these pipelines: one task, one bounded step. Cloud Tasks retries every non-2xx
+ * answer, so every outcome that should not be redelivered (done, handed off, not claimable,
+ * malformed, failed) returns normally.
  */
-export const runJobStep = onTaskDispatched<unknown>(
-  {
-    retryConfig: { maxAttempts: 20, minBackoffSeconds: 2, maxBackoffSeconds: 300, maxDoublings: 8 },
-    rateLimits: stepQueueLimitsFromEnv(),
-    timeoutSeconds: STEP_TIMEOUT_SECONDS,
-    memory: '512MiB',
-    // The API key is bound only when a keyed provider is configured (read from functions/.env.<project>
-    // at deploy), so the offline default and the emulators need no secret.
-    // Each key is bound only when its backend is configured: an unbound secret is not asked for at deploy.
-    secrets: [...(modelApiKeyNeeded() ? [modelApiKey] : []), ...(tavilyApiKeyNeeded() ? [tavilyApiKey] : [])],
-  },
-  async (request) => {
-    const traced = await tracingStarted();
-    let outcome;
-    try {
-      // One span per step, under the trace the request's headers name; every line and span of the step carries its job, step, unit, epoch and phase.
-      outcome = await traceStep(
-        { headers: request.headers, task: request.data, attributes: { 'phaseline.task.retry_count': request.retryCount } },
-        async () => {
-          const finished = await runStep(runnerDeps(), request.data);
-          log().info('step finished', { outcome: finished, task: request.data, retryCount: request.retryCount });
-          return finished;
-        },
-        (finished) => ({ 'phaseline.outcome': finished.kind }),
-      );
-    } finally {
-      // Before answering: an instance that has answered may have no CPU left to export with.
-      await traced.flush();
-    }
-    if (outcome.kind === 'not-yet-due') {
-      // The only wanted redelivery: the job is backing off and this task came early.
-      throw new Error(`Job is backing off for another ${Math.ceil(outcome.retryAfterMs / 1000)} s; redeliver later`);
-    }
-  },
-);
+export function createRunJobStep(deployment: Deployment): TaskQueueFunction<unknown> {
+  // A priced provider without its prices would run past every daily spend limit: the functions do not load (a deploy stops here, naming the variables).
+  refuseUnpricedProvider();
+  let deps: RunnerDeps | undefined;
+  const runnerDeps = (): RunnerDeps =>
+    (deps ??= {
+      store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
+      queue: stepQueue(),
+      pipelines: deployment.pipelines,
+      random: Math.random,
+      // What a step reports through deps.log is a problem it met (a write kept for later, a lost claim, a rejected task).
+      log: (message, detail) => log().warn(message, detail),
+      spendLedger: new SpendLedger(firestore(), quotaDefaultsFromEnv()),
+    });
+  return onTaskDispatched<unknown>(
+    {
+      retryConfig: { maxAttempts: 20, minBackoffSeconds: 2, maxBackoffSeconds: 300, maxDoublings: 8 },
+      rateLimits: stepQueueLimitsFromEnv(),
+      timeoutSeconds: STEP_TIMEOUT_SECONDS,
+      memory: '512MiB',
+      // Each key is bound only when its backend is configured (read from functions/.env.<project> at deploy).
+      secrets: stepSecrets(),
+    },
+    async (request) => {
+      const traced = await tracingStarted();
+      let outcome;
+      try {
+        // One span per step, under the trace the request's headers name; every line and span of the step carries its job, step, unit, epoch and phase.
+        outcome = await traceStep(
+          { headers: request.headers, task: request.data, attributes: { 'phaseline.task.retry_count': request.retryCount } },
+          async () => {
+            const finished = await runStep(runnerDeps(), request.data);
+            log().info('step finished', { outcome: finished, task: request.data, retryCount: request.retryCount });
+            return finished;
+          },
+          (finished) => ({ 'phaseline.outcome': finished.kind }),
+        );
+      } finally {
+        // Before answering: an instance that has answered may have no CPU left to export with.
+        await traced.flush();
+      }
+      if (outcome.kind === 'not-yet-due') {
+        // The only wanted redelivery: the job is backing off and this task came early.
+        throw new Error(`Job is backing off for another ${Math.ceil(outcome.retryAfterMs / 1000)} s; redeliver later`);
+      }
+    },
+  );
+}

@@ -1,12 +1,12 @@
 import { logger } from 'firebase-functions';
-import { onSchedule } from 'firebase-functions/v2/scheduler';
+import { onSchedule, type ScheduleFunction } from 'firebase-functions/v2/scheduler';
 import { systemClock } from '../core/clock';
 import { sweepMinute, type SweepMinuteDeps, type Wait } from '../engine/sweep-minute';
 import type { RecoverySweepReport, SweepDeps } from '../engine/sweeper';
-import { deployedStoppedEffects } from '../pipelines';
 import { JobStore } from '../store/job-store';
 import { firestore, stepQueue } from './admin';
 import { engineOptionsFromEnv } from './config';
+import type { Deployment } from './deployment';
 
 /** The sweep's "now": the time the run was scheduled for (Cloud Scheduler's header), else the wall clock. */
 export function scheduledNowMs(scheduleTime: string | undefined, fallback: () => number = Date.now): number {
@@ -39,22 +39,22 @@ export function sweepHandler(deps: () => SweepDeps & Partial<Pick<SweepMinuteDep
   };
 }
 
-let deps: SweepDeps | undefined;
-function sweepDeps(): SweepDeps {
-  // The same options as the step runner (engineOptionsFromEnv), so both agree on budgets and grace periods.
-  deps ??= {
-    store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
-    queue: stepQueue(),
-    log: (message, detail) => logger.warn(message, detail),
-    // Stopped jobs' effects (notify's messages, triage's tickets) are checked with the receiver they were sent to (its configured URL).
-    stoppedEffects: { settlerFor: deployedStoppedEffects() },
-  };
-  return deps;
-}
-
 /**
- * Every minute, and within it every `sweepIntervalSeconds` for lost workers and tasks. Runs may
- * overlap (a slow last pass and the next run): every change is decided again from a fresh read and
- * committed conditioned on it, so two sweeps never act on the same document twice.
+ * `sweepJobs` for these pipelines: every minute, and within it every `sweepIntervalSeconds` for lost
+ * workers and tasks. Runs may overlap (a slow last pass and the next run): every change is decided
+ * again from a fresh read and committed conditioned on it, so two sweeps never act on the same
+ * document twice.
  */
-export const sweepJobs = onSchedule({ schedule: 'every 1 minutes', timeoutSeconds: 300, retryCount: 0 }, sweepHandler(sweepDeps));
+export function createSweepJobs(deployment: Deployment): ScheduleFunction {
+  let deps: SweepDeps | undefined;
+  // The same options as the step runner (engineOptionsFromEnv), so both agree on budgets and grace periods.
+  const sweepDeps = (): SweepDeps =>
+    (deps ??= {
+      store: new JobStore(firestore(), systemClock, engineOptionsFromEnv()),
+      queue: stepQueue(),
+      log: (message, detail) => logger.warn(message, detail),
+      // Stopped jobs' effects are checked through the adapter their pipeline declared (createPhaseline's effectsAfterStop).
+      stoppedEffects: { settlerFor: deployment.settlerFor },
+    });
+  return onSchedule({ schedule: 'every 1 minutes', timeoutSeconds: 300, retryCount: 0 }, sweepHandler(sweepDeps));
+}

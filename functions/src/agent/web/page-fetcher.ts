@@ -23,6 +23,7 @@ import { pipeline, type Readable } from 'node:stream';
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import { RequestFilteringHttpAgent, RequestFilteringHttpsAgent } from 'request-filtering-agent';
 
+/** fetch_page's limits: time, bytes, redirects, and which addresses it may reach. */
 export interface PageFetchLimits {
   /** One deadline for the whole fetch: every redirect hop and the body. */
   readonly timeoutMs: number;
@@ -67,6 +68,7 @@ export interface PageRefusal {
 
 export type PageFetchOutcome = { readonly ok: true; readonly page: FetchedPage } | { readonly ok: false; readonly refusal: PageRefusal };
 
+/** Fetches one page and answers with its readable text or a typed refusal, never a thrown error. */
 export interface PageFetcher {
   fetch(url: string, signal: AbortSignal): Promise<PageFetchOutcome>;
 }
@@ -271,6 +273,7 @@ class GuardedPageFetcher implements PageFetcher {
   }
 }
 
+/** A page fetcher that refuses private and loopback addresses (unless allowed), bounds time and size, and extracts readable text. */
 export function createPageFetcher(limits: PageFetchLimits): PageFetcher {
   return new GuardedPageFetcher(limits);
 }

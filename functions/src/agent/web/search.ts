@@ -16,6 +16,7 @@ export interface WebSearchHit {
   readonly score: number;
 }
 
+/** A web search service the search tool queries: hits (title, URL, snippet) or SearchFailedError. */
 export interface SearchBackend {
   /** For people and tool results: `searxng` or `tavily`. */
   readonly name: string;
@@ -72,6 +73,7 @@ function withTimeout(signal: AbortSignal, timeoutMs: number): { signal: AbortSig
   return { signal: AbortSignal.any([signal, deadline]), timedOut: () => deadline.aborted };
 }
 
+/** Settings of a SearXNG search backend: its base URL and limits. */
 export interface SearxngOptions {
   /** The instance's base URL, e.g. `http://searxng:8080/`; `search` is resolved against it. */
   readonly baseUrl: string;
@@ -127,6 +129,7 @@ export function createSearxngBackend(options: SearxngOptions): SearchBackend {
   };
 }
 
+/** Settings of the Tavily search backend: its API key, endpoint and limits. */
 export interface TavilyOptions {
   readonly apiKey: string;
   /** `https://api.tavily.com` in production; a local server in tests (the client's `apiBaseURL`). */

@@ -47,6 +47,7 @@ export const fetchPageArgumentsSchema = z.strictObject({
 
 type Source = NonNullable<ToolResult['sources']>[number];
 
+/** What the web toolbox needs: a search backend, a page fetcher, an artifact store, a clock and its budgets. */
 export interface WebToolboxOptions {
   readonly search: SearchBackend;
   readonly pages: PageFetcher;
@@ -196,6 +197,7 @@ function notesFor(page: FetchedPage, readable: ReadablePage, tokensCut: boolean,
   return notes;
 }
 
+/** The web research toolbox: `search` through a search backend and `fetch_page`, whose full text is kept as an artifact under the job. */
 export function createWebToolbox(options: WebToolboxOptions): WebToolbox {
   return new JobWebToolbox(options);
 }

@@ -2,14 +2,12 @@
  * Where the deployed notify pipeline sends: configuration only (never the job's input, so a
  * caller cannot point the functions at an address of their choosing).
  */
-import { receiverConfigFromEnv, type Environment } from '../../config/environment';
-import { createHttpEffectAdapter } from '../../effects/http-adapter';
-import type { StoppedEffectsDeps } from '../../engine/settle-stopped';
+import { createHttpEffectAdapter, receiverConfigFromEnv, type Environment, type StoppedEffectsDeps, type StoppedEffectsSettler } from '../../api';
 import { notifyProgressFromLedger } from './counts';
 import { NOTIFY_PIPELINE, type NotifyDeps } from './pipeline';
 
 /** For tools that start the functions with a receiver of their own. */
-export { RECEIVER_URL_VARIABLE } from '../../config/environment';
+export { RECEIVER_URL_VARIABLE } from '../../api';
 
 /** Reads the receiver settings; a missing or malformed one fails the job that needs it, with its name. */
 export function notifyDepsFromEnv(env: Environment = process.env): NotifyDeps {
@@ -35,4 +33,13 @@ export function configuredNotifyDeps(): NotifyDeps {
  */
 export function notifyStoppedEffects(deps: () => NotifyDeps = configuredNotifyDeps): StoppedEffectsDeps['settlerFor'] {
   return (pipeline) => (pipeline === NOTIFY_PIPELINE ? { adapter: deps().adapter, progress: notifyProgressFromLedger } : null);
+}
+
+/**
+ * The deployed notify pipeline's settler (createPhaseline's effectsAfterStop): the configured
+ * receiver, with the item counts recomputed from the ledger. Resolved when the sweeper finds a
+ * stopped notify job, so a missing receiver setting is reported then, by name.
+ */
+export function notifyEffectsAfterStop(): StoppedEffectsSettler {
+  return { adapter: configuredNotifyDeps().adapter, progress: notifyProgressFromLedger };
 }

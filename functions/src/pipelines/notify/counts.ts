@@ -3,7 +3,7 @@
  * is sent and logged, `unknown` while either effect's outcome is unknown, `needsAttention` once
  * either failed for good, and `remaining` otherwise.
  */
-import { UNRESOLVED_EFFECT_STATES, type EffectEntry, type EffectState } from '../../effects/ledger';
+import { UNRESOLVED_EFFECT_STATES, type EffectEntry, type EffectState } from '../../api';
 
 export interface ItemCounts {
   readonly total: number;

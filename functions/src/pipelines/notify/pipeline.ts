@@ -14,14 +14,7 @@
  * waits for its owner, who chooses to retry those effects, write them off, or stop.
  */
 import { z } from 'zod';
-import { CorruptCheckpointError, TerminalError } from '../../core/errors';
-import { capServerDelay } from '../../core/server-delay';
-import { definePhase, definePipeline, type PhaseOutcome, type StepContext } from '../../core/pipeline';
-import { deriveEffectKey } from '../../core/effect-keys';
-import { UNRESOLVED_EFFECT_STATES, type EffectEntry } from '../../effects/ledger';
-import type { EffectAdapter } from '../../effects/port';
-import { settleEffect, type SettleResult } from '../../effects/protocol';
-import type { UnknownAnswer } from '../../effects/reconcile';
+import { CorruptCheckpointError, TerminalError, UNRESOLVED_EFFECT_STATES, capServerDelay, definePhase, definePipeline, deriveEffectKey, settleEffect, type EffectAdapter, type EffectEntry, type PhaseOutcome, type SettleResult, type StepContext, type UnknownAnswer } from '../../api';
 import { countItems, type ItemCounts, progressOf } from './counts';
 import { buildPlan, notifyInput, notifyPlanSchema, recordIntent, sendIntent, type NotifyInput, type PlannedMessage } from './plan';
 

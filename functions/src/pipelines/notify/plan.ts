@@ -5,8 +5,7 @@
  * keys, and the keys depend on who the message is for, not on its wording.
  */
 import { z } from 'zod';
-import { deriveEffectKey } from '../../core/effect-keys';
-import { effectKeySchema, type EffectIntent } from '../../effects/ledger';
+import { deriveEffectKey, effectKeySchema, type EffectIntent } from '../../api';
 
 export const MAX_RECIPIENTS = 500;
 export const DEFAULT_TEMPLATE = 'Hi {name}, this is a reminder about {campaign}.';

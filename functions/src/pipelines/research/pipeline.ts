@@ -10,8 +10,8 @@
  * ends with reference definitions.
  */
 import { z } from 'zod';
-import { agentWait, citeSection, numberCitationsAcross, referenceDefinitions, runAgentSection, storedSource, type AgentDeps, type AgentSectionOutcome, type CitedText } from '../../agent';
-import { defineFanOutPhase, definePhase, definePipeline, type PhaseOutcome, type StepContext, type UnitOutcome } from '../../core/pipeline';
+import { agentWait, citeSection, numberCitationsAcross, referenceDefinitions, runAgentSection, storedSource, type AgentDeps, type AgentSectionOutcome, type CitedText } from '../../api';
+import { defineFanOutPhase, definePhase, definePipeline, type PhaseOutcome, type StepContext, type UnitOutcome } from '../../api';
 
 /** What research sections run with: the agent toolkit's deps (provider, toolbox, the provider's circuit). */
 export type ResearchDeps = AgentDeps;

@@ -2,8 +2,7 @@
  * Where the deployed triage pipeline files tickets: the receiver the deployment configures for
  * effects (the same settings as notify's, config/environment.ts), never the job's input.
  */
-import type { StoppedEffectsSettler } from '../../engine/settle-stopped';
-import type { EffectAdapter } from '../../effects/port';
+import type { EffectAdapter, StoppedEffectsSettler } from '../../api';
 import { TRIAGE_PIPELINE, type Helpdesk } from './pipeline';
 
 /** A helpdesk over an effect adapter: a ticket is applied as a `ticket` intent, looked up by its key. */

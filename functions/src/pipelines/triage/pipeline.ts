@@ -24,10 +24,13 @@ import {
   type LookupOutcome,
   type ModelProvider,
   type SectionPolicy,
-} from '../../agent';
-import type { ProviderCircuit } from '../../core/circuit';
-import type { Timers } from '../../core/flusher';
-import { definePhase, definePipeline, type PhaseOutcome, type StepContext } from '../../core/pipeline';
+  type ProviderCircuit,
+  type Timers,
+  definePhase,
+  definePipeline,
+  type PhaseOutcome,
+  type StepContext,
+} from '../../api';
 
 export const TRIAGE_PIPELINE = 'triage';
 
