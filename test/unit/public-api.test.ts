@@ -29,7 +29,7 @@ function undocumentedExports(entry: string): { exports: string[]; undocumented: 
 describe('the public API', () => {
   test('every export has TSDoc where it is declared', () => {
     const { exports, undocumented } = undocumentedExports(API_INDEX);
-    expect(exports).toEqual(expect.arrayContaining(['definePipeline', 'definePhase', 'createPhaseline', 'runSection', 'settleEffect', 'createAiSdkProvider']));
+    expect(exports).toEqual(expect.arrayContaining(['definePipeline', 'definePhase', 'createPhaseline', 'runAgentSection', 'defineTool', 'settleEffect', 'createAiSdkProvider']));
     expect(undocumented).toEqual([]);
   }, 120_000);
 

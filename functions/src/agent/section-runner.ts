@@ -73,6 +73,7 @@ export interface CostTally {
   readonly wastedUsd: number;
 }
 
+/** A tally with nothing counted yet: where a section's cost starts. */
 export const EMPTY_TALLY: CostTally = {
   modelCalls: 0,
   toolCalls: 0,
@@ -235,6 +236,7 @@ export interface SectionDeps {
   readonly spend?: SpendMeter;
 }
 
+/** The retries a section used (warm, cold) and the thread it ended on (generation: 0 for the first, one more per clean thread). */
 export interface SectionAttempts {
   readonly warm: number;
   readonly cold: number;
