@@ -20,7 +20,7 @@ import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
 import { firestoreCircuit } from '../../functions/src/store/provider-circuit';
 import type { Firestore } from 'firebase-admin/firestore';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineHarness, engineSuite, type EngineHarness } from '../support/engine';
 import { hangForever, immediateTimers, ObservedProvider } from '../support/research';
 
 /** Decides, before a call runs, whether the worker dies there (it then never returns). */
@@ -77,24 +77,19 @@ function recoverySetup(db: Firestore, clock: Clock, options: { sleep?: Sleep; la
   return { provider, toolbox, registry: pipelineRegistry(createResearchPipeline(() => deps)) };
 }
 
-let harness: EngineHarness;
 let setup: RecoverySetup;
 
-beforeAll(() => {
-  harness = engineHarness('agent-recovery', (firestore, clock) => {
-    setup = recoverySetup(firestore.db, clock);
-    return setup.registry;
-  });
+const harness = engineSuite('agent-recovery', (firestore, clock) => {
+  setup = recoverySetup(firestore.db, clock);
+  return setup.registry;
+}, {
+  beforeEach: () => {
+    setup.provider.intercept = null;
+    setup.provider.requests.length = 0;
+    setup.toolbox.executions.clear();
+    setup.toolbox.killBefore = () => false;
+  },
 });
-beforeEach(async () => {
-  setup.provider.intercept = null;
-  setup.provider.requests.length = 0;
-  setup.toolbox.executions.clear();
-  setup.toolbox.killBefore = () => false;
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const readJob = async (jobId: string) => decodeJob(jobId, (await harness.firestore.db.doc(`${JOBS}/${jobId}`).get()).data());
 // 200 words a section: three documents read per section, often in one turn of three calls.

@@ -14,19 +14,10 @@ import { decodeJob } from '../../functions/src/store/codec';
 import type { JobClaim } from '../../functions/src/core/claims';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
-import { behaviour, resetBehaviour, testPipeline, type TestInput } from '../support/test-pipeline';
+import { engineSuite, gate } from '../support/engine';
+import { behaviour, testPipeline, type TestInput } from '../support/test-pipeline';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('review-conditioned', pipelineRegistry(testPipeline));
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('review-conditioned', pipelineRegistry(testPipeline));
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string): Promise<JobRecord> => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());

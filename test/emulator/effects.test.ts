@@ -16,27 +16,21 @@ import type { EffectAdapter } from '../../functions/src/effects/port';
 import { buildPlan, notifyInput, notifyProgressFromLedger, UNKNOWN_OPTIONS, type NotifyPlan } from '../../functions/src/pipelines/notify';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineSuite, gate } from '../support/engine';
 import { applyRequestsFor, eventually, httpAdapter, messagesPerRecipient, notifySetup, startReceiver, type Receiver } from '../support/receiver';
 import { hangForever } from '../support/research';
-import { behaviour, resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { behaviour, testPipeline } from '../support/test-pipeline';
 
 let receiver: Receiver;
 const notify = notifySetup(() => receiver);
-let harness: EngineHarness;
 
-beforeAll(() => {
-  harness = engineHarness('effects', pipelineRegistry(testPipeline, ...([...notify.registry.values()] as [never])));
+const harness = engineSuite('effects', pipelineRegistry(testPipeline, ...([...notify.registry.values()] as [never])), {
+  beforeEach: async () => {
+    receiver = await startReceiver(harness.clock);
+    notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
+  },
+  afterEach: () => receiver.stop(),
 });
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-  receiver = await startReceiver(harness.clock);
-  notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
-});
-afterEach(() => receiver.stop());
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());

@@ -15,7 +15,7 @@ import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { heldUnitsPipeline, hold, type Hold, type UnitInput, type UnitResult } from '../support/held-units';
 import { afterFirstGetAll } from '../support/interpose';
 import type { RecordedTask } from '../support/task-queue';
@@ -23,16 +23,11 @@ import { ManualTimers } from '../support/timers';
 
 const { pipeline: reviewUnits, turns: unitTurns } = heldUnitsPipeline('review-units');
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('owner-path-review', pipelineRegistry(reviewUnits));
+const harness = engineSuite('owner-path-review', pipelineRegistry(reviewUnits), {
+  beforeEach: () => {
+    unitTurns.reset();
+  },
 });
-beforeEach(async () => {
-  unitTurns.reset();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());

@@ -16,7 +16,7 @@ import { decodeJob, decodeUnit, encodeJob, encodeUnit, type UnitRecord } from '.
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
 import type { TaskQueuePort } from '../../functions/src/store/task-queue';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { ManualTimers } from '../support/timers';
 
 type Input = { units: number };
@@ -206,16 +206,11 @@ const flaky = definePipeline<Input>({
   publish: () => ({ outcome: 'complete', title: 'Flaky', markdown: 'done', missing: [] }),
 });
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('engine-holes', pipelineRegistry(fanOutPipeline, twoFanOuts('same-schema', true), twoFanOuts('other-schema', false), fivePhases, sectioned, flaky));
+const harness = engineSuite('engine-holes', pipelineRegistry(fanOutPipeline, twoFanOuts('same-schema', true), twoFanOuts('other-schema', false), fivePhases, sectioned, flaky), {
+  beforeEach: () => {
+    resetControl();
+  },
 });
-beforeEach(async () => {
-  resetControl();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());

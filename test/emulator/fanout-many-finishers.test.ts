@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { defineFanOutPhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 
 const UNITS = 16;
 const instant = definePipeline<{ units: number }>({
@@ -30,15 +30,7 @@ const instant = definePipeline<{ units: number }>({
   publish: (context) => ({ outcome: 'complete', title: 'Sum', markdown: JSON.stringify(context.sections()), missing: [] }),
 });
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('fanout-many-finishers', pipelineRegistry(instant));
-});
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('fanout-many-finishers', pipelineRegistry(instant));
 
 test(`${UNITS} units finishing at once: every finish lands and the fan-out joins once`, async () => {
   const jobId = await harness.submit('instant-units', { units: UNITS });

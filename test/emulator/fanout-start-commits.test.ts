@@ -9,18 +9,10 @@ import type { UnitRecord } from '../../functions/src/core/job';
 import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { decodeUnit, encodeUnit } from '../../functions/src/store/codec';
 import { JOBS, resultPath, unitPath } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { afterFirstGet, afterFirstGetAll } from '../support/interpose';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('fanout-start-commits', pipelineRegistry(canaryPipeline));
-});
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('fanout-start-commits', pipelineRegistry(canaryPipeline));
 
 const db = () => harness.firestore.db;
 const text = 'One paragraph here.\n\nAnd a second one.';

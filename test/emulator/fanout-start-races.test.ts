@@ -13,17 +13,9 @@ import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { runStep } from '../../functions/src/engine/step';
 import { decodeJob, decodeUnit, encodeUnit } from '../../functions/src/store/codec';
 import { JOBS, unitPath } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('fanout-start-races', pipelineRegistry(canaryPipeline));
-});
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('fanout-start-races', pipelineRegistry(canaryPipeline));
 
 const db = () => harness.firestore.db;
 const text = 'One paragraph here.\n\nAnd a second one.';

@@ -6,7 +6,7 @@ import { runStep } from '../../functions/src/engine/step';
 import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 
 /** Units that each record three sections, one per step: every unit yields twice before it finishes. */
 const unitRuns = new Map<string, number>();
@@ -36,15 +36,7 @@ const steppedPipeline = definePipeline<{ units: number }>({
   publish: (context) => ({ outcome: 'complete', title: 'Sum', markdown: JSON.stringify(context.sections()), missing: [] }),
 });
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('fanout', pipelineRegistry(canaryPipeline, steppedPipeline));
-});
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('fanout', pipelineRegistry(canaryPipeline, steppedPipeline));
 
 const text = 'The first paragraph. It has two sentences.\n\nA second one, with extraordinarily long words.\n\nThird!';
 const db = () => harness.firestore.db;

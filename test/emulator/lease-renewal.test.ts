@@ -18,27 +18,21 @@ import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
 import { jobPath, JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineSuite, gate } from '../support/engine';
 import { heldUnitsPipeline } from '../support/held-units';
-import { behaviour, resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { behaviour, testPipeline } from '../support/test-pipeline';
 import { ManualTimers } from '../support/timers';
 
 // A fan-out big enough for its finishing commits to race on the job document for longer than a lease.
 const { pipeline: manyUnits, turns: unitTurn } = heldUnitsPipeline('many-units', 100);
 
-let harness: EngineHarness;
-beforeAll(() => {
-  // The defaults under review (the harness only shortens backoff).
-  harness = engineHarness('lease-renewal', pipelineRegistry(testPipeline, manyUnits));
+// The defaults under review (the harness only shortens backoff).
+const harness = engineSuite('lease-renewal', pipelineRegistry(testPipeline, manyUnits), {
+  beforeEach: () => {
+    unitTurn.reset();
+  },
+  afterEach: () => jest.restoreAllMocks(),
 });
-beforeEach(async () => {
-  resetBehaviour();
-  unitTurn.reset();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterEach(() => jest.restoreAllMocks());
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(jobPath(jobId)).get()).data());

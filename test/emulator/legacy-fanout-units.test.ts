@@ -11,7 +11,7 @@ import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { runStep } from '../../functions/src/engine/step';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineSuite, gate } from '../support/engine';
 
 const steppedPipeline = definePipeline<{ units: number }>({
   name: 'legacy-stepped',
@@ -40,15 +40,7 @@ const steppedPipeline = definePipeline<{ units: number }>({
 
 type PrivateStore = { revokeUnitsOf: (jobId: string, fanout: unknown) => Promise<void> };
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('legacy-fanout-units', pipelineRegistry(steppedPipeline));
-});
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('legacy-fanout-units', pipelineRegistry(steppedPipeline));
 
 const db = () => harness.firestore.db;
 

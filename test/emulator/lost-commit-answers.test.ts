@@ -11,27 +11,21 @@ import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import type { StepTask } from '../../functions/src/core/job';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { losingCommitAnswers, type LostCommitAnswers } from '../support/failures';
 import { heldUnitsPipeline, unitFinished } from '../support/held-units';
-import { behaviour, resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { behaviour, testPipeline } from '../support/test-pipeline';
 
 const held = heldUnitsPipeline('lost-answer-units');
-let harness: EngineHarness;
 let answers: LostCommitAnswers;
 
-beforeAll(() => {
-  harness = engineHarness('lost-answers', pipelineRegistry(testPipeline, held.pipeline));
+const harness = engineSuite('lost-answers', pipelineRegistry(testPipeline, held.pipeline), {
+  beforeEach: () => {
+    held.turns.reset();
+    answers = losingCommitAnswers(harness.firestore.db);
+  },
+  afterEach: () => answers.restore(),
 });
-beforeEach(async () => {
-  resetBehaviour();
-  held.turns.reset();
-  harness.queue.drain();
-  await harness.firestore.reset();
-  answers = losingCommitAnswers(harness.firestore.db);
-});
-afterEach(() => answers.restore());
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());

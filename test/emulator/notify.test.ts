@@ -14,25 +14,21 @@ import { effectEntrySchema } from '../../functions/src/effects/ledger';
 import { buildPlan, notifyInput, notifyProgressFromLedger, UNAVAILABLE_QUESTION_ID } from '../../functions/src/pipelines/notify';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineSuite, gate } from '../support/engine';
 import { eventually, httpAdapter, messagesPerRecipient, notifySetup, startReceiver, type Receiver } from '../support/receiver';
 
 let receiver: Receiver;
 const notify = notifySetup(() => receiver);
-let harness: EngineHarness;
 
-beforeAll(() => {
-  // A short step budget so that a long batch yields; every message moves the clock a second.
-  harness = engineHarness('notify', notify.registry, { stepBudgetSeconds: 40 });
+// A short step budget so that a long batch yields; every message moves the clock a second.
+const harness = engineSuite('notify', notify.registry, {
+  options: { stepBudgetSeconds: 40 },
+  beforeEach: async () => {
+    receiver = await startReceiver(harness.clock);
+    notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
+  },
+  afterEach: () => receiver.stop(),
 });
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-  receiver = await startReceiver(harness.clock);
-  notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
-});
-afterEach(() => receiver.stop());
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());

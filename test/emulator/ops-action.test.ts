@@ -9,19 +9,10 @@ import { decodeJob, encodeJob } from '../../functions/src/store/codec';
 import { jobPath } from '../../functions/src/store/paths';
 import { createOpsActionHandler, type VerifyOperatorToken } from '../../functions/src/http/ops-handler';
 import { deployedPipelines } from '../../functions/src/pipelines';
-import { engineHarness, type EngineHarness } from '../support/engine';
-import { resetBehaviour, testPipelines } from '../support/test-pipeline';
+import { engineSuite } from '../support/engine';
+import { testPipelines } from '../support/test-pipeline';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('ops-action', testPipelines);
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('ops-action', testPipelines);
 
 /** The deployed pipelines, as the trigger hands them to the handler (a re-drive reads their phase lists only). */
 const deployed = deployedPipelines(() => harness.firestore.db);

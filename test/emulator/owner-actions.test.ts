@@ -11,19 +11,10 @@ import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS, jobPath } from '../../functions/src/store/paths';
 import { dyingInsideItsChange } from '../support/dead-client';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
-import { behaviour, resetBehaviour, testPipelines } from '../support/test-pipeline';
+import { engineSuite, gate } from '../support/engine';
+import { behaviour, testPipelines } from '../support/test-pipeline';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('owner-actions', testPipelines);
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('owner-actions', testPipelines);
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());

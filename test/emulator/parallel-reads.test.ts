@@ -14,24 +14,18 @@ import { runStep } from '../../functions/src/engine/step';
 import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { decodeJob } from '../../functions/src/store/codec';
 import { checkpointPath, JOBS, jobPath } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { heldUnitsPipeline } from '../support/held-units';
-import { resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { testPipeline } from '../support/test-pipeline';
 
 const { pipeline: units, turns } = heldUnitsPipeline('r5-side-units');
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('parallel-reads', pipelineRegistry(testPipeline, units));
+const harness = engineSuite('parallel-reads', pipelineRegistry(testPipeline, units), {
+  beforeEach: () => {
+    turns.reset();
+  },
+  afterEach: () => jest.restoreAllMocks(),
 });
-beforeEach(async () => {
-  resetBehaviour();
-  turns.reset();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterEach(() => jest.restoreAllMocks());
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(jobPath(jobId)).get()).data());

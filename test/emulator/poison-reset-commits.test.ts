@@ -7,9 +7,9 @@ import { z } from 'zod';
 import { defineFanOutPhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
 import { JOBS, sectionKey, sectionPath, unitPath } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { afterFirstGet } from '../support/interpose';
-import { resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { testPipeline } from '../support/test-pipeline';
 
 /** Each unit records one section, then finishes with its value. */
 const oneSectionUnits = definePipeline<{ units: number }>({
@@ -35,16 +35,7 @@ const oneSectionUnits = definePipeline<{ units: number }>({
   publish: () => ({ outcome: 'complete', title: 'Total', markdown: 'done', missing: [] }),
 });
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('poison-reset-commits', pipelineRegistry(testPipeline, oneSectionUnits));
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('poison-reset-commits', pipelineRegistry(testPipeline, oneSectionUnits));
 
 const db = () => harness.firestore.db;
 const RESET_MESSAGE = /lost-worker count starts again/;

@@ -10,8 +10,8 @@ import { runStep } from '../../functions/src/engine/step';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS, sectionKey, sectionPath, unitPath } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
-import { behaviour, recordSections, resetBehaviour, testPipeline, type TestInput } from '../support/test-pipeline';
+import { engineSuite, gate } from '../support/engine';
+import { behaviour, recordSections, testPipeline, type TestInput } from '../support/test-pipeline';
 
 type UnitTurn = (context: StepContext<{ units: number }>) => Promise<void>;
 let unitTurn: UnitTurn = () => Promise.resolve();
@@ -40,17 +40,11 @@ const turnUnits = definePipeline<{ units: number }>({
   publish: () => ({ outcome: 'complete', title: 'Total', markdown: 'done', missing: [] }),
 });
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('poison-reset-races', pipelineRegistry(testPipeline, turnUnits));
+const harness = engineSuite('poison-reset-races', pipelineRegistry(testPipeline, turnUnits), {
+  beforeEach: () => {
+    unitTurn = () => Promise.resolve();
+  },
 });
-beforeEach(async () => {
-  resetBehaviour();
-  unitTurn = () => Promise.resolve();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const RESET_MESSAGE = /lost-worker count starts again/;

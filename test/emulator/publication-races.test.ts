@@ -12,18 +12,10 @@ import { firestoreEffectLedger } from '../../functions/src/store/firestore-ledge
 import { UNRESOLVED_EFFECT_STATES } from '../../functions/src/effects/ledger';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS, resultPath } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { afterFirstGet } from '../support/interpose';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('publication-races', pipelineRegistry(canaryPipeline));
-});
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('publication-races', pipelineRegistry(canaryPipeline));
 
 const db = () => harness.firestore.db;
 const text = 'One paragraph here.\n\nAnd a second one.';

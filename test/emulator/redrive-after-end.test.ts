@@ -15,23 +15,14 @@ import { jobPath, JOBS } from '../../functions/src/store/paths';
 import { EXPIRE_AT, EXPIRING_JOB_COLLECTIONS } from '../../functions/src/store/retention';
 import { JobStore } from '../../functions/src/store/job-store';
 import { resolveEngineOptions } from '../../functions/src/core/options';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { afterFirstGet } from '../support/interpose';
-import { behaviour, firstPhase, resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { behaviour, firstPhase, testPipeline } from '../support/test-pipeline';
 
-let harness: EngineHarness;
 const pipelines = pipelineRegistry(testPipeline, canaryPipeline);
 const DAY_MS = 86_400_000;
 
-beforeAll(() => {
-  harness = engineHarness('redrive-after-end', pipelines);
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('redrive-after-end', pipelines);
 
 const db = () => harness.firestore.db;
 const kinds = (outcomes: readonly { kind: string }[]) => outcomes.map((outcome) => outcome.kind);

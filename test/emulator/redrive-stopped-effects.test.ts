@@ -17,24 +17,20 @@ import { sweep } from '../../functions/src/engine/sweeper';
 import { buildPlan, notifyInput, notifyStoppedEffects } from '../../functions/src/pipelines/notify';
 import { decodeJob } from '../../functions/src/store/codec';
 import { jobPath, JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineSuite, gate } from '../support/engine';
 import { eventually, httpAdapter, messagesPerRecipient, notifySetup, startReceiver, type Receiver } from '../support/receiver';
 
 let receiver: Receiver;
 const notify = notifySetup(() => receiver);
-let harness: EngineHarness;
 
-beforeAll(() => {
-  harness = engineHarness('redrive-stopped-effects', pipelineRegistry(...([...notify.registry.values()] as [never])), { maxStaleReclaims: 0 });
+const harness = engineSuite('redrive-stopped-effects', pipelineRegistry(...([...notify.registry.values()] as [never])), {
+  options: { maxStaleReclaims: 0 },
+  beforeEach: async () => {
+    receiver = await startReceiver(harness.clock);
+    notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
+  },
+  afterEach: () => receiver.stop(),
 });
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-  receiver = await startReceiver(harness.clock);
-  notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
-});
-afterEach(() => receiver.stop());
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const kinds = (outcomes: readonly { kind: string }[]) => outcomes.map((outcome) => outcome.kind);

@@ -15,21 +15,12 @@ import type { JobStore } from '../../functions/src/store/job-store';
 import { jobPath, JOBS, messagePath } from '../../functions/src/store/paths';
 import { SET_ASIDE } from '../../functions/src/store/phase-documents';
 import { dyingInsideItsChange } from '../support/dead-client';
-import { engineHarness, type EngineHarness } from '../support/engine';
-import { behaviour, firstPhase, resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { engineSuite } from '../support/engine';
+import { behaviour, firstPhase, testPipeline } from '../support/test-pipeline';
 
-let harness: EngineHarness;
 const pipelines = pipelineRegistry(testPipeline, canaryPipeline);
 
-beforeAll(() => {
-  harness = engineHarness('redrive', pipelines);
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('redrive', pipelines);
 
 const db = () => harness.firestore.db;
 const kinds = (outcomes: readonly { kind: string }[]) => outcomes.map((outcome) => outcome.kind);

@@ -14,7 +14,7 @@ import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { encodeJob } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { EXPIRE_AT } from '../../functions/src/store/retention';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { researchSetup } from '../support/research';
 
 const DAY_MS = 86_400_000;
@@ -23,16 +23,10 @@ const RETENTION_DAYS = 7;
 const BATCH = 4;
 const BOUND = RETENTION_MAX_PAGES * BATCH;
 
-let harness: EngineHarness;
 
-beforeAll(() => {
-  harness = engineHarness('retention', (firestore, clock) => researchSetup(firestore.db, clock).registry, { retentionDays: RETENTION_DAYS });
+const harness = engineSuite('retention', (firestore, clock) => researchSetup(firestore.db, clock).registry, {
+  options: { retentionDays: RETENTION_DAYS },
 });
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = (): Firestore => harness.firestore.db;
 

@@ -25,24 +25,19 @@ import { notifyStoppedEffects } from '../../functions/src/pipelines/notify';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineSuite, gate } from '../support/engine';
 import { eventually, httpAdapter, notifySetup, startReceiver, type Receiver } from '../support/receiver';
 
 let receiver: Receiver;
 const notify = notifySetup(() => receiver);
-let harness: EngineHarness;
 
-beforeAll(() => {
-  harness = engineHarness('settle-after-cancel', pipelineRegistry(...([...notify.registry.values()] as [never])));
+const harness = engineSuite('settle-after-cancel', pipelineRegistry(...([...notify.registry.values()] as [never])), {
+  beforeEach: async () => {
+    receiver = await startReceiver(harness.clock);
+    notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
+  },
+  afterEach: () => receiver.stop(),
 });
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-  receiver = await startReceiver(harness.clock);
-  notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
-});
-afterEach(() => receiver.stop());
-afterAll(() => harness.firestore.close());
 
 const GRACE_MS = DEFAULT_SETTLE_GRACE_MS;
 const db = () => harness.firestore.db;

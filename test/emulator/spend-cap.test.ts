@@ -21,26 +21,21 @@ import { EXPIRE_AT } from '../../functions/src/store/retention';
 import { setUserLimits } from '../../functions/src/store/quota-documents';
 import type { Timestamp } from 'firebase-admin/firestore';
 import type { ChatResponse } from '../../functions/src/agent/provider';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineSuite, gate } from '../support/engine';
 import { ManualTimers } from '../support/timers';
 import { answerLostAfterFirstCommit } from '../support/interpose';
 import { promptIdOf, researchSetup, type ResearchSetup } from '../support/research';
 
-let harness: EngineHarness;
 let research: ResearchSetup;
 
-beforeAll(() => {
-  harness = engineHarness('spend-cap', (firestore, clock) => {
-    research = researchSetup(firestore.db, clock);
-    return research.registry;
-  });
+const harness = engineSuite('spend-cap', (firestore, clock) => {
+  research = researchSetup(firestore.db, clock);
+  return research.registry;
+}, {
+  beforeEach: () => {
+    research.provider.intercept = null;
+  },
 });
-beforeEach(async () => {
-  research.provider.intercept = null;
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const question = { question: 'How do fencing tokens stop stale writers?', experts: 2, sections: 2, wordsPerSection: 60 };

@@ -16,27 +16,23 @@ import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { buildPlan, notifyInput, notifyStoppedEffects, UNKNOWN_OPTIONS } from '../../functions/src/pipelines/notify';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineSuite, gate } from '../support/engine';
 import { eventually, httpAdapter, notifySetup, startReceiver, type Receiver } from '../support/receiver';
 import { hangForever } from '../support/research';
 import { dyingInsideItsChange } from '../support/dead-client';
 
 let receiver: Receiver;
 const notify = notifySetup(() => receiver);
-let harness: EngineHarness;
 
-beforeAll(() => {
-  // The first expired lease quarantines, so a worker lost mid-apply leaves a quarantined job behind.
-  harness = engineHarness('stopped-effects', pipelineRegistry(...([...notify.registry.values()] as [never])), { maxStaleReclaims: 0 });
+// The first expired lease quarantines, so a worker lost mid-apply leaves a quarantined job behind.
+const harness = engineSuite('stopped-effects', pipelineRegistry(...([...notify.registry.values()] as [never])), {
+  options: { maxStaleReclaims: 0 },
+  beforeEach: async () => {
+    receiver = await startReceiver(harness.clock);
+    notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
+  },
+  afterEach: () => receiver.stop(),
 });
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-  receiver = await startReceiver(harness.clock);
-  notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
-});
-afterEach(() => receiver.stop());
-afterAll(() => harness.firestore.close());
 
 const GRACE_MS = DEFAULT_SETTLE_GRACE_MS;
 /** The held send's deadline: patient enough that the request is still in flight when the cancel lands, however slow the machine. */

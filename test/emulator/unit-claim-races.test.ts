@@ -13,23 +13,18 @@ import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineSuite, gate } from '../support/engine';
 import { heldUnitsPipeline, hold } from '../support/held-units';
 import type { RecordedTask } from '../support/task-queue';
 
 const { pipeline: units, turns } = heldUnitsPipeline('racing-units');
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('unit-claim-races', pipelineRegistry(units));
+const harness = engineSuite('unit-claim-races', pipelineRegistry(units), {
+  beforeEach: () => {
+    turns.reset();
+  },
+  afterEach: () => jest.restoreAllMocks(),
 });
-beforeEach(async () => {
-  turns.reset();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterEach(() => jest.restoreAllMocks());
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());

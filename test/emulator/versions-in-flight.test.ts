@@ -11,20 +11,12 @@ import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { jobPath, JOBS } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 
 type Input = { items: number };
 const input = z.strictObject({ items: z.number().int().min(1).max(10) });
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('versions-in-flight', new Map());
-});
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('versions-in-flight', new Map());
 
 const db = () => harness.firestore.db;
 const kinds = (outcomes: readonly { kind: string }[]) => outcomes.map((outcome) => outcome.kind);

@@ -16,7 +16,7 @@ import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { submissionValidator, submitJob } from '../../functions/src/engine/submit';
 import { decodeJob } from '../../functions/src/store/codec';
 import { jobPath, JOBS } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 
 type Input = { items: number };
 const input = z.strictObject({ items: z.number().int().min(1).max(10) });
@@ -102,16 +102,11 @@ const V1 = pipelineRegistry(v1);
 const V2 = pipelineRegistry(v2);
 const V2_REFUSING = pipelineRegistry(v2Refusing);
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('versions', V1);
+const harness = engineSuite('versions', V1, {
+  beforeEach: () => {
+    runs.clear();
+  },
 });
-beforeEach(async () => {
-  runs.clear();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const kinds = (outcomes: readonly { kind: string }[]) => outcomes.map((outcome) => outcome.kind);
