@@ -521,7 +521,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/operator.ts',
     search: '  return ledger.filter((effect) => failedBecauseStopped(parseEffectEntry(effect.read.path, effect.data)));',
     replace: '  return ledger.filter(() => false);',
-    tests: [{ files: ['test/emulator/redrive-stopped-effects.test.ts'], names: 'sent once by the (re-driven|released) job' }],
+    tests: [{ files: ['test/emulator/redrive-effects.test.ts'], names: 'sent once by the (re-driven|released) job' }],
   },
   {
     name: 'newer-pipeline-version-left',
@@ -529,7 +529,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/claim.ts',
     search: '  if (startedOn > (pipeline.version ?? 1)) {',
     replace: '  if (false) {',
-    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'a job started on version 2' }],
+    tests: [{ files: ['test/emulator/versions.test.ts'], names: 'a job started on version 2' }],
   },
   {
     name: 'unit-result-read-by-its-version',
@@ -537,7 +537,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: "  return readStored(phase, 'unit result', unit.result, unit.resultVersion ?? 1);",
     replace: "  return readStored(phase, 'unit result', unit.result, phaseVersion(phase));",
-    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'REFUSES version 1|bug 21: older first: a unit result version 1 produced is migrated' }],
+    tests: [{ files: ['test/emulator/versions.test.ts'], names: 'REFUSES version 1|bug 21: older first: a unit result version 1 produced is migrated' }],
   },
   {
     name: 'unreadable-unit-result-reruns',
@@ -545,7 +545,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: '      const rerun = rerunUnit(sibling, { why: reading.reason }, nowMs);\n',
     replace: '      const rerun = ((): never => {\n        throw new JoinFailedError(reading.reason);\n      })();\n',
-    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'bug 21: older first: with no migration declared' }],
+    tests: [{ files: ['test/emulator/versions.test.ts'], names: 'bug 21: older first: with no migration declared' }],
   },
   {
     name: 'newer-unit-result-left',
@@ -553,7 +553,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: "      if (reading.kind === 'newer') throw new NewerVersionError(`${claim.unit} finished",
     replace: "      if (reading.kind === ('never' as string)) throw new NewerVersionError(`${claim.unit} finished",
-    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'bug 21: newer first' }],
+    tests: [{ files: ['test/emulator/versions.test.ts'], names: 'bug 21: newer first' }],
   },
   {
     name: 'reused-unit-result-keeps-version',
@@ -561,7 +561,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/core/fan-out-moves.ts',
     search: '    ...(reused ? { resultVersion: input.resultVersion } : {}),\n',
     replace: '',
-    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'bug 21: a unit result reused when the fan-out starts again' }],
+    tests: [{ files: ['test/emulator/versions.test.ts'], names: 'bug 21: a unit result reused when the fan-out starts again' }],
   },
   {
     name: 'spend-check-counts-unwritten',
@@ -577,7 +577,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: "else tx.update(ref, { ...data, ...('resultVersion' in data ? {} : { resultVersion: FieldValue.delete() }) }, { lastUpdateTime: updateTime });",
     replace: 'else tx.set(ref, data);',
-    tests: [{ files: ['test/emulator/fanout-start-commits.test.ts'], names: 'a unit that changes between' }],
+    tests: [{ files: ['test/emulator/fanout-start.test.ts'], names: 'a unit that changes between' }],
   },
   {
     name: 'created-document-redecided',
@@ -585,7 +585,10 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: '(someone else acted): decided again, like a changed job.\n          if (!isFailedPrecondition(error) && !isAlreadyExists(error)) throw error;',
     replace: '(someone else acted): decided again, like a changed job.\n          if (!isFailedPrecondition(error)) throw error;',
-    tests: [{ files: ['test/emulator/fanout-start-commits.test.ts'], names: 'a unit created between|an answer that appears between' }],
+    tests: [
+      { files: ['test/emulator/fanout-start.test.ts'], names: 'a unit created between' },
+      { files: ['test/emulator/publication.test.ts'], names: 'an answer that appears between' },
+    ],
   },
   {
     name: 'checkpoints-read-after-job',
@@ -609,7 +612,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/publication.ts',
     search: "    if (ledger.status === 'fulfilled' && ledger.value.length > 0) throw new UnresolvedEffectsError(ledger.value);\n    if (ledger.status === 'rejected') throw ledger.reason;\n    if (outbox.status === 'rejected') throw outbox.reason;",
     replace: "    if (outbox.status === 'rejected') throw outbox.reason;\n    if (ledger.status === 'fulfilled' && ledger.value.length > 0) throw new UnresolvedEffectsError(ledger.value);\n    if (ledger.status === 'rejected') throw ledger.reason;",
-    tests: [{ files: ['test/emulator/parallel-reads.test.ts'], names: 'publication with an unresolved effect' }],
+    tests: [{ files: ['test/emulator/publication.test.ts'], names: 'publication with an unresolved effect' }],
   },
   {
     name: 'outbox-created-once',
@@ -617,7 +620,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: '          tx.create(outboxRef(this, job), write.document);\n',
     replace: '          tx.set(outboxRef(this, job), write.document);\n',
-    tests: [{ files: ['test/emulator/fanout-start-commits.test.ts'], names: 'an answer that appears between' }],
+    tests: [{ files: ['test/emulator/publication.test.ts'], names: 'an answer that appears between' }],
   },
   {
     name: 'section-looked-for-before-reset',
@@ -625,7 +628,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/durable-writes.ts',
     search: '      return store.apply(holder, async ({ job }) => {\n        if (await documentExists(ref)) return { value: false };\n',
     replace: '      return store.apply(holder, async ({ job }) => {\n',
-    tests: [{ files: ['test/emulator/poison-reset-commits.test.ts'], names: "a job's section that appears between" }],
+    tests: [{ files: ['test/emulator/poison.test.ts'], names: "a job's section that appears between" }],
   },
   {
     name: 'unit-section-first-write-wins',
@@ -633,7 +636,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/durable-writes.ts',
     search: '      if (isAlreadyExists(error)) return false;\n      throw error;\n    });\n',
     replace: '      throw error;\n    });\n',
-    tests: [{ files: ['test/emulator/poison-reset-commits.test.ts'], names: "a unit's section that appears between" }],
+    tests: [{ files: ['test/emulator/poison.test.ts'], names: "a unit's section that appears between" }],
   },
   {
     name: 'submit-usage-conditioned',
@@ -797,7 +800,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/retention.ts',
     search: '  const record = store.commitJob(batch, stamping.version, job, { ...job, retention: stampingAt(job.retention.dueAtMs, next) }, []);',
     replace: '  const record = { ...job, retention: stampingAt(job.retention.dueAtMs, next) };',
-    tests: [{ files: ['test/emulator/redrive-after-end.test.ts'], names: 'bug 24: ' }],
+    tests: [{ files: ['test/emulator/redrive.test.ts'], names: 'bug 24: ' }],
   },
   {
     name: 'spend-days-ttl-declared',
@@ -942,7 +945,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/operator.ts',
     search: '      documents.push(...reopenEffects(closedByTheStop, nowMs));\n',
     replace: '',
-    tests: [{ files: ['test/emulator/redrive-stopped-effects.test.ts'], names: 'bug 25: ' }],
+    tests: [{ files: ['test/emulator/redrive-effects.test.ts'], names: 'bug 25: ' }],
   },
   {
     name: 'client-retry-keeps-key',

@@ -18,6 +18,7 @@ import { JOBS } from '../../functions/src/store/paths';
 import type { TaskQueuePort } from '../../functions/src/store/task-queue';
 import { engineSuite } from '../support/engine';
 import { ManualTimers } from '../support/timers';
+import { unitRecord } from '../support/records';
 
 type Input = { units: number };
 const input = z.strictObject({ units: z.number().int().min(0).max(5) });
@@ -485,27 +486,7 @@ describe('bug 10: timeline events never overwrite each other', () => {
     const job = await readJob(jobId);
     const nowMs = harness.clock.now();
     await db().doc(`${JOBS}/${jobId}`).set(encodeJob({ ...job, status: 'running', epoch: 1, lease: null, fanout: { phase: 'gather', epoch: 1, units: 1, done: 0 } }));
-    const unit: UnitRecord = {
-      jobId,
-      unit: 'u0',
-      phase: 'gather',
-      fanoutEpoch: 1,
-      status: 'running',
-      epoch: 2,
-      lease: { epoch: 2, worker: 'w', expiresAtMs: nowMs + 60_000 },
-      step: 0,
-      dispatch: 0,
-      attempts: 0,
-      staleReclaims: 0,
-      nextRunAtMs: nowMs,
-      progress: {},
-      cost: {},
-      costInJob: {},
-      claimTally: null,
-      result: null,
-      lastError: null,
-      updatedAtMs: nowMs,
-    };
+    const unit = unitRecord({ jobId, unit: 'u0', phase: 'gather', fanoutEpoch: 1, status: 'running', epoch: 2, lease: { epoch: 2, worker: 'w', expiresAtMs: nowMs + 60_000 }, nextRunAtMs: nowMs, updatedAtMs: nowMs });
     await harness.store.unitRef(jobId, 'gather', 'u0').set(encodeUnit(unit));
     const claim = { jobId, phase: 'gather', unit: 'u0', epoch: 2, fanoutEpoch: 1 };
     // The clock does not move between the two commits.

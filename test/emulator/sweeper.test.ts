@@ -10,6 +10,7 @@ import { scheduledNowMs, sweepHandler } from '../../functions/src/triggers/sweep
 import { openTestFirestore, type TestFirestore } from '../support/firestore';
 import { dyingInsideItsChange } from '../support/dead-client';
 import { RecordingTaskQueue } from '../support/task-queue';
+import { unitRecord as recordOf } from '../support/records';
 
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 0);
 const SECOND = 1000;
@@ -70,28 +71,7 @@ async function events(jobId: string): Promise<{ kind: string; message: string; u
 }
 
 function unitRecord(jobId: string, unit: string, changes: Partial<UnitRecord>): UnitRecord {
-  return {
-    jobId,
-    unit,
-    phase: 'experts',
-    fanoutEpoch: 4,
-    status: 'queued',
-    epoch: 0,
-    lease: null,
-    step: 0,
-    dispatch: 0,
-    attempts: 0,
-    staleReclaims: 0,
-    nextRunAtMs: T0,
-    progress: {},
-    cost: {},
-    costInJob: {},
-    claimTally: null,
-    result: null,
-    lastError: null,
-    updatedAtMs: T0,
-    ...changes,
-  };
+  return recordOf({ jobId, unit, phase: 'experts', fanoutEpoch: 4, nextRunAtMs: T0, updatedAtMs: T0, ...changes });
 }
 
 async function putUnit(record: UnitRecord): Promise<void> {
