@@ -25,7 +25,7 @@ export interface Mutant {
 }
 
 const FENCING = 'test/emulator/fencing.test.ts';
-const HOLES = 'test/emulator/engine-holes.test.ts';
+const HOLES = 'test/emulator/fanout.test.ts';
 const RUNNER = 'test/emulator/runner.test.ts';
 
 export const MUTANTS: readonly Mutant[] = [
@@ -99,7 +99,7 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '    void slotFence;\n    this.syncClaimSlot',
     tests: [
       { files: ['test/emulator/fanout.test.ts'], names: 'ends between its read and its commit lands nothing' },
-      { files: ['test/emulator/unit-claim-races.test.ts'], names: 'a claim read before a cancel \\(fan-out with unit IDs\\)|no slot, a cancel lands' },
+      { files: ['test/emulator/claims.test.ts'], names: 'a claim read before a cancel \\(fan-out with unit IDs\\)|no slot, a cancel lands' },
     ],
   },
   {
@@ -154,7 +154,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: '          if (isTransientFirestoreError(error)) unconfirmed = { mark: this.commitMark(writer), value, writer, before: view.record };\n',
     replace: '',
-    tests: [{ files: ['test/emulator/lost-commit-answers.test.ts'], names: 'bug 27: (the step goes on|a hand-off|a fan-out start)' }],
+    tests: [{ files: ['test/emulator/claims.test.ts'], names: 'bug 27: (the step goes on|a hand-off|a fan-out start)' }],
   },
   {
     name: 'lost-answer-unit-commit-confirmed',
@@ -162,7 +162,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: '          if (isTransientFirestoreError(error)) unconfirmed = { mark: this.commitMark(writer), value, writer, wroteJob: next !== undefined };\n          else this.endedFanOuts.delete(writer);\n',
     replace: '          this.endedFanOuts.delete(writer);\n',
-    tests: [{ files: ['test/emulator/lost-commit-answers.test.ts'], names: "bug 27: (a unit's claim|a join)" }],
+    tests: [{ files: ['test/emulator/claims.test.ts'], names: "bug 27: (a unit's claim|a join)" }],
   },
   {
     name: 'unreadable-job-ended-by-its-task',
@@ -345,7 +345,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/core/flusher.ts',
     search: '    const dueInMs = this.lastWriteFailed\n',
     replace: '    const dueInMs = (false as boolean)\n',
-    tests: [{ files: ['test/emulator/unit-heartbeat.test.ts'], names: 'bug 16: one failed heartbeat of a live worker, then a duplicate task: the worker keeps its unit; with the defaults' }],
+    tests: [{ files: ['test/emulator/leases.test.ts'], names: 'bug 16: one failed heartbeat of a live worker, then a duplicate task: the worker keeps its unit; with the defaults' }],
   },
   {
     name: 'heartbeat-events-named-once',
@@ -353,7 +353,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: '      for (const { ref, data } of eventDocuments) batch.set(ref, data);\n',
     replace: "      for (const { ref, data } of holder.kind === 'unit' && job !== undefined ? this.unitEventDocuments(job, holder.claim, events) : []) batch.set(ref, data);\n",
-    tests: [{ files: ['test/emulator/unit-heartbeat.test.ts'], names: 'bug 16: a heartbeat whose commit lands but whose answer is lost' }],
+    tests: [{ files: ['test/emulator/leases.test.ts'], names: 'bug 16: a heartbeat whose commit lands but whose answer is lost' }],
   },
   {
     name: 'legacy-fanout-heartbeat-reads-job',
@@ -361,7 +361,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/claim-scope.ts',
     search: '    const legacyFanOut = job.fanout !== null && job.fanout.unitIds === undefined;\n',
     replace: '    const legacyFanOut = false as boolean;\n',
-    tests: [{ files: ['test/emulator/unit-heartbeat.test.ts'], names: 'bug 16: a unit of a fan-out recorded without unit IDs' }],
+    tests: [{ files: ['test/emulator/leases.test.ts'], names: 'bug 16: a unit of a fan-out recorded without unit IDs' }],
   },
   {
     name: 'key-range-covers-every-id',
@@ -433,7 +433,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/agent/section-runner.ts',
     search: 'await Promise.allSettled([this.settleSave(), this.deps.spend?.beforeCall()]);',
     replace: 'await Promise.allSettled([this.settleSave()]);',
-    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'reaches the cap waits with a question' }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: 'reaches the cap waits with a question' }],
   },
   {
     name: 'limits-copied-to-spend-day',
@@ -441,7 +441,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: "      tx.set(db.doc(spendDayPath(uid, spendDay(dayMs))), { limits: override, [EXPIRE_AT]: spendDayExpiry(dayMs) }, { mergeFields: ['limits', EXPIRE_AT] });",
     replace: '      void dayMs;',
-    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: "an operator's cut applies from the next model call" }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: "an operator's cut applies from the next model call" }],
   },
   {
     name: 'limits-copy-replaced-whole',
@@ -449,7 +449,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: "{ mergeFields: ['limits', EXPIRE_AT] }",
     replace: '{ merge: true }',
-    tests: [{ files: ['test/emulator/spend-limits-copy.test.ts'], names: 'clearing one limit with setUserLimits' }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: 'clearing one limit with setUserLimits' }],
   },
   {
     name: 'limits-copy-only-when-changed',
@@ -457,7 +457,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: 'const copied = copyKey(day.limits) !== facts.copySeen && day.limits !== undefined;',
     replace: 'const copied = day.limits !== undefined;',
-    tests: [{ files: ['test/emulator/spend-limits-copy.test.ts'], names: 'edited by other means applies from the next step' }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: 'edited by other means applies from the next step' }],
   },
   {
     name: 'spend-usage-unreadable',
@@ -465,7 +465,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: '      const facts: SpendFacts = { anonymous: decodeUsage(usage).anonymous === true,',
     replace: "      const facts: SpendFacts = { anonymous: usage.get('anonymous') === true,",
-    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'a malformed quotaUsage' }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: 'a malformed quotaUsage' }],
   },
   {
     name: 'legacy-fanout-job-fence',
@@ -473,7 +473,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: 'const next = decided.next ?? (job.fanout !== null && job.fanout.unitIds === undefined ? job : undefined);',
     replace: 'const next = decided.next;',
-    tests: [{ files: ['test/emulator/legacy-fanout-units.test.ts'], names: 'legacy fan-out' }],
+    tests: [{ files: ['test/emulator/ended-fanout.test.ts'], names: 'legacy fan-out' }],
   },
   {
     name: 'saved-before-model-call',
@@ -497,7 +497,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/agent/section-runner.ts',
     search: '      this.deps.spend?.charge(response.costUsd);\n',
     replace: '',
-    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'wasted calls count' }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: 'wasted calls count' }],
   },
   {
     name: 'spend-charged-for-refused-answers',
@@ -604,7 +604,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: '  const racing = { deps: scope.deps, holder: { ...scope.holder, whileRacing: (unit: UnitRecord) => scope.renewedIfStale(unit) } };\n',
     replace: '  const racing = { deps: scope.deps, holder: scope.holder };\n',
-    tests: [{ files: ['test/emulator/lease-renewal.test.ts'], names: 'a live unit whose finishing commit keeps losing' }],
+    tests: [{ files: ['test/emulator/leases.test.ts'], names: 'a live unit whose finishing commit keeps losing' }],
   },
   {
     name: 'unresolved-effects-decide-first',
@@ -645,7 +645,7 @@ export const MUTANTS: readonly Mutant[] = [
     search: '            conditionedWrite(writer, usageRef, usage, next);',
     replace: '            writer.set(usageRef, next);',
     tests: [
-      { files: ['test/emulator/submit-commits.test.ts'], names: 'decides again' },
+      { files: ['test/emulator/submit.test.ts'], names: 'decides again' },
       { files: ['test/emulator/quotas.test.ts'], names: 'parallel submits race' },
     ],
   },
@@ -655,7 +655,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: 'batch.create(conversationRef, { owner: request.owner, createdAtMs: nowMs });',
     replace: 'batch.set(conversationRef, { owner: request.owner, createdAtMs: nowMs });',
-    tests: [{ files: ['test/emulator/submit-commits.test.ts'], names: 'stays theirs' }],
+    tests: [{ files: ['test/emulator/submit.test.ts'], names: 'stays theirs' }],
   },
   {
     name: 'token-revocation-checked',
@@ -695,7 +695,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: '            if (totalRef && total) conditionedWrite(writer, totalRef, total.snapshot, total.next);',
     replace: '            if (totalRef && total) writer.set(totalRef, total.next);',
-    tests: [{ files: ['test/emulator/submit-commits.test.ts'], names: 'bug 29: ' }],
+    tests: [{ files: ['test/emulator/submit.test.ts'], names: 'bug 29: ' }],
   },
   {
     name: 'operator-content-stated',
@@ -730,7 +730,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: '    if (usage.exists) tx.update(usageRef, { limitsChangedAtMs: nowMs });\n    else tx.create(usageRef, { ...EMPTY_QUOTA_USAGE, updatedAtMs: nowMs, limitsChangedAtMs: nowMs });\n',
     replace: '',
-    tests: [{ files: ['test/emulator/submit-races.test.ts'], names: "an operator's cut to 0 jobs in flight" }],
+    tests: [{ files: ['test/emulator/submit.test.ts'], names: "an operator's cut to 0 jobs in flight" }],
   },
   {
     name: 'stamped-documents-dated-by-creation',
@@ -749,7 +749,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: '    batch.create(this.db.doc(spendChargePath(uid, day, charge.id)), { usd: charge.usd, calls: charge.calls, chargedAt: Timestamp.fromMillis(nowMs), [EXPIRE_AT]: expireAt });\n',
     replace: '',
-    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'bug 22: ' }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: 'bug 22: ' }],
   },
   {
     name: 'spend-check-reads-landed-charges',
@@ -783,7 +783,7 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '            billedAfterAbort = billed;\n',
     tests: [
       { files: ['test/unit/spend-billed-failures.test.ts'], names: 'bug 37: a streamed answer cut off by a cancel' },
-      { files: ['test/emulator/spend-cap.test.ts'], names: 'bug 37: ' },
+      { files: ['test/emulator/spend-limits.test.ts'], names: 'bug 37: ' },
     ],
   },
   {

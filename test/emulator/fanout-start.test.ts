@@ -15,7 +15,7 @@ import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { decodeUnit, encodeUnit } from '../../functions/src/store/codec';
 import { JOBS, resultPath, unitPath } from '../../functions/src/store/paths';
 import { engineSuite } from '../support/engine';
-import { afterEveryGetAll, afterFirstGetAll } from '../support/interpose';
+import { afterEveryGetAll, afterFirstGetAll, whileInterposed } from '../support/interpose';
 import { unitRecord } from '../support/records';
 
 const harness = engineSuite('fanout-start', pipelineRegistry(canaryPipeline));
@@ -53,12 +53,7 @@ test("a unit that changes between the fan-out's read and its commit is not overw
   await unitDoc.set(encodeUnit(leftoverUnit(jobId, 3)));
   // The earlier fan-out's worker is taken over (epoch 4) after the fan-out read the unit at epoch 3.
   const interposed = afterFirstGetAll(db(), unitsOnly, () => unitDoc.set(encodeUnit(leftoverUnit(jobId, 4))));
-  let outcomes;
-  try {
-    outcomes = await harness.drain(1);
-  } finally {
-    interposed.restore();
-  }
+  const outcomes = await whileInterposed(interposed, () => harness.drain(1));
   expect(interposed.ran()).toBe(true);
   expect(outcomes.map((outcome) => outcome.kind)).toEqual(['fanned-out']);
   const unit = decodeUnit(unitDoc.path, (await unitDoc.get()).data());
@@ -73,12 +68,7 @@ test("a unit created between the fan-out's read and its commit fails the commit'
   await harness.drain(1);
   const unitDoc = db().doc(unitPath(jobId, 'measure', 'p00'));
   const interposed = afterFirstGetAll(db(), unitsOnly, () => unitDoc.create(encodeUnit(leftoverUnit(jobId, 2))));
-  let outcomes;
-  try {
-    outcomes = await harness.drain(1);
-  } finally {
-    interposed.restore();
-  }
+  const outcomes = await whileInterposed(interposed, () => harness.drain(1));
   expect(interposed.ran()).toBe(true);
   expect(outcomes.map((outcome) => outcome.kind)).toEqual(['fanned-out']);
   expect(decodeUnit(unitDoc.path, (await unitDoc.get()).data())).toMatchObject({ status: 'queued', epoch: 2 });
@@ -94,12 +84,7 @@ test('the sweeper parks a leftover unit between the fan-out\'s read and its comm
   const interposed = afterFirstGetAll(db(), unitsOnly, async () => {
     report = await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
   });
-  let outcomes;
-  try {
-    outcomes = await harness.drain(1);
-  } finally {
-    interposed.restore();
-  }
+  const outcomes = await whileInterposed(interposed, () => harness.drain(1));
   expect(interposed.ran()).toBe(true);
   expect(report).toMatchObject({ parkedUnits: 1 });
   expect(outcomes.map((outcome) => outcome.kind)).toEqual(['fanned-out']);
@@ -117,12 +102,7 @@ test('the owner cancels between the fan-out\'s read and its commit: nothing of t
   const interposed = afterFirstGetAll(db(), unitsOnly, async () => {
     await cancelJob(harness.store, { jobId, owner: 'user-1', reason: 'changed my mind' });
   });
-  let outcomes;
-  try {
-    outcomes = await harness.drain(1);
-  } finally {
-    interposed.restore();
-  }
+  const outcomes = await whileInterposed(interposed, () => harness.drain(1));
   expect(interposed.ran()).toBe(true);
   expect(outcomes.map((outcome) => outcome.kind)).toEqual(['ownership-lost']);
   const job = await harness.readJob(jobId);
@@ -173,12 +153,7 @@ test('a stale job holder (taken over after it read the units) cannot land its fa
     const unitTask = harness.queue.tasks.shift();
     inner.push((await runStep(harness.deps('worker-b'), unitTask!.task)).kind);
   });
-  let outer;
-  try {
-    outer = await runStep(harness.deps('worker-a'), task!.task);
-  } finally {
-    interposed.restore();
-  }
+  const outer = await whileInterposed(interposed, () => runStep(harness.deps('worker-a'), task!.task));
   expect(interposed.ran()).toBe(true);
   expect(inner).toEqual(['fanned-out', 'unit-done']);
   expect(outer.kind).toBe('ownership-lost');

@@ -6,15 +6,14 @@
  * between the look and the commit, stale writers, sections already there, and the unit's
  * ClaimSession after the slot rewrite.
  */
-import { z } from 'zod';
-import { defineFanOutPhase, definePipeline, pipelineRegistry, type PhaseOutcome, type StepContext } from '../../functions/src/core/pipeline';
+import { pipelineRegistry, type PhaseOutcome, type StepContext } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS, sectionKey, sectionPath, unitPath } from '../../functions/src/store/paths';
 import { engineSuite } from '../support/engine';
-import { hold } from '../support/held-units';
-import { afterFirstGet } from '../support/interpose';
+import { hold, unitsPipeline } from '../support/held-units';
+import { afterFirstGet, whileInterposed } from '../support/interpose';
 import { behaviour, recordSections, testPipeline, type TestInput } from '../support/test-pipeline';
 
 type UnitTurn = (context: StepContext<{ units: number }>) => Promise<void>;
@@ -25,28 +24,14 @@ const recordOnlySection: UnitTurn = async (context) => {
 let unitTurn: UnitTurn = recordOnlySection;
 
 /** Each unit runs `unitTurn` (records what it records), then finishes with the number of its sections. */
-const turnUnits = definePipeline<{ units: number }>({
-  name: 'turn-units',
-  description: 'Test pipeline: fan-out units whose work the test sets',
-  input: z.strictObject({ units: z.number().int().min(1).max(3) }),
-  phases: [
-    defineFanOutPhase<{ units: number }, { total: number }, { value: number }>({
-      name: 'gather',
-      state: z.object({ total: z.number() }),
-      section: z.object({ value: z.number() }),
-      fanOut: {
-        units: (context) => Array.from({ length: context.input.units }, (_, index) => `u${index}`),
-        unitState: z.object({ value: z.number() }),
-        runUnit: async (context) => {
-          await unitTurn(context);
-          return { kind: 'done', state: { value: context.sections().length } };
-        },
-        join: (results) => ({ total: [...results.values()].reduce((sum, result) => sum + result.value, 0) }),
-      },
-    }),
-  ],
-  publish: () => ({ outcome: 'complete', title: 'Total', markdown: 'done', missing: [] }),
-});
+const turnUnits = unitsPipeline(
+  'turn-units',
+  async (context) => {
+    await unitTurn(context);
+    return { kind: 'done', state: { value: context.sections().length } };
+  },
+  { phase: 'gather', description: 'Test pipeline: fan-out units whose work the test sets' },
+);
 
 const harness = engineSuite('poison', pipelineRegistry(testPipeline, turnUnits), {
   beforeEach: () => {
@@ -133,12 +118,7 @@ test("a unit's section that appears between the look for it and the commit is no
   const interposed = afterFirstGet(db(), section.path, async () => {
     await section.create({ id: 'only', phase: 'gather', unit: 'u0', data: { value: 7 }, epoch: 1 });
   });
-  let outcome;
-  try {
-    outcome = await runStep(harness.deps('unit-worker'), unitTask!.task);
-  } finally {
-    interposed.restore();
-  }
+  const outcome = await whileInterposed(interposed, () => runStep(harness.deps('unit-worker'), unitTask!.task));
   expect(interposed.ran()).toBe(true);
   expect(outcome.kind).toBe('unit-done');
   expect((await section.get()).get('data')).toEqual({ value: 7 });
@@ -152,12 +132,7 @@ test("a job's section that appears between the look for it and the commit: the c
   const interposed = afterFirstGet(db(), section.path, async () => {
     await section.create({ id: 's0', phase: 'second', unit: null, data: { value: 70 }, epoch: 2 });
   });
-  let outcomes;
-  try {
-    outcomes = await harness.drain();
-  } finally {
-    interposed.restore();
-  }
+  const outcomes = await whileInterposed(interposed, () => harness.drain());
   expect(interposed.ran()).toBe(true);
   expect(outcomes.map((outcome) => outcome.kind)).toEqual(['handed-off', 'completed']);
   expect((await section.get()).get('data')).toEqual({ value: 70 });

@@ -14,7 +14,7 @@ import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { firestoreEffectLedger } from '../../functions/src/store/firestore-ledger';
 import { JOBS, resultPath } from '../../functions/src/store/paths';
 import { engineSuite } from '../support/engine';
-import { afterFirstGet } from '../support/interpose';
+import { afterFirstGet, whileInterposed } from '../support/interpose';
 import { testPipeline } from '../support/test-pipeline';
 
 const harness = engineSuite('publication', pipelineRegistry(canaryPipeline, testPipeline));
@@ -50,12 +50,7 @@ test('the owner cancels between the publication\'s reads and its commit: the job
   const interposed = afterOutboxRead(outbox, async () => {
     await cancelJob(harness.store, { jobId, owner: 'user-1', reason: 'too slow' });
   });
-  let last;
-  try {
-    last = await harness.drain();
-  } finally {
-    interposed.restore();
-  }
+  const last = await whileInterposed(interposed, () => harness.drain());
   expect(interposed.ran()).toBe(true);
   expect(last.map((outcome) => outcome.kind)).toEqual(['ownership-lost']);
   expect((await outbox.get()).exists).toBe(false);
@@ -79,12 +74,7 @@ test("an effect moved under the claim of the step before, between the publicatio
         refusal = error;
       });
   });
-  let last;
-  try {
-    last = await harness.drain();
-  } finally {
-    interposed.restore();
-  }
+  const last = await whileInterposed(interposed, () => harness.drain());
   expect(interposed.ran()).toBe(true);
   expect(String(refusal)).toMatch(/no longer owns/);
   const unresolved = await db().collection(`${JOBS}/${jobId}/effects`).where('state', 'in', [...UNRESOLVED_EFFECT_STATES]).get();
@@ -121,12 +111,7 @@ test('an effect that goes in flight under the current claim between the effect q
     const [entry] = await ledger.plan([{ kind: 'email', identity: 'late-one', target: 'mailto:someone@example.com', payload: { subject: 'hello' } }]);
     await ledger.transition(entry!.key, ['planned'], { state: 'applying', countAttempt: true, lastOutcome: 'sending' });
   });
-  let last;
-  try {
-    last = await harness.drain();
-  } finally {
-    interposed.restore();
-  }
+  const last = await whileInterposed(interposed, () => harness.drain());
   expect(interposed.ran()).toBe(true);
   const job = await harness.readJob(jobId);
   expect(job.status).not.toBe('completed');
@@ -140,12 +125,7 @@ test('an answer that appears between the publication\'s read of the outbox and i
   expect(outcomes.map((outcome) => outcome.kind)).toEqual(['handed-off', 'fanned-out', 'unit-done', 'unit-done']);
   const outbox = db().doc(resultPath(jobId));
   const interposed = afterFirstGet(db(), outbox.path, () => outbox.create({ jobId, markdown: 'published by an earlier holder', outcome: 'complete' }));
-  let last;
-  try {
-    last = await harness.drain();
-  } finally {
-    interposed.restore();
-  }
+  const last = await whileInterposed(interposed, () => harness.drain());
   expect(interposed.ran()).toBe(true);
   expect(last.at(-1)?.kind).toBe('completed');
   expect((await outbox.get()).get('markdown')).toBe('published by an earlier holder');

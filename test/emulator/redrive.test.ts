@@ -20,7 +20,7 @@ import { SET_ASIDE } from '../../functions/src/store/phase-documents';
 import { EXPIRE_AT, EXPIRING_JOB_COLLECTIONS } from '../../functions/src/store/retention';
 import { dyingInsideItsChange } from '../support/dead-client';
 import { engineSuite } from '../support/engine';
-import { afterFirstGet, aroundBatchCommits } from '../support/interpose';
+import { afterFirstGet, aroundBatchCommits, whileInterposed } from '../support/interpose';
 import { behaviour, firstPhase, testPipeline } from '../support/test-pipeline';
 
 const pipelines = pipelineRegistry(testPipeline, canaryPipeline);
@@ -395,12 +395,7 @@ describe('re-driven after the job first ended: the retention stamps on its timel
       await redrive(jobId, 'second');
       expect(kinds(await harness.drain(1))).toEqual(['handed-off']);
     });
-    let report;
-    try {
-      report = await sweep({ store, queue: harness.queue, log: () => undefined }, harness.clock.now());
-    } finally {
-      interposed.restore();
-    }
+    const report = await whileInterposed(interposed, () => sweep({ store, queue: harness.queue, log: () => undefined }, harness.clock.now()));
     expect(interposed.ran()).toBe(true);
 
     const stamped: string[] = [];

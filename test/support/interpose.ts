@@ -130,3 +130,12 @@ export function aroundBatchCommits(db: Firestore, around: (commits: number, comm
     },
   });
 }
+
+/** Runs `run` with the interposition in place, and puts the real read back after it, however it ends. */
+export async function whileInterposed<T>(interposed: Interposed, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } finally {
+    interposed.restore();
+  }
+}
