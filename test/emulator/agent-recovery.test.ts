@@ -130,6 +130,16 @@ async function reclaimAfterLease(): Promise<void> {
   await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
 }
 
+/** Submits the research question; the worker is killed where `kill` says, the lease expires and the sweeper reclaims it; the rest runs to the end. */
+async function submitKilledAndRecovered(kill: { readonly killed: Promise<void>; readonly happened: boolean }): Promise<string> {
+  const jobId = await harness.submit('research', question);
+  await drainSurvivingKill(kill.killed);
+  expect(kill.happened).toBe(true);
+  await reclaimAfterLease();
+  await harness.drain();
+  return jobId;
+}
+
 describe('bug 3: a worker killed between the tool calls of one model turn', () => {
   // The offline agent numbers the calls of one turn: `call_<digest>_<position>`, position 0 first.
   test.each([
@@ -139,12 +149,7 @@ describe('bug 3: a worker killed between the tool calls of one model turn', () =
     const kill = killOnce();
     setup.toolbox.killBefore = (call) => !kill.happened && groupPosition(call.id) === position;
     setup.toolbox.onKill = kill.kill;
-    const jobId = await harness.submit('research', question);
-
-    await drainSurvivingKill(kill.killed);
-    expect(kill.happened).toBe(true);
-    await reclaimAfterLease();
-    await harness.drain();
+    const jobId = await submitKilledAndRecovered(kill);
 
     expect(await readJob(jobId)).toMatchObject({ status: 'completed', outcome: 'complete' });
     expect(setup.toolbox.executions.size).toBeGreaterThan(6);
@@ -167,12 +172,7 @@ describe('bug 3: a worker killed between the tool calls of one model turn', () =
       }
       return call();
     };
-    const jobId = await harness.submit('research', question);
-
-    await drainSurvivingKill(kill.killed);
-    expect(kill.happened).toBe(true);
-    await reclaimAfterLease();
-    await harness.drain();
+    const jobId = await submitKilledAndRecovered(kill);
 
     expect(await readJob(jobId)).toMatchObject({ status: 'completed', outcome: 'complete' });
     expect(setup.toolbox.repeated()).toEqual([]);

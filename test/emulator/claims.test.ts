@@ -25,7 +25,7 @@ import { behaviour, firstPhase, resetBehaviour, testPipelines, testPipeline } fr
 import { OwnershipLostError } from '../../functions/src/core/errors';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { JobStore } from '../../functions/src/store/job-store';
-import { heldUnitsPipeline, hold, unitFinished } from '../support/held-units';
+import { heldUnitsPipeline, hold, unitFinished, type UnitInput } from '../support/held-units';
 import type { RecordedTask } from '../support/task-queue';
 import { losingCommitAnswers, type LostCommitAnswers } from '../support/failures';
 
@@ -311,6 +311,28 @@ describe('unit claims racing: the claim read, its commit and the slot', () => {
     return task;
   }
 
+  /** A late section from a holder that may have lost its claim: what became of it. */
+  async function lateSection(context: StepContext<UnitInput>): Promise<unknown> {
+    try {
+      await context.recordSection('late', { value: 9 });
+      return 'section committed';
+    } catch (error) {
+      return error instanceof OwnershipLostError ? 'OwnershipLostError' : error;
+    }
+  }
+
+  /** The owner cancels (through a store of its own) right after the first claim read, before its commit. Answers whether it did. */
+  function cancelAfterTheClaimRead(jobId: string): () => boolean {
+    const canceller = new JobStore(db(), harness.clock, harness.options);
+    let cancelled = false;
+    interceptClaimReads(jobId, async () => {
+      if (cancelled) return;
+      cancelled = true;
+      await cancelJob(canceller, { jobId, owner: 'user-1', reason: 'racing a claim' });
+    });
+    return () => cancelled;
+  }
+
   /** Holds the first two claim reads that find the unit queued until both are made: two claimers decide from the same read. Answers how many such reads there were. */
   function bothReadTheQueuedUnit(jobId: string): () => number {
     const bothRead = gate();
@@ -368,15 +390,9 @@ describe('unit claims racing: the claim read, its commit and the slot', () => {
     ])('a claim read before a cancel (%s) commits nothing after it', async (_kind, legacy) => {
       const { jobId, tasks } = await fannedOut(2, legacy);
       const runs = recordRuns();
-      const canceller = new JobStore(db(), harness.clock, harness.options);
-      let cancelled = false;
-      interceptClaimReads(jobId, async () => {
-        if (cancelled) return;
-        cancelled = true;
-        await cancelJob(canceller, { jobId, owner: 'user-1', reason: 'racing a claim' });
-      });
+      const cancelled = cancelAfterTheClaimRead(jobId);
       const outcome = await runStep(harness.deps('worker-a'), taskOf(tasks, 'u0').task);
-      expect(cancelled).toBe(true);
+      expect(cancelled()).toBe(true);
       expect((await readJob(jobId)).status).toBe('cancelled');
       expect(runs).toEqual([]);
       expect(outcome.kind).toBe('not-claimable');
@@ -414,12 +430,7 @@ describe('unit claims racing: the claim read, its commit and the slot', () => {
         if (turn === 1) {
           holdA.arrive();
           await holdA.released;
-          try {
-            await context.recordSection('late', { value: 9 });
-            aWrites.push('section committed');
-          } catch (error) {
-            aWrites.push(error instanceof OwnershipLostError ? 'OwnershipLostError' : error);
-          }
+          aWrites.push(await lateSection(context));
           return { kind: 'done', state: { value: 1 } };
         }
         holdB.arrive();
@@ -451,12 +462,7 @@ describe('unit claims racing: the claim read, its commit and the slot', () => {
           if (unit !== 'u0') return { kind: 'done', state: { value: 1 } };
           holdA.arrive();
           await holdA.released;
-          try {
-            await context.recordSection('late', { value: 9 });
-            aWrites.push('section committed');
-          } catch (error) {
-            aWrites.push(error instanceof OwnershipLostError ? 'OwnershipLostError' : error);
-          }
+          aWrites.push(await lateSection(context));
           return { kind: 'done', state: { value: 1 } };
         };
         await db().doc(`${JOBS}/${jobId}/units/experts~u0`).update({ staleReclaims: harness.options.maxStaleReclaims });
@@ -582,13 +588,7 @@ describe('unit claims racing: the claim read, its commit and the slot', () => {
       const { jobId, tasks } = await fannedOut(2);
       await db().doc(`${JOBS}/${jobId}/claims/experts~u0`).delete();
       const runs = recordRuns();
-      const canceller = new JobStore(db(), harness.clock, harness.options);
-      let cancelled = false;
-      interceptClaimReads(jobId, async () => {
-        if (cancelled) return;
-        cancelled = true;
-        await cancelJob(canceller, { jobId, owner: 'user-1', reason: 'racing a claim' });
-      });
+      cancelAfterTheClaimRead(jobId);
       const outcome = await runStep(harness.deps('worker-a'), taskOf(tasks, 'u0').task);
       expect((await readJob(jobId)).status).toBe('cancelled');
       expect(runs).toEqual([]);

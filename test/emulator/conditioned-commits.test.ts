@@ -124,15 +124,21 @@ describe.each([
 
 // ---- 2. Zombie holder after a takeover ------------------------------------------------------------
 
+/** A job claimed by worker-a in a process of its own, which heartbeats once (its owner view: its own last commit); then its lease expires, the sweeper reclaims it, and worker-b in another process claims it. */
+async function takenOverAfterAHeartbeat() {
+  const jobId = await submitQueued();
+  const processA = otherProcess();
+  const processB = otherProcess();
+  const claimA = await claimOrThrow(processA, jobId, 'worker-a');
+  await heartbeat(processA, claimA);
+  await expireAndSweep(processB);
+  const claimB = await claimOrThrow(processB, jobId, 'worker-b');
+  return { jobId, processA, processB, claimA, claimB };
+}
+
 describe('a zombie holder whose owner view is cached', () => {
   test('in its own process: its hand-off with a checkpoint after the sweeper reclaimed and B claimed is refused, and leaves nothing', async () => {
-    const jobId = await submitQueued();
-    const processA = otherProcess();
-    const processB = otherProcess();
-    const claimA = await claimOrThrow(processA, jobId, 'worker-a');
-    await heartbeat(processA, claimA); // A's owner view: its own last commit
-    await expireAndSweep(processB);
-    const claimB = await claimOrThrow(processB, jobId, 'worker-b');
+    const { jobId, processA, claimA, claimB } = await takenOverAfterAHeartbeat(); // A's owner view: its own last commit
     const before = await readJob(jobId);
 
     await expect(
@@ -178,13 +184,7 @@ describe('a zombie holder whose owner view is cached', () => {
   });
 
   test('a body that writes another document and returns no `next`: refused on a stale cached view, the document never lands', async () => {
-    const jobId = await submitQueued();
-    const processA = otherProcess();
-    const processB = otherProcess();
-    const claimA = await claimOrThrow(processA, jobId, 'worker-a');
-    await heartbeat(processA, claimA);
-    await expireAndSweep(processB);
-    await claimOrThrow(processB, jobId, 'worker-b');
+    const { jobId, processA, claimA } = await takenOverAfterAHeartbeat();
     const ref = db().doc(`${JOBS}/${jobId}/checkpoints/first`);
     await expect(
       processA.asOwner(claimA, ({ tx }) => {
@@ -196,13 +196,7 @@ describe('a zombie holder whose owner view is cached', () => {
   });
 
   test('bug 18: asOwner with a body that writes nothing is still an ownership check (refused after a takeover)', async () => {
-    const jobId = await submitQueued();
-    const processA = otherProcess();
-    const processB = otherProcess();
-    const claimA = await claimOrThrow(processA, jobId, 'worker-a');
-    await heartbeat(processA, claimA);
-    await expireAndSweep(processB);
-    await claimOrThrow(processB, jobId, 'worker-b');
+    const { processA, claimA } = await takenOverAfterAHeartbeat();
     // "refused unless the claim still holds": a caller probing its claim (or deciding from the job
     // record it is given) gets the cached record of a claim that is gone, with no read at all.
     await expect(processA.asOwner(claimA, ({ job }) => Promise.resolve({ value: job.epoch }))).rejects.toBeInstanceOf(OwnershipLostError);

@@ -18,7 +18,7 @@ import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit, type UnitRecord } from '../../functions/src/store/codec';
 import { jobPath, JOBS } from '../../functions/src/store/paths';
 import { engineSuite, gate, engineHarness, type EngineHarness } from '../support/engine';
-import { heldUnitsPipeline, hold, holdThen, unitFinished } from '../support/held-units';
+import { heldUnitsPipeline, hold, holdThen, unitFinished, type Hold } from '../support/held-units';
 import { behaviour, testPipeline } from '../support/test-pipeline';
 import { ManualTimers } from '../support/timers';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
@@ -281,6 +281,16 @@ describe('a unit heartbeat: what it flushes and when', () => {
 
   type PrivateStore = { revokeUnitsOf: (jobId: string, fanout: unknown) => Promise<void> };
 
+  /** One unit fanned out and started by worker-a (a store of its own, timers fired by hand), which the unit turn holds at `at`. */
+  async function workerARunsTheUnit(at: Hold) {
+    const { jobId, task } = await fanOutOne();
+    const a$ = workerStore();
+    const timersA = new ManualTimers();
+    const a = runStep(harness.deps('worker-a', { store: a$.store, timers: timersA }), task.task);
+    await at.entered;
+    return { jobId, task, a$, timersA, a };
+  }
+
   describe('unit heartbeats on the owner-write path', () => {
     test('bug 16: a unit of a fan-out recorded without unit IDs heartbeats through the job: after a cancel whose after-commit revocation is lost, its next heartbeat stops it', async () => {
       const warn = jest.spyOn(console, 'warn').mockImplementation(() => undefined);
@@ -331,11 +341,7 @@ describe('a unit heartbeat: what it flushes and when', () => {
         context.addCost({ modelCalls: 3 });
         return { kind: 'done', state: { value: 1 } };
       };
-      const { jobId, task } = await fanOutOne();
-      const a$ = workerStore();
-      const timersA = new ManualTimers();
-      const a = runStep(harness.deps('worker-a', { store: a$.store, timers: timersA }), task.task);
-      await holdA.entered;
+      const { jobId, a$, timersA, a } = await workerARunsTheUnit(holdA);
 
       harness.clock.advance(1_000);
       a$.fault.mode = 'lost-answer-once';
@@ -375,11 +381,7 @@ describe('a unit heartbeat: what it flushes and when', () => {
           }
           return { kind: 'done', state: { value: 1 } };
         };
-        const { jobId, task } = await fanOutOne();
-        const a$ = workerStore();
-        const timersA = new ManualTimers();
-        const a = runStep(harness.deps('worker-a', { store: a$.store, timers: timersA }), task.task);
-        await holdA.entered;
+        const { jobId, task, a$, timersA, a } = await workerARunsTheUnit(holdA);
         const claimedAt = harness.clock.now();
 
         // One heartbeat fails (four UNAVAILABLE answers in a row, under a second of backoff); the flusher keeps the payload for the next one.
@@ -429,11 +431,7 @@ describe('a unit heartbeat: what it flushes and when', () => {
     test('held: a live worker waiting 60 s on one model call (no progress) keeps its unit: every 5 s heartbeat lands and a duplicate task is always told "not yet due"', async () => {
       const holdA = hold();
       unitTurns.run = () => holdThen(holdA, () => Promise.resolve(unitFinished));
-      const { jobId, task } = await fanOutOne();
-      const a$ = workerStore();
-      const timersA = new ManualTimers();
-      const a = runStep(harness.deps('worker-a', { store: a$.store, timers: timersA }), task.task);
-      await holdA.entered;
+      const { jobId, task, a$, timersA, a } = await workerARunsTheUnit(holdA);
       const duplicates: string[] = [];
       for (let beat = 1; beat <= 12; beat += 1) {
         harness.clock.advance(harness.options.heartbeatSeconds * 1000 - 1);
@@ -465,11 +463,7 @@ describe('a unit heartbeat: what it flushes and when', () => {
         }
         return { kind: 'done', state: { value: 1 } };
       };
-      const { jobId, task } = await fanOutOne();
-      const a$ = workerStore();
-      const timersA = new ManualTimers();
-      const a = runStep(harness.deps('worker-a', { store: a$.store, timers: timersA }), task.task);
-      await holdA.entered;
+      const { jobId, task, a$, timersA, a } = await workerARunsTheUnit(holdA);
       // One successful heartbeat first, so that A's session has a cached slot update time (no read before its next commit).
       harness.clock.advance(1_000);
       timersA.fireAll();

@@ -9,7 +9,7 @@ import { runStep } from '../../functions/src/engine/step';
 import type { RunnerDeps, StepOutcome } from '../../functions/src/engine/step/deps';
 import { SpendLedger } from '../../functions/src/store/quota-documents';
 import { JobStore } from '../../functions/src/store/job-store';
-import { decodeJob } from '../../functions/src/store/codec';
+import { decodeJob, encodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
 import { openTestFirestore, type TestFirestore } from './firestore';
 import { RecordingTaskQueue } from './task-queue';
@@ -113,6 +113,20 @@ export function engineSuite(label: string, pipelinesOrFactory: Parameters<typeof
   }
   afterAll(() => harness.firestore.close());
   return harness;
+}
+
+/** A job created by `store` as submit creates it (not queued: the test moves it where it needs it). */
+export async function createdJob(store: JobStore, pipeline: string, input: unknown): Promise<JobRecord> {
+  const result = await store.createJob({ owner: 'user-1', pipeline, input, conversationId: null, idempotencyKey: null });
+  if (!('created' in result)) throw new Error('unexpected idempotency conflict');
+  return result.job;
+}
+
+/** Puts a job in the state a test needs, as the engine would have written it. */
+export async function putJob(store: JobStore, job: JobRecord, changes: Partial<JobRecord>): Promise<JobRecord> {
+  const next = { ...job, ...changes };
+  await store.jobRef(job.id).update(encodeJob(next));
+  return next;
 }
 
 /** A promise a test resolves by hand, to hold a worker at a chosen point. */

@@ -4,6 +4,8 @@ import type { HttpResponse } from '../../functions/src/http/request';
 export class RecordingResponse implements HttpResponse {
   statusCode: number | undefined;
   readonly headers = new Map<string, string>();
+  /** The headers as the handler named them (case kept). */
+  readonly headersAsSet: Record<string, string> = {};
   body: unknown;
   /** How many times an answer was sent (json, send or end): a handler answers once. */
   sent = 0;
@@ -13,6 +15,7 @@ export class RecordingResponse implements HttpResponse {
   }
   set(field: string, value: string): this {
     this.headers.set(field.toLowerCase(), value);
+    this.headersAsSet[field] = value;
     return this;
   }
   setHeader(field: string, value: string): this {

@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { initializeTestEnvironment, type RulesTestEnvironment, type TokenOptions } from '@firebase/rules-unit-testing';
+import { assertFails, assertSucceeds, initializeTestEnvironment, type RulesTestEnvironment, type TokenOptions } from '@firebase/rules-unit-testing';
 import { setLogLevel, type Firestore } from 'firebase/firestore';
 
 export const RULES = readFileSync(join(__dirname, '..', '..', 'firestore.rules'), 'utf8');
@@ -20,6 +20,20 @@ function emulator(): { host: string; port: number } {
 export interface RulesSuite {
   /** Another environment (a loosened copy of the rules, say), cleaned up with the rest. */
   readonly environment: (label: string, rules: string) => Promise<RulesTestEnvironment>;
+  /**
+   * Loads the rules with `from` replaced by `to` and shows that `probe` catches it: allowed by the
+   * loosened copy (so the probe's own assertFails would fail there), refused by the real rules.
+   */
+  readonly catchesLoosening: (loosening: Loosening) => Promise<void>;
+}
+
+export interface Loosening {
+  readonly label: string;
+  /** What the loosening lets through, as the test's title. */
+  readonly what: string;
+  readonly from: string;
+  readonly to: string;
+  readonly probe: (env: RulesTestEnvironment) => Promise<unknown>;
 }
 
 /** The deployed rules in an environment of `label`'s, handed to `ready` once; `seed` runs before each test. */
@@ -45,7 +59,17 @@ export function rulesSuite(label: string, seed: (env: RulesTestEnvironment) => P
   afterAll(async () => {
     for (const created of environments) await created.cleanup();
   });
-  return { environment };
+  const catchesLoosening = async ({ label: name, from, to, probe }: Loosening): Promise<void> => {
+    if (!main) throw new Error('the rules environment did not start');
+    expect(RULES).toContain(from);
+    const loose = await environment(name, RULES.replace(from, to));
+    await seed(loose);
+    await assertSucceeds(probe(loose));
+    await expect(assertFails(probe(loose))).rejects.toThrow();
+    // And the real rules still refuse the same call.
+    await assertFails(probe(main));
+  };
+  return { environment, catchesLoosening };
 }
 
 /** The context's Firestore (a compat instance, which the modular functions accept) as `uid` with these token claims, or signed out. */
