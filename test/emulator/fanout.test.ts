@@ -349,7 +349,7 @@ describe('engine holes found by review (fan-out, timeline, cost, schemas)', () =
   const db = () => harness.firestore.db;
   const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
   const readUnits = async (jobId: string): Promise<UnitRecord[]> => (await db().collection(`${JOBS}/${jobId}/units`).get()).docs.map((doc) => decodeUnit(doc.ref.path, doc.data()));
-  const eventKinds = async (jobId: string) => (await db().collection(`${JOBS}/${jobId}/events`).orderBy('atMs').get()).docs.map((doc) => doc.get('kind') as string);
+  const eventKinds = (jobId: string) => harness.eventKinds(jobId);
 
   async function stranded(jobId: string): Promise<string | null> {
     const units: UnitView[] = await readUnits(jobId);

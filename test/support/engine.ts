@@ -24,8 +24,6 @@ export interface EngineHarness {
   readonly queue: RecordingTaskQueue;
   readonly store: JobStore;
   readonly options: EngineOptions;
-  /** The emulator's Firestore of this harness (its own project). */
-  readonly db: TestFirestore['db'];
   /** The job document as the engine decodes it. */
   readJob(jobId: string): Promise<JobRecord>;
   /** The kinds of the job's events, oldest first. */
@@ -60,7 +58,6 @@ export function engineHarness(
     queue,
     store,
     options,
-    db: firestore.db,
     readJob: async (jobId) => decodeJob(jobId, (await firestore.db.doc(`${JOBS}/${jobId}`).get()).data()),
     eventKinds: async (jobId) => (await firestore.db.collection(`${JOBS}/${jobId}/events`).orderBy('atMs').get()).docs.map((doc) => doc.get('kind') as string),
     deps: (worker = 'worker-a', extra = {}) => ({ store, queue, pipelines, random, worker, timers: stoppedTimers, spendLedger, ...extra }),
