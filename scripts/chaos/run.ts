@@ -146,7 +146,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     PHASELINE_OFFLINE_SEED: String(new Rng(`${plan.seed}/offline`).int(1, 1_000_000_000)),
     PHASELINE_OFFLINE_SETTINGS: JSON.stringify(offlineSettings(plan, launchMs, { toolExecutionLog })),
     // The soak's users (signed in, granted notify) keep many jobs in flight on purpose: per-user quotas, spend caps and
-    // the anonymous ceiling are tested elsewhere (quotas.test.ts, spend-cap.test.ts).
+    // the anonymous ceiling are tested elsewhere (quotas.test.ts, spend-limits.test.ts).
     PHASELINE_QUOTA_JOBS_IN_FLIGHT: '100',
     PHASELINE_QUOTA_SUBMITS_PER_MINUTE: '600',
     PHASELINE_QUOTA_SPEND_USD_PER_DAY: '1000',

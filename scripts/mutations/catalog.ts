@@ -25,7 +25,7 @@ export interface Mutant {
 }
 
 const FENCING = 'test/emulator/fencing.test.ts';
-const HOLES = 'test/emulator/engine-holes.test.ts';
+const HOLES = 'test/emulator/fanout.test.ts';
 const RUNNER = 'test/emulator/runner.test.ts';
 
 export const MUTANTS: readonly Mutant[] = [
@@ -99,7 +99,7 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '    void slotFence;\n    this.syncClaimSlot',
     tests: [
       { files: ['test/emulator/fanout.test.ts'], names: 'ends between its read and its commit lands nothing' },
-      { files: ['test/emulator/unit-claim-races.test.ts'], names: 'a claim read before a cancel \\(fan-out with unit IDs\\)|no slot, a cancel lands' },
+      { files: ['test/emulator/claims.test.ts'], names: 'a claim read before a cancel \\(fan-out with unit IDs\\)|no slot, a cancel lands' },
     ],
   },
   {
@@ -154,7 +154,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: '          if (isTransientFirestoreError(error)) unconfirmed = { mark: this.commitMark(writer), value, writer, before: view.record };\n',
     replace: '',
-    tests: [{ files: ['test/emulator/lost-commit-answers.test.ts'], names: 'bug 27: (the step goes on|a hand-off|a fan-out start)' }],
+    tests: [{ files: ['test/emulator/claims.test.ts'], names: 'bug 27: (the step goes on|a hand-off|a fan-out start)' }],
   },
   {
     name: 'lost-answer-unit-commit-confirmed',
@@ -162,7 +162,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: '          if (isTransientFirestoreError(error)) unconfirmed = { mark: this.commitMark(writer), value, writer, wroteJob: next !== undefined };\n          else this.endedFanOuts.delete(writer);\n',
     replace: '          this.endedFanOuts.delete(writer);\n',
-    tests: [{ files: ['test/emulator/lost-commit-answers.test.ts'], names: "bug 27: (a unit's claim|a join)" }],
+    tests: [{ files: ['test/emulator/claims.test.ts'], names: "bug 27: (a unit's claim|a join)" }],
   },
   {
     name: 'unreadable-job-ended-by-its-task',
@@ -345,7 +345,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/core/flusher.ts',
     search: '    const dueInMs = this.lastWriteFailed\n',
     replace: '    const dueInMs = (false as boolean)\n',
-    tests: [{ files: ['test/emulator/unit-heartbeat.test.ts'], names: 'bug 16: one failed heartbeat of a live worker, then a duplicate task: the worker keeps its unit; with the defaults' }],
+    tests: [{ files: ['test/emulator/leases.test.ts'], names: 'bug 16: one failed heartbeat of a live worker, then a duplicate task: the worker keeps its unit; with the defaults' }],
   },
   {
     name: 'heartbeat-events-named-once',
@@ -353,7 +353,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: '      for (const { ref, data } of eventDocuments) batch.set(ref, data);\n',
     replace: "      for (const { ref, data } of holder.kind === 'unit' && job !== undefined ? this.unitEventDocuments(job, holder.claim, events) : []) batch.set(ref, data);\n",
-    tests: [{ files: ['test/emulator/unit-heartbeat.test.ts'], names: 'bug 16: a heartbeat whose commit lands but whose answer is lost' }],
+    tests: [{ files: ['test/emulator/leases.test.ts'], names: 'bug 16: a heartbeat whose commit lands but whose answer is lost' }],
   },
   {
     name: 'legacy-fanout-heartbeat-reads-job',
@@ -361,7 +361,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/claim-scope.ts',
     search: '    const legacyFanOut = job.fanout !== null && job.fanout.unitIds === undefined;\n',
     replace: '    const legacyFanOut = false as boolean;\n',
-    tests: [{ files: ['test/emulator/unit-heartbeat.test.ts'], names: 'bug 16: a unit of a fan-out recorded without unit IDs' }],
+    tests: [{ files: ['test/emulator/leases.test.ts'], names: 'bug 16: a unit of a fan-out recorded without unit IDs' }],
   },
   {
     name: 'key-range-covers-every-id',
@@ -433,7 +433,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/agent/section-runner.ts',
     search: 'await Promise.allSettled([this.settleSave(), this.deps.spend?.beforeCall()]);',
     replace: 'await Promise.allSettled([this.settleSave()]);',
-    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'reaches the cap waits with a question' }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: 'reaches the cap waits with a question' }],
   },
   {
     name: 'limits-copied-to-spend-day',
@@ -441,7 +441,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: "      tx.set(db.doc(spendDayPath(uid, spendDay(dayMs))), { limits: override, [EXPIRE_AT]: spendDayExpiry(dayMs) }, { mergeFields: ['limits', EXPIRE_AT] });",
     replace: '      void dayMs;',
-    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: "an operator's cut applies from the next model call" }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: "an operator's cut applies from the next model call" }],
   },
   {
     name: 'limits-copy-replaced-whole',
@@ -449,7 +449,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: "{ mergeFields: ['limits', EXPIRE_AT] }",
     replace: '{ merge: true }',
-    tests: [{ files: ['test/emulator/spend-limits-copy.test.ts'], names: 'clearing one limit with setUserLimits' }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: 'clearing one limit with setUserLimits' }],
   },
   {
     name: 'limits-copy-only-when-changed',
@@ -457,7 +457,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: 'const copied = copyKey(day.limits) !== facts.copySeen && day.limits !== undefined;',
     replace: 'const copied = day.limits !== undefined;',
-    tests: [{ files: ['test/emulator/spend-limits-copy.test.ts'], names: 'edited by other means applies from the next step' }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: 'edited by other means applies from the next step' }],
   },
   {
     name: 'spend-usage-unreadable',
@@ -465,7 +465,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: '      const facts: SpendFacts = { anonymous: decodeUsage(usage).anonymous === true,',
     replace: "      const facts: SpendFacts = { anonymous: usage.get('anonymous') === true,",
-    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'a malformed quotaUsage' }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: 'a malformed quotaUsage' }],
   },
   {
     name: 'legacy-fanout-job-fence',
@@ -473,7 +473,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: 'const next = decided.next ?? (job.fanout !== null && job.fanout.unitIds === undefined ? job : undefined);',
     replace: 'const next = decided.next;',
-    tests: [{ files: ['test/emulator/legacy-fanout-units.test.ts'], names: 'legacy fan-out' }],
+    tests: [{ files: ['test/emulator/ended-fanout.test.ts'], names: 'legacy fan-out' }],
   },
   {
     name: 'saved-before-model-call',
@@ -497,7 +497,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/agent/section-runner.ts',
     search: '      this.deps.spend?.charge(response.costUsd);\n',
     replace: '',
-    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'wasted calls count' }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: 'wasted calls count' }],
   },
   {
     name: 'spend-charged-for-refused-answers',
@@ -521,7 +521,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/operator.ts',
     search: '  return ledger.filter((effect) => failedBecauseStopped(parseEffectEntry(effect.read.path, effect.data)));',
     replace: '  return ledger.filter(() => false);',
-    tests: [{ files: ['test/emulator/redrive-stopped-effects.test.ts'], names: 'sent once by the (re-driven|released) job' }],
+    tests: [{ files: ['test/emulator/redrive-effects.test.ts'], names: 'sent once by the (re-driven|released) job' }],
   },
   {
     name: 'newer-pipeline-version-left',
@@ -529,7 +529,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/claim.ts',
     search: '  if (startedOn > (pipeline.version ?? 1)) {',
     replace: '  if (false) {',
-    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'a job started on version 2' }],
+    tests: [{ files: ['test/emulator/versions.test.ts'], names: 'a job started on version 2' }],
   },
   {
     name: 'unit-result-read-by-its-version',
@@ -537,7 +537,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: "  return readStored(phase, 'unit result', unit.result, unit.resultVersion ?? 1);",
     replace: "  return readStored(phase, 'unit result', unit.result, phaseVersion(phase));",
-    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'REFUSES version 1|bug 21: older first: a unit result version 1 produced is migrated' }],
+    tests: [{ files: ['test/emulator/versions.test.ts'], names: 'REFUSES version 1|bug 21: older first: a unit result version 1 produced is migrated' }],
   },
   {
     name: 'unreadable-unit-result-reruns',
@@ -545,7 +545,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: '      const rerun = rerunUnit(sibling, { why: reading.reason }, nowMs);\n',
     replace: '      const rerun = ((): never => {\n        throw new JoinFailedError(reading.reason);\n      })();\n',
-    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'bug 21: older first: with no migration declared' }],
+    tests: [{ files: ['test/emulator/versions.test.ts'], names: 'bug 21: older first: with no migration declared' }],
   },
   {
     name: 'newer-unit-result-left',
@@ -553,7 +553,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: "      if (reading.kind === 'newer') throw new NewerVersionError(`${claim.unit} finished",
     replace: "      if (reading.kind === ('never' as string)) throw new NewerVersionError(`${claim.unit} finished",
-    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'bug 21: newer first' }],
+    tests: [{ files: ['test/emulator/versions.test.ts'], names: 'bug 21: newer first' }],
   },
   {
     name: 'reused-unit-result-keeps-version',
@@ -561,7 +561,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/core/fan-out-moves.ts',
     search: '    ...(reused ? { resultVersion: input.resultVersion } : {}),\n',
     replace: '',
-    tests: [{ files: ['test/emulator/versions-in-flight.test.ts'], names: 'bug 21: a unit result reused when the fan-out starts again' }],
+    tests: [{ files: ['test/emulator/versions.test.ts'], names: 'bug 21: a unit result reused when the fan-out starts again' }],
   },
   {
     name: 'spend-check-counts-unwritten',
@@ -577,7 +577,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: "else tx.update(ref, { ...data, ...('resultVersion' in data ? {} : { resultVersion: FieldValue.delete() }) }, { lastUpdateTime: updateTime });",
     replace: 'else tx.set(ref, data);',
-    tests: [{ files: ['test/emulator/fanout-start-commits.test.ts'], names: 'a unit that changes between' }],
+    tests: [{ files: ['test/emulator/fanout-start.test.ts'], names: 'a unit that changes between' }],
   },
   {
     name: 'created-document-redecided',
@@ -585,7 +585,10 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: '(someone else acted): decided again, like a changed job.\n          if (!isFailedPrecondition(error) && !isAlreadyExists(error)) throw error;',
     replace: '(someone else acted): decided again, like a changed job.\n          if (!isFailedPrecondition(error)) throw error;',
-    tests: [{ files: ['test/emulator/fanout-start-commits.test.ts'], names: 'a unit created between|an answer that appears between' }],
+    tests: [
+      { files: ['test/emulator/fanout-start.test.ts'], names: 'a unit created between' },
+      { files: ['test/emulator/publication.test.ts'], names: 'an answer that appears between' },
+    ],
   },
   {
     name: 'checkpoints-read-after-job',
@@ -601,7 +604,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/fan-out.ts',
     search: '  const racing = { deps: scope.deps, holder: { ...scope.holder, whileRacing: (unit: UnitRecord) => scope.renewedIfStale(unit) } };\n',
     replace: '  const racing = { deps: scope.deps, holder: scope.holder };\n',
-    tests: [{ files: ['test/emulator/lease-renewal.test.ts'], names: 'a live unit whose finishing commit keeps losing' }],
+    tests: [{ files: ['test/emulator/leases.test.ts'], names: 'a live unit whose finishing commit keeps losing' }],
   },
   {
     name: 'unresolved-effects-decide-first',
@@ -609,7 +612,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/publication.ts',
     search: "    if (ledger.status === 'fulfilled' && ledger.value.length > 0) throw new UnresolvedEffectsError(ledger.value);\n    if (ledger.status === 'rejected') throw ledger.reason;\n    if (outbox.status === 'rejected') throw outbox.reason;",
     replace: "    if (outbox.status === 'rejected') throw outbox.reason;\n    if (ledger.status === 'fulfilled' && ledger.value.length > 0) throw new UnresolvedEffectsError(ledger.value);\n    if (ledger.status === 'rejected') throw ledger.reason;",
-    tests: [{ files: ['test/emulator/parallel-reads.test.ts'], names: 'publication with an unresolved effect' }],
+    tests: [{ files: ['test/emulator/publication.test.ts'], names: 'publication with an unresolved effect' }],
   },
   {
     name: 'outbox-created-once',
@@ -617,7 +620,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: '          tx.create(outboxRef(this, job), write.document);\n',
     replace: '          tx.set(outboxRef(this, job), write.document);\n',
-    tests: [{ files: ['test/emulator/fanout-start-commits.test.ts'], names: 'an answer that appears between' }],
+    tests: [{ files: ['test/emulator/publication.test.ts'], names: 'an answer that appears between' }],
   },
   {
     name: 'section-looked-for-before-reset',
@@ -625,7 +628,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/durable-writes.ts',
     search: '      return store.apply(holder, async ({ job }) => {\n        if (await documentExists(ref)) return { value: false };\n',
     replace: '      return store.apply(holder, async ({ job }) => {\n',
-    tests: [{ files: ['test/emulator/poison-reset-commits.test.ts'], names: "a job's section that appears between" }],
+    tests: [{ files: ['test/emulator/poison.test.ts'], names: "a job's section that appears between" }],
   },
   {
     name: 'unit-section-first-write-wins',
@@ -633,7 +636,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/step/durable-writes.ts',
     search: '      if (isAlreadyExists(error)) return false;\n      throw error;\n    });\n',
     replace: '      throw error;\n    });\n',
-    tests: [{ files: ['test/emulator/poison-reset-commits.test.ts'], names: "a unit's section that appears between" }],
+    tests: [{ files: ['test/emulator/poison.test.ts'], names: "a unit's section that appears between" }],
   },
   {
     name: 'submit-usage-conditioned',
@@ -642,7 +645,7 @@ export const MUTANTS: readonly Mutant[] = [
     search: '            conditionedWrite(writer, usageRef, usage, next);',
     replace: '            writer.set(usageRef, next);',
     tests: [
-      { files: ['test/emulator/submit-commits.test.ts'], names: 'decides again' },
+      { files: ['test/emulator/submit.test.ts'], names: 'decides again' },
       { files: ['test/emulator/quotas.test.ts'], names: 'parallel submits race' },
     ],
   },
@@ -652,7 +655,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/job-store.ts',
     search: 'batch.create(conversationRef, { owner: request.owner, createdAtMs: nowMs });',
     replace: 'batch.set(conversationRef, { owner: request.owner, createdAtMs: nowMs });',
-    tests: [{ files: ['test/emulator/submit-commits.test.ts'], names: 'stays theirs' }],
+    tests: [{ files: ['test/emulator/submit.test.ts'], names: 'stays theirs' }],
   },
   {
     name: 'token-revocation-checked',
@@ -692,7 +695,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: '            if (totalRef && total) conditionedWrite(writer, totalRef, total.snapshot, total.next);',
     replace: '            if (totalRef && total) writer.set(totalRef, total.next);',
-    tests: [{ files: ['test/emulator/submit-commits.test.ts'], names: 'bug 29: ' }],
+    tests: [{ files: ['test/emulator/submit.test.ts'], names: 'bug 29: ' }],
   },
   {
     name: 'operator-content-stated',
@@ -727,7 +730,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: '    if (usage.exists) tx.update(usageRef, { limitsChangedAtMs: nowMs });\n    else tx.create(usageRef, { ...EMPTY_QUOTA_USAGE, updatedAtMs: nowMs, limitsChangedAtMs: nowMs });\n',
     replace: '',
-    tests: [{ files: ['test/emulator/submit-races.test.ts'], names: "an operator's cut to 0 jobs in flight" }],
+    tests: [{ files: ['test/emulator/submit.test.ts'], names: "an operator's cut to 0 jobs in flight" }],
   },
   {
     name: 'stamped-documents-dated-by-creation',
@@ -746,7 +749,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/quota-documents.ts',
     search: '    batch.create(this.db.doc(spendChargePath(uid, day, charge.id)), { usd: charge.usd, calls: charge.calls, chargedAt: Timestamp.fromMillis(nowMs), [EXPIRE_AT]: expireAt });\n',
     replace: '',
-    tests: [{ files: ['test/emulator/spend-cap.test.ts'], names: 'bug 22: ' }],
+    tests: [{ files: ['test/emulator/spend-limits.test.ts'], names: 'bug 22: ' }],
   },
   {
     name: 'spend-check-reads-landed-charges',
@@ -780,7 +783,7 @@ export const MUTANTS: readonly Mutant[] = [
     replace: '            billedAfterAbort = billed;\n',
     tests: [
       { files: ['test/unit/spend-billed-failures.test.ts'], names: 'bug 37: a streamed answer cut off by a cancel' },
-      { files: ['test/emulator/spend-cap.test.ts'], names: 'bug 37: ' },
+      { files: ['test/emulator/spend-limits.test.ts'], names: 'bug 37: ' },
     ],
   },
   {
@@ -797,7 +800,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/store/retention.ts',
     search: '  const record = store.commitJob(batch, stamping.version, job, { ...job, retention: stampingAt(job.retention.dueAtMs, next) }, []);',
     replace: '  const record = { ...job, retention: stampingAt(job.retention.dueAtMs, next) };',
-    tests: [{ files: ['test/emulator/redrive-after-end.test.ts'], names: 'bug 24: ' }],
+    tests: [{ files: ['test/emulator/redrive.test.ts'], names: 'bug 24: ' }],
   },
   {
     name: 'spend-days-ttl-declared',
@@ -942,7 +945,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/engine/operator.ts',
     search: '      documents.push(...reopenEffects(closedByTheStop, nowMs));\n',
     replace: '',
-    tests: [{ files: ['test/emulator/redrive-stopped-effects.test.ts'], names: 'bug 25: ' }],
+    tests: [{ files: ['test/emulator/redrive-effects.test.ts'], names: 'bug 25: ' }],
   },
   {
     name: 'client-retry-keeps-key',

@@ -20,7 +20,7 @@ import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
 import { firestoreCircuit } from '../../functions/src/store/provider-circuit';
 import type { Firestore } from 'firebase-admin/firestore';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineHarness, engineSuite, type EngineHarness } from '../support/engine';
 import { hangForever, immediateTimers, ObservedProvider } from '../support/research';
 
 /** Decides, before a call runs, whether the worker dies there (it then never returns). */
@@ -77,24 +77,19 @@ function recoverySetup(db: Firestore, clock: Clock, options: { sleep?: Sleep; la
   return { provider, toolbox, registry: pipelineRegistry(createResearchPipeline(() => deps)) };
 }
 
-let harness: EngineHarness;
 let setup: RecoverySetup;
 
-beforeAll(() => {
-  harness = engineHarness('agent-recovery', (firestore, clock) => {
-    setup = recoverySetup(firestore.db, clock);
-    return setup.registry;
-  });
+const harness = engineSuite('agent-recovery', (firestore, clock) => {
+  setup = recoverySetup(firestore.db, clock);
+  return setup.registry;
+}, {
+  beforeEach: () => {
+    setup.provider.intercept = null;
+    setup.provider.requests.length = 0;
+    setup.toolbox.executions.clear();
+    setup.toolbox.killBefore = () => false;
+  },
 });
-beforeEach(async () => {
-  setup.provider.intercept = null;
-  setup.provider.requests.length = 0;
-  setup.toolbox.executions.clear();
-  setup.toolbox.killBefore = () => false;
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const readJob = async (jobId: string) => decodeJob(jobId, (await harness.firestore.db.doc(`${JOBS}/${jobId}`).get()).data());
 // 200 words a section: three documents read per section, often in one turn of three calls.
@@ -135,6 +130,16 @@ async function reclaimAfterLease(): Promise<void> {
   await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
 }
 
+/** Submits the research question; the worker is killed where `kill` says, the lease expires and the sweeper reclaims it; the rest runs to the end. */
+async function submitKilledAndRecovered(kill: { readonly killed: Promise<void>; readonly happened: boolean }): Promise<string> {
+  const jobId = await harness.submit('research', question);
+  await drainSurvivingKill(kill.killed);
+  expect(kill.happened).toBe(true);
+  await reclaimAfterLease();
+  await harness.drain();
+  return jobId;
+}
+
 describe('bug 3: a worker killed between the tool calls of one model turn', () => {
   // The offline agent numbers the calls of one turn: `call_<digest>_<position>`, position 0 first.
   test.each([
@@ -144,12 +149,7 @@ describe('bug 3: a worker killed between the tool calls of one model turn', () =
     const kill = killOnce();
     setup.toolbox.killBefore = (call) => !kill.happened && groupPosition(call.id) === position;
     setup.toolbox.onKill = kill.kill;
-    const jobId = await harness.submit('research', question);
-
-    await drainSurvivingKill(kill.killed);
-    expect(kill.happened).toBe(true);
-    await reclaimAfterLease();
-    await harness.drain();
+    const jobId = await submitKilledAndRecovered(kill);
 
     expect(await readJob(jobId)).toMatchObject({ status: 'completed', outcome: 'complete' });
     expect(setup.toolbox.executions.size).toBeGreaterThan(6);
@@ -172,12 +172,7 @@ describe('bug 3: a worker killed between the tool calls of one model turn', () =
       }
       return call();
     };
-    const jobId = await harness.submit('research', question);
-
-    await drainSurvivingKill(kill.killed);
-    expect(kill.happened).toBe(true);
-    await reclaimAfterLease();
-    await harness.drain();
+    const jobId = await submitKilledAndRecovered(kill);
 
     expect(await readJob(jobId)).toMatchObject({ status: 'completed', outcome: 'complete' });
     expect(setup.toolbox.repeated()).toEqual([]);

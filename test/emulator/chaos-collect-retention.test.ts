@@ -10,18 +10,10 @@ import { sweep } from '../../functions/src/engine/sweeper';
 import { EXPIRE_AT } from '../../functions/src/store/retention';
 import { collectJobs } from '../../scripts/chaos/collect';
 import { checkInvariants } from '../../scripts/chaos/invariants';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { researchSetup } from '../support/research';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('chaos-collect-retention', (firestore, clock) => researchSetup(firestore.db, clock).registry);
-});
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('chaos-collect-retention', (firestore, clock) => researchSetup(firestore.db, clock).registry);
 
 const db = (): Firestore => harness.firestore.db;
 

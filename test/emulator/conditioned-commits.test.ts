@@ -14,19 +14,10 @@ import { decodeJob } from '../../functions/src/store/codec';
 import type { JobClaim } from '../../functions/src/core/claims';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
-import { behaviour, resetBehaviour, testPipeline, type TestInput } from '../support/test-pipeline';
+import { engineSuite, gate } from '../support/engine';
+import { behaviour, testPipeline, type TestInput } from '../support/test-pipeline';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('review-conditioned', pipelineRegistry(testPipeline));
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('review-conditioned', pipelineRegistry(testPipeline));
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string): Promise<JobRecord> => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
@@ -133,15 +124,21 @@ describe.each([
 
 // ---- 2. Zombie holder after a takeover ------------------------------------------------------------
 
+/** A job claimed by worker-a in a process of its own, which heartbeats once (its owner view: its own last commit); then its lease expires, the sweeper reclaims it, and worker-b in another process claims it. */
+async function takenOverAfterAHeartbeat() {
+  const jobId = await submitQueued();
+  const processA = otherProcess();
+  const processB = otherProcess();
+  const claimA = await claimOrThrow(processA, jobId, 'worker-a');
+  await heartbeat(processA, claimA);
+  await expireAndSweep(processB);
+  const claimB = await claimOrThrow(processB, jobId, 'worker-b');
+  return { jobId, processA, processB, claimA, claimB };
+}
+
 describe('a zombie holder whose owner view is cached', () => {
   test('in its own process: its hand-off with a checkpoint after the sweeper reclaimed and B claimed is refused, and leaves nothing', async () => {
-    const jobId = await submitQueued();
-    const processA = otherProcess();
-    const processB = otherProcess();
-    const claimA = await claimOrThrow(processA, jobId, 'worker-a');
-    await heartbeat(processA, claimA); // A's owner view: its own last commit
-    await expireAndSweep(processB);
-    const claimB = await claimOrThrow(processB, jobId, 'worker-b');
+    const { jobId, processA, claimA, claimB } = await takenOverAfterAHeartbeat(); // A's owner view: its own last commit
     const before = await readJob(jobId);
 
     await expect(
@@ -187,13 +184,7 @@ describe('a zombie holder whose owner view is cached', () => {
   });
 
   test('a body that writes another document and returns no `next`: refused on a stale cached view, the document never lands', async () => {
-    const jobId = await submitQueued();
-    const processA = otherProcess();
-    const processB = otherProcess();
-    const claimA = await claimOrThrow(processA, jobId, 'worker-a');
-    await heartbeat(processA, claimA);
-    await expireAndSweep(processB);
-    await claimOrThrow(processB, jobId, 'worker-b');
+    const { jobId, processA, claimA } = await takenOverAfterAHeartbeat();
     const ref = db().doc(`${JOBS}/${jobId}/checkpoints/first`);
     await expect(
       processA.asOwner(claimA, ({ tx }) => {
@@ -205,13 +196,7 @@ describe('a zombie holder whose owner view is cached', () => {
   });
 
   test('bug 18: asOwner with a body that writes nothing is still an ownership check (refused after a takeover)', async () => {
-    const jobId = await submitQueued();
-    const processA = otherProcess();
-    const processB = otherProcess();
-    const claimA = await claimOrThrow(processA, jobId, 'worker-a');
-    await heartbeat(processA, claimA);
-    await expireAndSweep(processB);
-    await claimOrThrow(processB, jobId, 'worker-b');
+    const { processA, claimA } = await takenOverAfterAHeartbeat();
     // "refused unless the claim still holds": a caller probing its claim (or deciding from the job
     // record it is given) gets the cached record of a claim that is gone, with no read at all.
     await expect(processA.asOwner(claimA, ({ job }) => Promise.resolve({ value: job.epoch }))).rejects.toBeInstanceOf(OwnershipLostError);

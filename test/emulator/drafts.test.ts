@@ -5,24 +5,19 @@
  */
 import { JOBS } from '../../functions/src/store/paths';
 import { decodeJob } from '../../functions/src/store/codec';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { researchSetup, type ResearchSetup } from '../support/research';
 
-let harness: EngineHarness;
 let research: ResearchSetup;
 
-beforeAll(() => {
-  harness = engineHarness('drafts', (firestore, clock) => {
-    research = researchSetup(firestore.db, clock, { epochMs: Date.UTC(2026, 0, 1) });
-    return research.registry;
-  });
+const harness = engineSuite('drafts', (firestore, clock) => {
+  research = researchSetup(firestore.db, clock, { epochMs: Date.UTC(2026, 0, 1) });
+  return research.registry;
+}, {
+  beforeEach: () => {
+    research.provider.intercept = null;
+  },
 });
-beforeEach(async () => {
-  research.provider.intercept = null;
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const question = { question: 'How do leases and fencing tokens keep stale workers from corrupting results?', experts: 2, sections: 2, wordsPerSection: 60 };

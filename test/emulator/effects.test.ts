@@ -16,27 +16,12 @@ import type { EffectAdapter } from '../../functions/src/effects/port';
 import { buildPlan, notifyInput, notifyProgressFromLedger, UNKNOWN_OPTIONS, type NotifyPlan } from '../../functions/src/pipelines/notify';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
-import { applyRequestsFor, eventually, httpAdapter, messagesPerRecipient, notifySetup, startReceiver, type Receiver } from '../support/receiver';
+import { gate } from '../support/engine';
+import { applyRequestsFor, eventually, httpAdapter, messagesPerRecipient, notifySuite } from '../support/receiver';
 import { hangForever } from '../support/research';
-import { behaviour, resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { behaviour, testPipeline } from '../support/test-pipeline';
 
-let receiver: Receiver;
-const notify = notifySetup(() => receiver);
-let harness: EngineHarness;
-
-beforeAll(() => {
-  harness = engineHarness('effects', pipelineRegistry(testPipeline, ...([...notify.registry.values()] as [never])));
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-  receiver = await startReceiver(harness.clock);
-  notify.deps.current = { adapter: httpAdapter(receiver), unavailableWaitMs: 60_000 };
-});
-afterEach(() => receiver.stop());
-afterAll(() => harness.firestore.close());
+const { harness, notify, receiver } = notifySuite('effects', { others: pipelineRegistry(testPipeline) });
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
@@ -57,7 +42,7 @@ function message(plan: NotifyPlan, index: number) {
 }
 
 function expectEachRecipientMessagedOnce(recipients: number): void {
-  const perRecipient = messagesPerRecipient(receiver);
+  const perRecipient = messagesPerRecipient(receiver());
   expect(perRecipient.size).toBe(recipients);
   expect([...perRecipient.values()].every((count) => count === 1)).toBe(true);
 }
@@ -65,15 +50,15 @@ function expectEachRecipientMessagedOnce(recipients: number): void {
 test('the receiver applies and then times out: reconciled as applied from a lookup, and applied exactly once', async () => {
   const { jobId, plan } = await submitNotify(3);
   const second = message(plan, 1);
-  receiver.inject({ op: 'apply', mode: 'apply-then-hang', times: 1, key: second.sendKey });
+  receiver().inject({ op: 'apply', mode: 'apply-then-hang', times: 1, key: second.sendKey });
 
   expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
 
   const settled = await entry(jobId, second.sendKey);
-  const application = receiver.applied('message').find((candidate) => candidate.key === second.sendKey);
+  const application = receiver().applied('message').find((candidate) => candidate.key === second.sendKey);
   expect(settled).toMatchObject({ state: 'applied', reconciled: true, attempts: 1, unknowns: 1, lookups: 1 });
   expect(settled.evidence).toMatchObject({ effectId: application?.effectId });
-  expect(applyRequestsFor(receiver, second.sendKey)).toBe(1);
+  expect(applyRequestsFor(receiver(), second.sendKey)).toBe(1);
   expectEachRecipientMessagedOnce(3);
   expect(await eventKinds(jobId)).toEqual(expect.arrayContaining(['effect-unknown', 'effect-reconciled']));
   expect((await readJob(jobId)).progress).toMatchObject({ total: 3, done: 3, remaining: 0, unknown: 0, sent: 3, logged: 3 });
@@ -82,14 +67,14 @@ test('the receiver applies and then times out: reconciled as applied from a look
 test('the receiver fails before applying: looked up (not there), retried under the same key, applied once', async () => {
   const { jobId, plan } = await submitNotify(3);
   const second = message(plan, 1);
-  receiver.inject({ op: 'apply', mode: 'fail-before-apply', times: 1, key: second.sendKey });
+  receiver().inject({ op: 'apply', mode: 'fail-before-apply', times: 1, key: second.sendKey });
 
   expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
 
   expect(await entry(jobId, second.sendKey)).toMatchObject({ state: 'applied', reconciled: false, attempts: 2, unknowns: 1, lookups: 1 });
   // Both requests for Customer 002 carried the same key (and no other key was ever used for them).
-  expect(applyRequestsFor(receiver, second.sendKey)).toBe(2);
-  const messageKeys = receiver.requests.filter((request) => request.op === 'apply' && request.kind === 'message').map((request) => request.key);
+  expect(applyRequestsFor(receiver(), second.sendKey)).toBe(2);
+  const messageKeys = receiver().requests.filter((request) => request.op === 'apply' && request.kind === 'message').map((request) => request.key);
   expect(messageKeys).toHaveLength(4);
   expect(new Set(messageKeys)).toEqual(new Set(plan.messages.map((planned) => planned.sendKey)));
   expectEachRecipientMessagedOnce(3);
@@ -99,8 +84,8 @@ describe('the receiver cannot be reached for the lookup: the job waits for its o
   async function waitForOwner(mode: 'apply-then-hang' | 'fail-before-apply') {
     const { jobId, plan } = await submitNotify(3);
     const second = message(plan, 1);
-    receiver.inject({ op: 'apply', mode, times: 1, key: second.sendKey });
-    receiver.inject({ op: 'lookup', mode: 'unavailable', times: Number.POSITIVE_INFINITY });
+    receiver().inject({ op: 'apply', mode, times: 1, key: second.sendKey });
+    receiver().inject({ op: 'lookup', mode: 'unavailable', times: Number.POSITIVE_INFINITY });
 
     expect(kinds(await harness.drain())).toEqual(['handed-off', 'waiting']);
     const job = await readJob(jobId);
@@ -115,12 +100,12 @@ describe('the receiver cannot be reached for the lookup: the job waits for its o
     expect(await entry(jobId, second.sendKey)).toMatchObject({ state: 'unknown', question: 'unknown-effects-1' });
 
     // Nobody answers for a month: it is still waiting, and nothing more was sent.
-    const requestsBefore = receiver.requests.filter((request) => request.op === 'apply').length;
+    const requestsBefore = receiver().requests.filter((request) => request.op === 'apply').length;
     harness.clock.advance(30 * 24 * 3_600_000);
     await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
     expect(harness.queue.tasks).toHaveLength(0);
     expect((await readJob(jobId)).status).toBe('waiting');
-    expect(receiver.requests.filter((request) => request.op === 'apply')).toHaveLength(requestsBefore);
+    expect(receiver().requests.filter((request) => request.op === 'apply')).toHaveLength(requestsBefore);
     return { jobId, plan, second, requestsBefore };
   }
 
@@ -134,7 +119,7 @@ describe('the receiver cannot be reached for the lookup: the job waits for its o
     const settled = await entry(jobId, second.sendKey);
     expect(settled).toMatchObject({ state: 'applied', question: null, evidence: { replayed: true } });
     expect(settled.resolution).toMatch(/retried with the same key as the owner decided/);
-    expect(applyRequestsFor(receiver, second.sendKey)).toBe(2);
+    expect(applyRequestsFor(receiver(), second.sendKey)).toBe(2);
     expectEachRecipientMessagedOnce(3);
     expect((await readJob(jobId)).outcome).toBe('complete');
   });
@@ -151,7 +136,7 @@ describe('the receiver cannot be reached for the lookup: the job waits for its o
     const result = await db().doc(`${JOBS}/${jobId}/results/final`).get();
     expect(result.get('missing')).toEqual([expect.stringContaining('Customer 002 <customer-002@example.test>: not sent')]);
     // The receiver agrees: Customer 002 never got it.
-    expect([...messagesPerRecipient(receiver).keys()].sort()).toEqual(['c001', 'c003']);
+    expect([...messagesPerRecipient(receiver()).keys()].sort()).toEqual(['c001', 'c003']);
   });
 
   test('"stop here": the job fails with what was done, sends nothing more, and a later reconciliation settles the unknown one', async () => {
@@ -162,22 +147,22 @@ describe('the receiver cannot be reached for the lookup: the job waits for its o
     const job = await readJob(jobId);
     expect(job.status).toBe('failed');
     expect(job.lastError?.message).toMatch(/^Stopped as the owner decided: 1 of 3 done, 1 remaining, 0 need attention, 1 unknown \(1 messages sent\)/);
-    expect(receiver.requests.filter((request) => request.op === 'apply')).toHaveLength(requestsBefore);
+    expect(receiver().requests.filter((request) => request.op === 'apply')).toHaveLength(requestsBefore);
     expect((await entry(jobId, second.sendKey)).state).toBe('unknown');
 
     // Later the receiver answers lookups again: the stopped job's unknown effect is checked and recorded.
-    receiver.clearFaults();
-    const reconciled = await reconcileStoppedJob(harness.store, httpAdapter(receiver), jobId, { progress: notifyProgressFromLedger });
+    receiver().clearFaults();
+    const reconciled = await reconcileStoppedJob(harness.store, httpAdapter(receiver()), jobId, { progress: notifyProgressFromLedger });
     expect(reconciled).toMatchObject({ checked: 1, foundApplied: 1, notApplied: 0, stillUnknown: 0 });
     expect(await entry(jobId, second.sendKey)).toMatchObject({ state: 'applied', reconciled: true });
-    expect((await readJob(jobId)).progress).toMatchObject({ sent: receiver.applied('message').length, unknown: 0, done: 1 });
+    expect((await readJob(jobId)).progress).toMatchObject({ sent: receiver().applied('message').length, unknown: 0, done: 1 });
   });
 });
 
 test('fault 9: a worker killed between apply and ledger write: the next owner reconciles it, and it is never applied twice', async () => {
   const { jobId, plan } = await submitNotify(4);
   const target = message(plan, 1).sendKey;
-  const real = httpAdapter(receiver);
+  const real = httpAdapter(receiver());
   let frozen = false;
   const freezing: EffectAdapter = {
     name: real.name,
@@ -196,7 +181,7 @@ test('fault 9: a worker killed between apply and ledger write: the next owner re
   expect(kinds(await harness.drain(1))).toEqual(['handed-off']); // the plan
   const [task] = harness.queue.drain();
   void runStep(harness.deps('doomed-worker'), task!.task);
-  await eventually(() => receiver.applied('message').some((application) => application.key === target), 'the frozen apply reached the receiver');
+  await eventually(() => receiver().applied('message').some((application) => application.key === target), 'the frozen apply reached the receiver');
   expect((await entry(jobId, target)).state).toBe('applying');
 
   harness.clock.advance((harness.options.leaseSeconds + 1) * 1000);
@@ -206,7 +191,7 @@ test('fault 9: a worker killed between apply and ledger write: the next owner re
   expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
 
   expect(await entry(jobId, target)).toMatchObject({ state: 'applied', reconciled: true, attempts: 1, unknowns: 1, lookups: 1 });
-  expect(applyRequestsFor(receiver, target)).toBe(1);
+  expect(applyRequestsFor(receiver(), target)).toBe(1);
   expectEachRecipientMessagedOnce(4);
   // One worker lost, counted, then forgotten once the phase after it checkpointed (progress).
   expect(await readJob(jobId)).toMatchObject({ status: 'completed', staleReclaims: 0, progress: { done: 4, sent: 4, logged: 4 } });
@@ -267,7 +252,7 @@ describe('a live holder inside a slow send is taken over', () => {
   async function takenOverMidSend(arrives: boolean) {
     const { jobId, plan } = await submitNotify(2);
     const first = message(plan, 0).sendKey;
-    const real = createHttpEffectAdapter({ baseUrl: receiver.url, timeoutMs: 30_000, name: 'the test receiver' });
+    const real = createHttpEffectAdapter({ baseUrl: receiver().url, timeoutMs: 30_000, name: 'the test receiver' });
     const release = gate();
     let held = false;
     const slow: EffectAdapter = {
@@ -299,7 +284,7 @@ describe('a live holder inside a slow send is taken over', () => {
     const graceEndsMs = sendStartedMs + 30_000 + IN_FLIGHT_MARGIN_MS;
     const whileInFlight = {
       taker: takerB.kind,
-      requestsForIt: receiver.requests.filter((request) => request.key === first).length,
+      requestsForIt: receiver().requests.filter((request) => request.key === first).length,
       entry: (await entry(jobId, first)).state,
       job: await readJob(jobId).then((job) => ({ status: job.status, nextRunAtMs: job.nextRunAtMs })),
       dispatchedDelayMs: harness.queue.tasks.map((queued) => queued.delaySeconds * 1000),
@@ -322,7 +307,7 @@ describe('a live holder inside a slow send is taken over', () => {
 
   test('bug 26: the taker waits out the send before any lookup or send; then the lookup finds it applied, never sent again', async () => {
     const { jobId, first } = await takenOverMidSend(true);
-    expect(applyRequestsFor(receiver, first)).toBe(1);
+    expect(applyRequestsFor(receiver(), first)).toBe(1);
     expect(await entry(jobId, first)).toMatchObject({ state: 'applied', reconciled: true, attempts: 1, lookups: 1 });
     expectEachRecipientMessagedOnce(2);
     expect(await eventKinds(jobId)).toContain('effect-in-flight');
@@ -330,7 +315,7 @@ describe('a live holder inside a slow send is taken over', () => {
 
   test('bug 26: the taker waits out the send before any lookup or send; then the lookup does not find it, and it is sent once under the same key', async () => {
     const { jobId, first } = await takenOverMidSend(false);
-    expect(applyRequestsFor(receiver, first)).toBe(1);
+    expect(applyRequestsFor(receiver(), first)).toBe(1);
     expect(await entry(jobId, first)).toMatchObject({ state: 'applied', reconciled: false, attempts: 2, lookups: 1 });
     expectEachRecipientMessagedOnce(2);
   });

@@ -4,7 +4,7 @@
  * next section or transcript is refused and nothing of it lands. Found by a hostile review of the
  * owner-write path; each test failed before its fix.
  */
-import { FieldValue } from 'firebase-admin/firestore';
+import { FieldValue, type DocumentReference, type DocumentSnapshot, type ReadOptions } from 'firebase-admin/firestore';
 import { OwnershipLostError, RetryableError, TerminalError } from '../../functions/src/core/errors';
 import { pipelineRegistry, type StepContext, type UnitOutcome } from '../../functions/src/core/pipeline';
 import { releaseQuarantined } from '../../functions/src/engine/operator';
@@ -15,24 +15,19 @@ import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
-import { heldUnitsPipeline, hold, type Hold, type UnitInput, type UnitResult } from '../support/held-units';
-import { afterFirstGetAll } from '../support/interpose';
+import { engineSuite, gate } from '../support/engine';
+import { heldUnitsPipeline, type Hold, hold, holdThen, unitFinished, type UnitInput, type UnitResult, unitsPipeline } from '../support/held-units';
+import { afterFirstGetAll, whileInterposed } from '../support/interpose';
 import type { RecordedTask } from '../support/task-queue';
 import { ManualTimers } from '../support/timers';
 
 const { pipeline: reviewUnits, turns: unitTurns } = heldUnitsPipeline('review-units');
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('owner-path-review', pipelineRegistry(reviewUnits));
+const harness = engineSuite('owner-path-review', pipelineRegistry(reviewUnits), {
+  beforeEach: () => {
+    unitTurns.reset();
+  },
 });
-beforeEach(async () => {
-  unitTurns.reset();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
@@ -70,6 +65,15 @@ async function staleWrites(context: StepContext<UnitInput>, outcomes: unknown[])
 }
 
 type PrivateStore = { revokeUnitsOf: (jobId: string, fanout: unknown) => Promise<void> };
+
+/** A job of one unit, fanned out, its unit's task started by worker-a (which the test's unit turn holds). */
+async function oneUnitRunning(): Promise<{ jobId: string; a: Promise<StepOutcome> }> {
+  const jobId = await harness.submit('review-units', { units: 1 });
+  expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
+  const [task] = harness.queue.drain();
+  if (!task) throw new Error('no unit task');
+  return { jobId, a: runStep(harness.deps('worker-a'), task.task) };
+}
 
 describe('a fan-out that ends while a unit runs', () => {
   test('bug 15: a sibling unit quarantines the job (sweeper reclaim over budget): the running unit is revoked in that commit, its transcript and section are refused', async () => {
@@ -118,11 +122,7 @@ describe('a fan-out that ends while a unit runs', () => {
   test('bug 15: a commit that stops the job ends its fan-out in the store even when the record it writes keeps the fan-out: the running unit is revoked in that commit', async () => {
     const outcomes: unknown[] = [];
     const holdA = hold();
-    unitTurns.run = async (context) => {
-      holdA.arrive();
-      await holdA.released;
-      return staleWrites(context, outcomes);
-    };
+    unitTurns.run = (context) => holdThen(holdA, () => staleWrites(context, outcomes));
     const jobId = await harness.submit('review-units', { units: 1 });
     expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
     const a = runStep(harness.deps('worker-a'), unitTask(harness.queue.drain(), 'u0').task);
@@ -147,16 +147,8 @@ describe('a fan-out that ends while a unit runs', () => {
   test('bug 15: an owner cancels the job during a fan-out: the cancel commit itself revokes the running unit (nothing after it is needed), its transcript and section are refused', async () => {
     const outcomes: unknown[] = [];
     const holdA = hold();
-    unitTurns.run = async (context) => {
-      holdA.arrive();
-      await holdA.released;
-      return staleWrites(context, outcomes);
-    };
-    const jobId = await harness.submit('review-units', { units: 1 });
-    expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
-    const [task] = harness.queue.drain();
-    if (!task) throw new Error('no unit task');
-    const a = runStep(harness.deps('worker-a'), task.task);
+    unitTurns.run = (context) => holdThen(holdA, () => staleWrites(context, outcomes));
+    const { jobId, a } = await oneUnitRunning();
     await holdA.entered;
 
     // The HTTP function's store, with the after-commit revocation (the fallback for fan-outs recorded without unit IDs) switched off.
@@ -178,16 +170,8 @@ describe('a fan-out that ends while a unit runs', () => {
 
   test('bug 15: a fan-out recorded without unit IDs is revoked after the commit; a transient error there neither repeats nor undoes the committed cancel', async () => {
     const holdA = hold();
-    unitTurns.run = async () => {
-      holdA.arrive();
-      await holdA.released;
-      return { kind: 'done', state: { value: 1 } };
-    };
-    const jobId = await harness.submit('review-units', { units: 1 });
-    expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
-    const [task] = harness.queue.drain();
-    if (!task) throw new Error('no unit task');
-    const a = runStep(harness.deps('worker-a'), task.task);
+    unitTurns.run = () => holdThen(holdA, () => Promise.resolve(unitFinished));
+    const { jobId, a } = await oneUnitRunning();
     await holdA.entered;
 
     // As recorded before fan-outs listed their units.
@@ -217,16 +201,8 @@ describe('a fan-out that ends while a unit runs', () => {
   test('a cancel during a fan-out, then the unit writes: refused, nothing lands', async () => {
     const outcomes: unknown[] = [];
     const holdA = hold();
-    unitTurns.run = async (context) => {
-      holdA.arrive();
-      await holdA.released;
-      return staleWrites(context, outcomes);
-    };
-    const jobId = await harness.submit('review-units', { units: 1 });
-    expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
-    const [task] = harness.queue.drain();
-    if (!task) throw new Error('no unit task');
-    const a = runStep(harness.deps('worker-a'), task.task);
+    unitTurns.run = (context) => holdThen(holdA, () => staleWrites(context, outcomes));
+    const { jobId, a } = await oneUnitRunning();
     await holdA.entered;
     await cancelJob(new JobStore(db(), harness.clock, harness.options), { jobId, owner: 'user-1', reason: 'no longer needed' });
     holdA.release();
@@ -322,12 +298,7 @@ describe('bug 20: no fan-out outlives the claim that started it', () => {
         oldRetryOutcome = await runStep(harness.deps('worker-old-retry'), oldRetry.task);
         deliveringOldRetry = false;
       });
-      let fannedOut: StepOutcome;
-      try {
-        fannedOut = await runStep(harness.deps('worker-released'), releaseTask.task);
-      } finally {
-        interposed.restore();
-      }
+      const fannedOut: StepOutcome = await whileInterposed(interposed, () => runStep(harness.deps('worker-released'), releaseTask.task));
       expect(interposed.ran()).toBe(true);
       await harness.drain();
 
@@ -352,4 +323,104 @@ describe('bug 20: no fan-out outlives the claim that started it', () => {
       });
     },
   );
+});
+
+/**
+ * A fan-out recorded without its unit IDs (from before fan-outs listed them) has its units' claim
+ * slots revoked only after the commit that ends it. A unit change that does not write the job (a
+ * yield, a requeue) is then conditioned on the job itself: a cancel that lands between the unit's
+ * read and its commit fails the commit, and the unit of the cancelled job is never queued again.
+ */
+describe('a fan-out recorded without its unit IDs (legacy)', () => {
+  const steppedPipeline = unitsPipeline(
+    'legacy-stepped',
+    async (context) => {
+      const done = context.sections().length;
+      if (done === 3) return { kind: 'done', state: { value: 3 } };
+      await context.recordSection(`n${done}`, { value: done + 1 });
+      return { kind: 'yield' };
+    },
+    { phase: 'count', maxUnits: 5, description: 'Test pipeline: fan-out units that yield after each section' },
+  );
+
+  type PrivateStore = { revokeUnitsOf: (jobId: string, fanout: unknown) => Promise<void> };
+
+  const harness = engineSuite('legacy-fanout-units', pipelineRegistry(steppedPipeline));
+
+  const db = () => harness.firestore.db;
+
+  /**
+   * Runs the unit's first step (one section, then a yield) while the owner cancels the job from another
+   * process right after the yield's read. `holdRevocation`: the canceller's after-the-commit revocation
+   * waits until the unit's step is over (a slow or crashed canceller); otherwise it runs at once,
+   * racing the yield's commit as it would in production.
+   */
+  async function yieldRacingCancel(holdRevocation: boolean) {
+    const jobId = await harness.submit('legacy-stepped', { units: 1 });
+    expect((await harness.drain(1)).map((outcome) => outcome.kind)).toEqual(['fanned-out']);
+    const [unitTask] = harness.queue.drain();
+    if (!unitTask) throw new Error('no unit task');
+    // As recorded before fan-outs listed their units (the same setup as ended-fanout.test.ts and unit-heartbeat.test.ts).
+    await db().doc(`${JOBS}/${jobId}`).update({ 'fanout.unitIds': FieldValue.delete() });
+
+    const canceller = new JobStore(db(), harness.clock, harness.options);
+    const original = (canceller as unknown as PrivateStore).revokeUnitsOf.bind(canceller);
+    const revocationReached = gate();
+    const revocationMayGo = gate();
+    (canceller as unknown as PrivateStore).revokeUnitsOf = async (id, fanout) => {
+      revocationReached.open();
+      if (holdRevocation) await revocationMayGo.promise;
+      return original(id, fanout);
+    };
+
+    const getAll = db().getAll.bind(db());
+    let cancelling: Promise<unknown> | null = null;
+    const reads = jest.spyOn(db(), 'getAll').mockImplementation(async (...refs: (DocumentReference | ReadOptions)[]): Promise<DocumentSnapshot[]> => {
+      const snapshots = await getAll(...refs);
+      const paths = refs.map((ref) => ('path' in ref ? ref.path : ''));
+      // The unit's commit after its work (the yield): job, unit and slot read while the unit is held.
+      const unitCommitRead =
+        paths.length === 3 && paths[0] === `${JOBS}/${jobId}` && paths[1]?.includes('/units/') === true && paths[2]?.includes('/claims/') === true && snapshots[1]?.get('status') === 'running';
+      if (cancelling === null && unitCommitRead) {
+        cancelling = cancelJob(canceller, { jobId, owner: 'user-1', reason: 'cancelled while its unit commits' });
+        // The cancel has committed (its revocation has started): the yield's read is older than it.
+        await revocationReached.promise;
+      }
+      return snapshots;
+    });
+    let outcome;
+    try {
+      outcome = await runStep(harness.deps('unit-worker'), unitTask.task);
+    } finally {
+      reads.mockRestore();
+      revocationMayGo.open();
+    }
+    // Assigned inside the read's mock, which the compiler does not follow.
+    const cancelled = cancelling as Promise<unknown> | null;
+    expect(cancelled).not.toBeNull();
+    await cancelled;
+
+    const job = await db().doc(`${JOBS}/${jobId}`).get();
+    const [unit] = (await db().collection(`${JOBS}/${jobId}/units`).get()).docs;
+    return {
+      outcome: outcome.kind,
+      jobStatus: job.get('status') as unknown,
+      unitStatus: unit?.get('status') as unknown,
+      unitStep: unit?.get('step') as unknown,
+      tasksSent: harness.queue.tasks.map((task) => task.id),
+    };
+  }
+
+  test('legacy fan-out (no unit IDs), the canceller slow after its commit: a yield read before the cancel lands nothing; the unit is not queued again', async () => {
+    const seen = await yieldRacingCancel(true);
+    expect(seen.jobStatus).toBe('cancelled');
+    // The promise: a unit of an ended fan-out is never queued again; the stale holder's write does not land.
+    expect(seen).toMatchObject({ outcome: 'ownership-lost', unitStatus: 'running', tasksSent: [] });
+  });
+
+  test('legacy fan-out (no unit IDs), no delay anywhere: the yield read before the cancel lands nothing', async () => {
+    const seen = await yieldRacingCancel(false);
+    expect(seen.jobStatus).toBe('cancelled');
+    expect(seen).toMatchObject({ outcome: 'ownership-lost', unitStatus: 'running', tasksSent: [] });
+  });
 });

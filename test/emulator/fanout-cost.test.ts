@@ -14,23 +14,18 @@ import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit, type UnitRecord } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { heldUnitsPipeline, hold } from '../support/held-units';
 import type { RecordedTask } from '../support/task-queue';
 import { ManualTimers } from '../support/timers';
 
 const { pipeline: costedUnits, turns } = heldUnitsPipeline('costed-units');
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('fanout-cost', pipelineRegistry(costedUnits));
+const harness = engineSuite('fanout-cost', pipelineRegistry(costedUnits), {
+  beforeEach: () => {
+    turns.reset();
+  },
 });
-beforeEach(async () => {
-  turns.reset();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string): Promise<JobRecord> => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());

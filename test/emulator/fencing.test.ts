@@ -20,9 +20,9 @@ import { decodeJob, decodeUnit, type UnitRecord } from '../../functions/src/stor
 import type { JobStore } from '../../functions/src/store/job-store';
 import { JOBS } from '../../functions/src/store/paths';
 import { databaseImage } from '../support/database-image';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import type { RecordedTask } from '../support/task-queue';
-import { behaviour, resetBehaviour, testPipeline, type TestInput } from '../support/test-pipeline';
+import { behaviour, testPipeline, type TestInput } from '../support/test-pipeline';
 import { heldUnitsPipeline, hold, holdThen, unitFinished, type Hold, type UnitInput, type UnitResult } from '../support/held-units';
 import { ManualTimers } from '../support/timers';
 
@@ -30,17 +30,11 @@ import { ManualTimers } from '../support/timers';
 
 const { pipeline: fencedUnits, turns: unitTurns } = heldUnitsPipeline('fenced-units');
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('fencing', pipelineRegistry(testPipeline, fencedUnits));
+const harness = engineSuite('fencing', pipelineRegistry(testPipeline, fencedUnits), {
+  beforeEach: () => {
+    unitTurns.reset();
+  },
 });
-beforeEach(async () => {
-  resetBehaviour();
-  unitTurns.reset();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());

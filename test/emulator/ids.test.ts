@@ -6,7 +6,7 @@ import { runStep } from '../../functions/src/engine/step';
 import { createJobActionHandler } from '../../functions/src/http/job-actions-handler';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS, REJECTED_TASKS } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { testPipelines } from '../support/test-pipeline';
 
 /** A fan-out whose unit IDs each test chooses. */
@@ -30,15 +30,7 @@ const chosenUnits = definePipeline<Record<string, never>>({
   publish: () => ({ outcome: 'complete', title: 'Units', markdown: '', missing: [] }),
 });
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('ids', pipelineRegistry(...testPipelines.values(), chosenUnits));
-});
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('ids', pipelineRegistry(...testPipelines.values(), chosenUnits));
 
 const db = () => harness.firestore.db;
 const rejections = async () => (await db().collection(REJECTED_TASKS).get()).docs.map((doc) => ({ payload: doc.get('payload') as string, reason: doc.get('reason') as string }));

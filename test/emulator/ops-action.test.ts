@@ -9,19 +9,11 @@ import { decodeJob, encodeJob } from '../../functions/src/store/codec';
 import { jobPath } from '../../functions/src/store/paths';
 import { createOpsActionHandler, type VerifyOperatorToken } from '../../functions/src/http/ops-handler';
 import { deployedPipelines } from '../../functions/src/pipelines';
-import { engineHarness, type EngineHarness } from '../support/engine';
-import { resetBehaviour, testPipelines } from '../support/test-pipeline';
+import { engineSuite } from '../support/engine';
+import { testPipelines } from '../support/test-pipeline';
+import { RecordingResponse } from '../support/http';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('ops-action', testPipelines);
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('ops-action', testPipelines);
 
 /** The deployed pipelines, as the trigger hands them to the handler (a re-drive reads their phase lists only). */
 const deployed = deployedPipelines(() => harness.firestore.db);
@@ -53,27 +45,11 @@ async function call(body: unknown, options: { token?: string | null; method?: st
       error: (message, fields) => logged.push({ level: 'error', message, fields }),
     },
   });
-  const sent: Sent = { status: 0, body: {}, headers: {} };
-  const response = {
-    status(code: number) {
-      sent.status = code;
-      return response;
-    },
-    set(name: string, value: string) {
-      sent.headers[name] = value;
-      return response;
-    },
-    json(value: unknown) {
-      sent.body = value as Record<string, unknown>;
-    },
-    end() {
-      return undefined;
-    },
-  };
+  const response = new RecordingResponse();
   const token = options.token === undefined ? 'operator-token' : options.token;
   const headers: Record<string, string> = { 'content-type': options.contentType ?? 'application/json', origin: 'http://127.0.0.1:5173', ...(token === null ? {} : { authorization: `Bearer ${token}` }) };
   await handler({ method: options.method ?? 'POST', get: (name) => headers[name.toLowerCase()], rawBody: Buffer.from(JSON.stringify(body)) }, response);
-  return sent;
+  return { status: response.statusCode ?? 0, body: (response.body ?? {}) as Record<string, unknown>, headers: response.headersAsSet };
 }
 
 async function readJob(jobId: string): Promise<JobRecord> {

@@ -9,7 +9,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { assertFails, assertSucceeds, initializeTestEnvironment, type RulesTestEnvironment, type TokenOptions } from '@firebase/rules-unit-testing';
+import { assertFails, assertSucceeds, type RulesTestEnvironment, type TokenOptions } from '@firebase/rules-unit-testing';
 import {
   collection,
   deleteDoc,
@@ -21,15 +21,14 @@ import {
   orderBy,
   query,
   setDoc,
-  setLogLevel,
   updateDoc,
   where,
   type Firestore,
 } from 'firebase/firestore';
 
 import { sendIntent } from '../../functions/src/pipelines/notify/plan';
+import { as, RULES, rulesSuite, type Loosening } from '../support/rules';
 
-const RULES = readFileSync(join(__dirname, '..', '..', 'firestore.rules'), 'utf8');
 const OWNER = 'alice';
 const OPERATOR = 'olga';
 const STRANGER = 'bob';
@@ -37,22 +36,6 @@ const STRANGER = 'bob';
 const CONSOLE_SUBCOLLECTIONS = ['events', 'units', 'effects'] as const;
 /** Subcollections operators do not read (more of the user's content; what they do read of it is listed in firestore.rules). */
 const PRIVATE_SUBCOLLECTIONS = ['transcripts', 'drafts', 'sections', 'results', 'checkpoints', 'claims', 'artifacts', 'artifactChunks'] as const;
-
-function emulator(): { host: string; port: number } {
-  const address = process.env.FIRESTORE_EMULATOR_HOST;
-  if (!address) throw new Error('FIRESTORE_EMULATOR_HOST is not set: the emulator layer starts it in its global setup.');
-  const [host = '', port = ''] = address.split(':');
-  return { host, port: Number(port) };
-}
-
-const worker = process.env.JEST_WORKER_ID ?? '0';
-const environments: RulesTestEnvironment[] = [];
-
-async function environment(label: string, rules: string): Promise<RulesTestEnvironment> {
-  const created = await initializeTestEnvironment({ projectId: `demo-${label}-${worker}`, firestore: { ...emulator(), rules } });
-  environments.push(created);
-  return created;
-}
 
 /** alice's quarantined job with every subcollection, written with the rules off. */
 async function seed(env: RulesTestEnvironment): Promise<void> {
@@ -67,9 +50,6 @@ async function seed(env: RulesTestEnvironment): Promise<void> {
   });
 }
 
-/** The context's Firestore as `uid` with these token claims, or signed out. */
-const as = (env: RulesTestEnvironment, uid: string | null, claims: TokenOptions = {}): Firestore =>
-  (uid === null ? env.unauthenticatedContext() : env.authenticatedContext(uid, claims)).firestore() as unknown as Firestore;
 const operator = (env: RulesTestEnvironment): Firestore => as(env, OPERATOR, { admin: true });
 
 /** The console's queries: a list by status, newest first; a count by pipeline and status. */
@@ -84,13 +64,8 @@ const operatorReadsArtifact = (env: RulesTestEnvironment) => getDoc(doc(operator
 const operatorUpdatesJob = (env: RulesTestEnvironment) => updateDoc(doc(operator(env), 'jobs/job-a'), { status: 'queued' });
 
 let env: RulesTestEnvironment;
-beforeAll(async () => {
-  setLogLevel('error');
-  env = await environment('ops-rules', RULES);
-});
-beforeEach(() => seed(env));
-afterAll(async () => {
-  for (const created of environments) await created.cleanup();
+const { catchesLoosening } = rulesSuite('ops-rules', seed, (created) => {
+  env = created;
 });
 
 describe('an operator (admin claim) reads', () => {
@@ -242,13 +217,6 @@ describe('nobody writes, operators included', () => {
  * so that assertion would fail against the loosened rules.
  */
 describe('a loosened operator rule makes the checks above fail', () => {
-  interface Loosening {
-    readonly label: string;
-    readonly what: string;
-    readonly from: string;
-    readonly to: string;
-    readonly probe: (env: RulesTestEnvironment) => Promise<unknown>;
-  }
   const loosenings: readonly Loosening[] = [
     {
       label: 'ops-loose-claim',
@@ -287,12 +255,5 @@ describe('a loosened operator rule makes the checks above fail', () => {
     },
   ];
 
-  test.each(loosenings)('$what', async ({ label, from, to, probe }) => {
-    expect(RULES).toContain(from);
-    const loose = await environment(label, RULES.replace(from, to));
-    await seed(loose);
-    await assertSucceeds(probe(loose));
-    await expect(assertFails(probe(loose))).rejects.toThrow();
-    await assertFails(probe(env));
-  });
+  test.each(loosenings)('$what', (loosening) => catchesLoosening(loosening));
 });

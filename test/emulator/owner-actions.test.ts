@@ -11,19 +11,11 @@ import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS, jobPath } from '../../functions/src/store/paths';
 import { dyingInsideItsChange } from '../support/dead-client';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
-import { behaviour, resetBehaviour, testPipelines } from '../support/test-pipeline';
+import { engineSuite, gate } from '../support/engine';
+import { behaviour, testPipelines } from '../support/test-pipeline';
+import { RecordingResponse } from '../support/http';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('owner-actions', testPipelines);
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('owner-actions', testPipelines);
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
@@ -140,26 +132,10 @@ describe('over HTTP', () => {
       pipelines,
       logger: { warn: () => undefined, error: () => undefined },
     });
-    const sent: { status: number; body: unknown; headers: Record<string, string> } = { status: 0, body: undefined, headers: {} };
-    const response = {
-      status(code: number) {
-        sent.status = code;
-        return response;
-      },
-      set(name: string, value: string) {
-        sent.headers[name] = value;
-        return response;
-      },
-      json(value: unknown) {
-        sent.body = value;
-      },
-      end() {
-        return undefined;
-      },
-    };
+    const response = new RecordingResponse();
     const headers: Record<string, string> = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
     await handler({ method: 'POST', get: (name) => headers[name.toLowerCase()], rawBody: Buffer.from(JSON.stringify(body)) }, response);
-    return sent;
+    return { status: response.statusCode ?? 0, body: response.body, headers: response.headersAsSet };
   };
 
   test.each([

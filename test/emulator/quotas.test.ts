@@ -30,8 +30,9 @@ import { limits, type OperatorContext } from '../../scripts/cli/operator-command
 import type { LocalTarget } from '../../scripts/cli/target';
 import { submit as cliSubmit, type UserContext } from '../../scripts/cli/user-commands';
 import { openTestFirestore, type TestFirestore } from '../support/firestore';
-import { afterEveryGetAll } from '../support/interpose';
+import { afterEveryGetAll, whileInterposed } from '../support/interpose';
 import { RecordingTaskQueue } from '../support/task-queue';
+import { RecordingResponse } from '../support/http';
 
 const echoInput = z.strictObject({ text: z.string().min(1) });
 const echo = definePipeline<z.infer<typeof echoInput>>({
@@ -69,25 +70,7 @@ const notify = createNotifyPipeline(() => {
   throw new Error('no notify step runs in these tests');
 });
 
-class FakeResponse implements HttpResponse {
-  statusCode: number | undefined;
-  readonly headers = new Map<string, string>();
-  body: unknown;
-  status(code: number): this {
-    this.statusCode = code;
-    return this;
-  }
-  set(field: string, value: string): this {
-    this.headers.set(field.toLowerCase(), value);
-    return this;
-  }
-  json(body: unknown): this {
-    this.body = body;
-    return this;
-  }
-  end(): this {
-    return this;
-  }
+class FakeResponse extends RecordingResponse {
   get taskId(): string {
     return z.object({ taskId: z.string() }).parse(this.body).taskId;
   }
@@ -468,12 +451,7 @@ describe('a submit that keeps losing the race for its usage document', () => {
       changes += 1;
       await firestore.db.doc(quotaUsagePath('uid-alice')).set({ inFlightJobIds: [], recentSubmitsAtMs: [], updatedAtMs: 0, limitsChangedAtMs: changes });
     });
-    let answer: FakeResponse;
-    try {
-      answer = await submit({ key: 'contended' });
-    } finally {
-      interposed.restore();
-    }
+    const answer: FakeResponse = await whileInterposed(interposed, () => submit({ key: 'contended' }));
     expect(interposed.times()).toBeGreaterThan(1);
     expect(answer.statusCode).toBe(503);
     expect(Number(answer.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);

@@ -10,7 +10,7 @@ import { runStep } from '../../functions/src/engine/step';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
 import type { RecordedTask } from '../support/task-queue';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { ManualTimers } from '../support/timers';
 
 type Input = { units: number };
@@ -61,18 +61,13 @@ const pipeline = definePipeline<Input>({
   publish: () => ({ outcome: 'complete', title: 'Recovered', markdown: 'done', missing: [] }),
 });
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('recovery', pipelineRegistry(pipeline));
+const harness = engineSuite('recovery', pipelineRegistry(pipeline), {
+  beforeEach: () => {
+    control.hangs = 0;
+    control.unitHangs = 0;
+    control.sectionRuns = 0;
+  },
 });
-beforeEach(async () => {
-  control.hangs = 0;
-  control.unitHangs = 0;
-  control.sectionRuns = 0;
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());

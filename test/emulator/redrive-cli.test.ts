@@ -14,24 +14,15 @@ import { bufferedIo, type BufferedIo } from '../../scripts/cli/io';
 import { guarded, run } from '../../scripts/cli/main';
 import { redrive, type OperatorContext } from '../../scripts/cli/operator-commands';
 import type { LocalTarget } from '../../scripts/cli/target';
-import { engineHarness, type EngineHarness } from '../support/engine';
-import { resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { engineSuite } from '../support/engine';
+import { testPipeline } from '../support/test-pipeline';
 
 // The admin SDK's auth library would otherwise probe the GCE metadata server, off this machine.
 process.env.METADATA_SERVER_DETECTION ??= 'none';
 
 const pipelines = pipelineRegistry(testPipeline, canaryPipeline);
-let harness: EngineHarness;
 
-beforeAll(() => {
-  harness = engineHarness('redrive-cli', pipelines);
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('redrive-cli', pipelines);
 
 function target(): LocalTarget {
   const host = process.env.FIRESTORE_EMULATOR_HOST!;

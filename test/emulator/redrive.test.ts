@@ -9,27 +9,23 @@
 import type { JobRecord } from '../../functions/src/core/job';
 import { canaryPipeline } from '../../functions/src/pipelines/canary';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
-import { OperatorActionRefusedError, redriveJob, type RedriveOptions, type RedriveRequest } from '../../functions/src/engine/operator';
+import { OperatorActionRefusedError, redriveJob, releaseQuarantined, type RedriveOptions, type RedriveRequest } from '../../functions/src/engine/operator';
+import { RETENTION_GRACE_MS } from '../../functions/src/engine/retention';
+import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit, encodeJob } from '../../functions/src/store/codec';
-import type { JobStore } from '../../functions/src/store/job-store';
+import { JobStore } from '../../functions/src/store/job-store';
+import { resolveEngineOptions } from '../../functions/src/core/options';
 import { jobPath, JOBS, messagePath } from '../../functions/src/store/paths';
 import { SET_ASIDE } from '../../functions/src/store/phase-documents';
+import { EXPIRE_AT, EXPIRING_JOB_COLLECTIONS } from '../../functions/src/store/retention';
 import { dyingInsideItsChange } from '../support/dead-client';
-import { engineHarness, type EngineHarness } from '../support/engine';
-import { behaviour, firstPhase, resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { engineSuite } from '../support/engine';
+import { afterFirstGet, aroundBatchCommits, whileInterposed } from '../support/interpose';
+import { behaviour, firstPhase, testPipeline } from '../support/test-pipeline';
 
-let harness: EngineHarness;
 const pipelines = pipelineRegistry(testPipeline, canaryPipeline);
 
-beforeAll(() => {
-  harness = engineHarness('redrive', pipelines);
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('redrive', pipelines);
 
 const db = () => harness.firestore.db;
 const kinds = (outcomes: readonly { kind: string }[]) => outcomes.map((outcome) => outcome.kind);
@@ -50,6 +46,28 @@ async function rewriteJob(jobId: string, change: (job: JobRecord) => JobRecord):
   await db().doc(jobPath(jobId)).set({ ...encodeJob(change(decodeJob(jobId, snapshot.data()))), requestFingerprint: snapshot.get('requestFingerprint') as string });
 }
 
+/**
+ * The second phase: each section not yet recorded saves a transcript, then is recorded with
+ * `valueOf(index)`; a transcript found before the save is a thread resumed (`resumed` notes it: a
+ * re-driven section must start a fresh one). `onePerStep` yields after each section.
+ */
+function transcribedSections(resumed: string[], valueOf: (index: number) => number, { onePerStep = false } = {}): typeof behaviour.second {
+  return async (context) => {
+    const { sections: total } = context.checkpoint(firstPhase);
+    const recorded = new Set(context.sections().map((section) => section.id));
+    for (let index = 0; index < total; index += 1) {
+      const id = `s${index}`;
+      if (recorded.has(id)) continue;
+      if ((await context.loadTranscript(id)) !== null) resumed.push(id);
+      await context.saveTranscript(id, { messages: [{ role: 'user', content: `section ${id}` }] });
+      behaviour.sectionRuns.set(id, (behaviour.sectionRuns.get(id) ?? 0) + 1);
+      await context.recordSection(id, { value: valueOf(index) });
+      if (onePerStep) return { kind: 'yield' };
+    }
+    return { kind: 'done', state: { total: context.sections().reduce((sum, section) => sum + (section.data as { value: number }).value, 0) } };
+  };
+}
+
 /** A two-phase job run to completion, its second phase's sections saving a transcript each before they are recorded. */
 async function completedTwoPhaseJob(sections: number, conversationId?: string): Promise<{ jobId: string; firstRuns: () => number; resumed: string[] }> {
   let firstRuns = 0;
@@ -58,20 +76,7 @@ async function completedTwoPhaseJob(sections: number, conversationId?: string): 
     firstRuns += 1;
     return Promise.resolve({ kind: 'done', state: { sections: context.input.sections } });
   };
-  behaviour.second = async (context) => {
-    const { sections: total } = context.checkpoint(firstPhase);
-    const recorded = new Set(context.sections().map((section) => section.id));
-    for (let index = 0; index < total; index += 1) {
-      const id = `s${index}`;
-      if (recorded.has(id)) continue;
-      // A transcript found here is a thread resumed: a re-driven section must start a fresh one.
-      if ((await context.loadTranscript(id)) !== null) resumed.push(id);
-      await context.saveTranscript(id, { messages: [{ role: 'user', content: `section ${id}` }] });
-      behaviour.sectionRuns.set(id, (behaviour.sectionRuns.get(id) ?? 0) + 1);
-      await context.recordSection(id, { value: (index + 1) * (firstRuns + behaviour.publishes) });
-    }
-    return { kind: 'done', state: { total: context.sections().reduce((sum, section) => sum + (section.data as { value: number }).value, 0) } };
-  };
+  behaviour.second = transcribedSections(resumed, (index) => (index + 1) * (firstRuns + behaviour.publishes));
   const jobId = await harness.submit('two-phase', { sections }, 'user-1', conversationId);
   expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
   return { jobId, firstRuns: () => firstRuns, resumed };
@@ -345,5 +350,124 @@ describe('refusals: nothing is written', () => {
     await expectRefused(jobId, 'first', 'A re-drive says why (reason', { reason: '  ' });
     await expectRefused(jobId, 'first', 'A re-drive names who makes it (by)', { by: '' });
     await expect(redrive('no-such-job', 'first')).rejects.toThrow('Job no-such-job does not exist.');
+  });
+});
+
+describe('re-driven after the job first ended: the retention stamps on its timeline, a re-drive interrupted between its pages', () => {
+  const DAY_MS = 86_400_000;
+
+  test('a job re-driven near the end of its retention runs again with none of its documents still set to expire (its timeline is not deleted under it)', async () => {
+    const jobId = await harness.submit('two-phase', { sections: 2 }, 'user-1');
+    expect(kinds(await harness.drain())).toContain('completed');
+    const ended = await readJob(jobId);
+    // The sweeper stamps the ended job's events (and transcripts, drafts, artifacts) with expireAt = end + 30 days.
+    harness.clock.set(ended.finishedAtMs! + RETENTION_GRACE_MS + 1_000);
+    await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+    expect((await readJob(jobId)).retention).toBeNull();
+
+    // Day 29 and a half: an operator re-drives it. README: "retention marker [is] cleared (the sweeper neither expires nor settles a job that runs again)".
+    harness.clock.set(ended.finishedAtMs! + harness.options.retentionDays * DAY_MS - 12 * 3_600_000);
+    await redrive(jobId, 'second');
+    expect((await readJob(jobId)).status).toBe('queued');
+
+    // Firestore's TTL deletes a document within a day of its expireAt: list what of this live job is due to go within the day.
+    const dueWithinADay = (await db().collection(`${JOBS}/${jobId}/events`).get()).docs
+      .filter((doc) => {
+        const at = doc.get(EXPIRE_AT) as { toMillis(): number } | undefined;
+        return at !== undefined && at.toMillis() <= harness.clock.now() + DAY_MS;
+      })
+      .map((doc) => doc.get('kind') as string);
+    expect(dueWithinADay).toEqual([]);
+  });
+
+  test('bug 24: a re-drive that lands after the retention pass read the ended job leaves no expiry stamp on any page of the re-run job', async () => {
+    const jobId = await harness.submit('two-phase', { sections: 2 }, 'user-1');
+    expect(kinds(await harness.drain())).toContain('completed');
+    const ended = await readJob(jobId);
+    expect(ended.retention).toEqual({ dueAtMs: ended.finishedAtMs, cursor: null });
+    harness.clock.set(ended.finishedAtMs! + RETENTION_GRACE_MS + 1_000);
+    // Pages of 2, so the pass has several page commits to make after the re-drive.
+    const store = new JobStore(db(), harness.clock, resolveEngineOptions({ ...harness.options, sweepBatchSize: 2 }));
+
+    // The pass has read the job (ended, its stamping due); before it stamps a page, an operator re-drives
+    // the job and its re-run takes its first step (a claim, events on the timeline).
+    const interposed = afterFirstGet(db(), jobPath(jobId), async () => {
+      await redrive(jobId, 'second');
+      expect(kinds(await harness.drain(1))).toEqual(['handed-off']);
+    });
+    const report = await whileInterposed(interposed, () => sweep({ store, queue: harness.queue, log: () => undefined }, harness.clock.now()));
+    expect(interposed.ran()).toBe(true);
+
+    const stamped: string[] = [];
+    for (const collection of EXPIRING_JOB_COLLECTIONS) {
+      for (const doc of (await db().collection(`${JOBS}/${jobId}/${collection}`).get()).docs) if (doc.get(EXPIRE_AT) !== undefined) stamped.push(`${collection}/${doc.id} (${String(doc.get('kind'))})`);
+    }
+    expect(stamped).toEqual([]);
+    expect(report.retention).toMatchObject({ jobsStamped: 0, jobsDeferred: 1, documentsStamped: 0, errors: 0 });
+    const rerun = await readJob(jobId);
+    expect({ status: rerun.status, retention: rerun.retention }).toEqual({ status: 'queued', retention: null });
+  });
+
+  test('bug 24: a re-drive between two pages of the retention pass takes off the stamps the first page wrote, and the next page writes none', async () => {
+    const jobId = await harness.submit('two-phase', { sections: 2 }, 'user-1');
+    expect(kinds(await harness.drain())).toContain('completed');
+    const ended = await readJob(jobId);
+    harness.clock.set(ended.finishedAtMs! + RETENTION_GRACE_MS + 1_000);
+    // The pass's database: once its first page of stamps has committed, the operator re-drives the job.
+    let commits = 0;
+    const passDb = aroundBatchCommits(db(), async (commit, landed) => {
+      commits = commit;
+      const results = await landed();
+      if (commit === 1) await redrive(jobId, 'second');
+      return results;
+    });
+    const store = new JobStore(passDb, harness.clock, resolveEngineOptions({ ...harness.options, sweepBatchSize: 2 }));
+
+    const report = await sweep({ store, queue: harness.queue, log: () => undefined }, harness.clock.now());
+
+    expect(commits).toBe(2); // the first page's, then the second page's, which the re-drive's write to the job fails
+    expect(report.retention).toMatchObject({ jobsStamped: 0, jobsDeferred: 1, documentsStamped: 2, errors: 0 });
+    const stamped = (await db().collection(`${JOBS}/${jobId}/events`).get()).docs.filter((doc) => doc.get(EXPIRE_AT) !== undefined).map((doc) => doc.id);
+    expect(stamped).toEqual([]);
+    expect((await readJob(jobId)).status).toBe('queued');
+  });
+
+  test('a re-drive interrupted between its pages: release is refused (it would run on half-set-aside state); the re-drive run again finishes it, redoing the phase with no old transcript', async () => {
+    let firstRuns = 0;
+    const resumed: string[] = [];
+    behaviour.first = (context) => {
+      firstRuns += 1;
+      return Promise.resolve({ kind: 'done', state: { sections: context.input.sections } });
+    };
+    // One section a step, each saving a transcript before it is recorded.
+    behaviour.second = transcribedSections(resumed, (index) => index, { onePerStep: true });
+    const jobId = await harness.submit('two-phase', { sections: 4 }, 'user-1');
+    expect(kinds(await harness.drain(4))).toEqual(['handed-off', 'handed-off', 'handed-off', 'handed-off']); // first, s0, s1, s2
+    harness.queue.drain();
+    // Quarantined (its worker lost once too often) mid-second.
+    const nowMs = harness.clock.now();
+    await rewriteJob(jobId, (job) => ({ ...job, status: 'quarantined', lease: null, quarantine: { reason: 'lost its worker 4 times', atMs: nowMs }, finishedAtMs: nowMs }));
+
+    // The operator re-drives from first; the connection drops after the first page.
+    let commits = 0;
+    const interrupted: JobStore = Object.create(harness.store) as JobStore;
+    const apply: JobStore['apply'] = (owner, decide) => {
+      commits += 1;
+      if (commits === 2) return Promise.reject(new Error('the connection was reset (injected)'));
+      return harness.store.apply(owner, decide);
+    };
+    interrupted.apply = apply;
+    await expect(redriveJob(interrupted, harness.queue, request(jobId, 'first'), harness.clock.now(), { pipelines, pageSize: 2 })).rejects.toThrow('injected');
+    expect((await readJob(jobId)).status).toBe('quarantined');
+
+    // The console still offers release on a quarantined job; another operator presses it, and is refused with what to do.
+    await expect(releaseQuarantined(harness.store, harness.queue, jobId, harness.clock.now(), () => undefined)).rejects.toThrow(
+      /An interrupted re-drive of job \w+ from first already set some of its documents aside; run it again from first to finish it/,
+    );
+    expect((await readJob(jobId)).status).toBe('quarantined');
+    await redrive(jobId, 'first');
+    await harness.drain();
+    // README (re-drive): the re-run "resumes no old transcript"; and the operator asked for `first` to be redone.
+    expect({ status: (await readJob(jobId)).status, resumed, firstRuns }).toEqual({ status: 'completed', resumed: [], firstRuns: 2 });
   });
 });

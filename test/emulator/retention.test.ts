@@ -4,7 +4,7 @@
  * keeps (its document, answer, sections, checkpoints, units, claims) never does; a rejected task is
  * stamped when written. The emulator never deletes expired documents: these tests check the stamps.
  */
-import { Timestamp, type Firestore, type WriteBatch } from 'firebase-admin/firestore';
+import { Timestamp, type Firestore } from 'firebase-admin/firestore';
 import type { JobRecord, JobStatus } from '../../functions/src/core/job';
 import { resolveEngineOptions, type EngineOptions } from '../../functions/src/core/options';
 import { cancelJobRecord, completeJob, settleJobError } from '../../functions/src/core/transitions';
@@ -14,7 +14,8 @@ import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { encodeJob } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { EXPIRE_AT } from '../../functions/src/store/retention';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
+import { aroundBatchCommits } from '../support/interpose';
 import { researchSetup } from '../support/research';
 
 const DAY_MS = 86_400_000;
@@ -23,16 +24,10 @@ const RETENTION_DAYS = 7;
 const BATCH = 4;
 const BOUND = RETENTION_MAX_PAGES * BATCH;
 
-let harness: EngineHarness;
 
-beforeAll(() => {
-  harness = engineHarness('retention', (firestore, clock) => researchSetup(firestore.db, clock).registry, { retentionDays: RETENTION_DAYS });
+const harness = engineSuite('retention', (firestore, clock) => researchSetup(firestore.db, clock).registry, {
+  options: { retentionDays: RETENTION_DAYS },
 });
-beforeEach(async () => {
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = (): Firestore => harness.firestore.db;
 
@@ -190,24 +185,9 @@ test("a job with more expiring documents than one sweep's bound keeps its marker
 
 /** The same database, with `beforeCommit` run before every write batch's commit (the commit goes ahead unless it throws). */
 function withBatchHook(beforeCommit: (commits: number) => Promise<void>): Firestore {
-  let commits = 0;
-  return new Proxy(db(), {
-    get(target, property, receiver) {
-      if (property !== 'batch') {
-        const value: unknown = Reflect.get(target, property, receiver);
-        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-      }
-      return (): WriteBatch => {
-        const batch = target.batch();
-        const commit = batch.commit.bind(batch);
-        batch.commit = async () => {
-          commits += 1;
-          await beforeCommit(commits);
-          return commit();
-        };
-        return batch;
-      };
-    },
+  return aroundBatchCommits(db(), async (commits, commit) => {
+    await beforeCommit(commits);
+    return commit();
   });
 }
 

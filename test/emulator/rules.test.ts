@@ -4,32 +4,14 @@
  * writes anything. Each case is one assertion. The last block loads deliberately loosened copies
  * of the rules and shows that the very checks made here would catch each loosening.
  */
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { assertFails, assertSucceeds, initializeTestEnvironment, type RulesTestEnvironment } from '@firebase/rules-unit-testing';
-import { collection, deleteDoc, doc, getDoc, getDocs, limit, query, setDoc, setLogLevel, updateDoc, where, type Firestore } from 'firebase/firestore';
+import { assertFails, assertSucceeds, type RulesTestEnvironment } from '@firebase/rules-unit-testing';
+import { collection, deleteDoc, doc, getDoc, getDocs, limit, query, setDoc, updateDoc, where, type Firestore } from 'firebase/firestore';
+import { as, RULES, rulesSuite, type Loosening } from '../support/rules';
 
-const RULES = readFileSync(join(__dirname, '..', '..', 'firestore.rules'), 'utf8');
 const OWNER = 'alice';
 const STRANGER = 'bob';
 /** Every subcollection the engine writes under a job. */
 const SUBCOLLECTIONS = ['events', 'sections', 'units', 'results', 'effects', 'transcripts', 'checkpoints', 'drafts'] as const;
-
-function emulator(): { host: string; port: number } {
-  const address = process.env.FIRESTORE_EMULATOR_HOST;
-  if (!address) throw new Error('FIRESTORE_EMULATOR_HOST is not set: the emulator layer starts it in its global setup.');
-  const [host = '', port = ''] = address.split(':');
-  return { host, port: Number(port) };
-}
-
-const worker = process.env.JEST_WORKER_ID ?? '0';
-const environments: RulesTestEnvironment[] = [];
-
-async function environment(label: string, rules: string): Promise<RulesTestEnvironment> {
-  const created = await initializeTestEnvironment({ projectId: `demo-${label}-${worker}`, firestore: { ...emulator(), rules } });
-  environments.push(created);
-  return created;
-}
 
 /** alice's job and conversation, bob's, and the engine's own collections, written with rules off. */
 async function seed(env: RulesTestEnvironment): Promise<void> {
@@ -51,24 +33,14 @@ async function seed(env: RulesTestEnvironment): Promise<void> {
   });
 }
 
-/** The context's Firestore (a compat instance, which the modular functions accept) as `uid`, or signed out. */
-const as = (env: RulesTestEnvironment, uid: string | null): Firestore =>
-  (uid === null ? env.unauthenticatedContext() : env.authenticatedContext(uid)).firestore() as unknown as Firestore;
-
 /** The stranger's read of alice's job: the check the loosened-rules tests reuse. */
 const strangerReadsJob = (env: RulesTestEnvironment) => getDoc(doc(as(env, STRANGER), 'jobs/job-a'));
 const strangerReadsEvents = (env: RulesTestEnvironment) => getDocs(collection(as(env, STRANGER), 'jobs/job-a/events'));
 const ownerUpdatesJob = (env: RulesTestEnvironment) => updateDoc(doc(as(env, OWNER), 'jobs/job-a'), { status: 'completed' });
 
 let env: RulesTestEnvironment;
-beforeAll(async () => {
-  // Denied writes are what these tests expect; the SDK would log each one as a warning.
-  setLogLevel('error');
-  env = await environment('rules', RULES);
-});
-beforeEach(() => seed(env));
-afterAll(async () => {
-  for (const created of environments) await created.cleanup();
+const { catchesLoosening, environment } = rulesSuite('rules', seed, (created) => {
+  env = created;
 });
 
 describe('the owner reads', () => {
@@ -258,13 +230,6 @@ describe('no client writes anything, not even the owner', () => {
  * rejects: that assertion would fail against the loosened rules.
  */
 describe('a loosened rule makes the checks above fail', () => {
-  interface Loosening {
-    readonly label: string;
-    readonly what: string;
-    readonly from: string;
-    readonly to: string;
-    readonly probe: (env: RulesTestEnvironment) => Promise<unknown>;
-  }
   const loosenings: readonly Loosening[] = [
     {
       label: 'rules-loose-job',
@@ -289,15 +254,7 @@ describe('a loosened rule makes the checks above fail', () => {
     },
   ];
 
-  test.each(loosenings)('$what', async ({ label, from, to, probe }) => {
-    expect(RULES).toContain(from);
-    const loose = await environment(label, RULES.replace(from, to));
-    await seed(loose);
-    await assertSucceeds(probe(loose));
-    await expect(assertFails(probe(loose))).rejects.toThrow();
-    // And the real rules still refuse the same call.
-    await assertFails(probe(env));
-  });
+  test.each(loosenings)('$what', (loosening) => catchesLoosening(loosening));
 });
 
 describe("a user's limits (userLimits/{uid}) and quota usage (quotaUsage/{uid})", () => {

@@ -7,21 +7,12 @@ import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { checkpointPath, JOBS, jobPath, REJECTED_TASKS } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineSuite, gate } from '../support/engine';
 import { beforeFirstGet } from '../support/interpose';
 import { behaviour, recordSections, resetBehaviour, testPipelines } from '../support/test-pipeline';
 import { ManualTimers } from '../support/timers';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('runner', testPipelines);
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('runner', testPipelines);
 
 const db = () => harness.firestore.db;
 const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());

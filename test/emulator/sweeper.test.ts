@@ -10,6 +10,8 @@ import { scheduledNowMs, sweepHandler } from '../../functions/src/triggers/sweep
 import { openTestFirestore, type TestFirestore } from '../support/firestore';
 import { dyingInsideItsChange } from '../support/dead-client';
 import { RecordingTaskQueue } from '../support/task-queue';
+import { unitRecord as recordOf } from '../support/records';
+import { createdJob, putJob as putJobIn } from '../support/engine';
 
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 0);
 const SECOND = 1000;
@@ -40,18 +42,8 @@ function sweepAt(nowMs: number, on: JobStore = store): Promise<SweepReport> {
   return sweep({ store: on, queue, log: (message) => warnings.push(message) }, nowMs);
 }
 
-async function newJob(on: JobStore = store): Promise<JobRecord> {
-  const result = await on.createJob({ owner: 'user-1', pipeline: 'research', input: { topic: 'tides' }, conversationId: null, idempotencyKey: null });
-  if (!('created' in result)) throw new Error('unexpected idempotency conflict');
-  return result.job;
-}
-
-/** Puts a job in the state a test needs, as the engine would have written it. */
-async function putJob(job: JobRecord, changes: Partial<JobRecord>): Promise<JobRecord> {
-  const next = { ...job, ...changes };
-  await store.jobRef(job.id).update(encodeJob(next));
-  return next;
-}
+const newJob = (on: JobStore = store): Promise<JobRecord> => createdJob(on, 'research', { topic: 'tides' });
+const putJob = (job: JobRecord, changes: Partial<JobRecord>): Promise<JobRecord> => putJobIn(store, job, changes);
 
 async function runningJob(leaseExpiresAtMs: number, changes: Partial<JobRecord> = {}, on: JobStore = store): Promise<JobRecord> {
   const job = await newJob(on);
@@ -70,28 +62,7 @@ async function events(jobId: string): Promise<{ kind: string; message: string; u
 }
 
 function unitRecord(jobId: string, unit: string, changes: Partial<UnitRecord>): UnitRecord {
-  return {
-    jobId,
-    unit,
-    phase: 'experts',
-    fanoutEpoch: 4,
-    status: 'queued',
-    epoch: 0,
-    lease: null,
-    step: 0,
-    dispatch: 0,
-    attempts: 0,
-    staleReclaims: 0,
-    nextRunAtMs: T0,
-    progress: {},
-    cost: {},
-    costInJob: {},
-    claimTally: null,
-    result: null,
-    lastError: null,
-    updatedAtMs: T0,
-    ...changes,
-  };
+  return recordOf({ jobId, unit, phase: 'experts', fanoutEpoch: 4, nextRunAtMs: T0, updatedAtMs: T0, ...changes });
 }
 
 async function putUnit(record: UnitRecord): Promise<void> {

@@ -6,19 +6,10 @@
  */
 import { pipelineRegistry, type PhaseOutcome, type StepContext } from '../../functions/src/core/pipeline';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
-import { behaviour, resetBehaviour, testPipeline, type TestInput } from '../support/test-pipeline';
+import { engineSuite } from '../support/engine';
+import { behaviour, testPipeline, type TestInput } from '../support/test-pipeline';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('transcript-log', pipelineRegistry(testPipeline));
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('transcript-log', pipelineRegistry(testPipeline));
 
 const db = () => harness.firestore.db;
 const TURNS = 200;

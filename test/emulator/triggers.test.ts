@@ -12,12 +12,13 @@ import { systemClock } from '../../functions/src/core/clock';
 import { stepTaskId, type JobRecord } from '../../functions/src/core/job';
 import { resolveEngineOptions } from '../../functions/src/core/options';
 import { runJobStep, sweepJobs } from '../../functions/src/index';
-import { decodeJob, encodeJob } from '../../functions/src/store/codec';
+import { decodeJob } from '../../functions/src/store/codec';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS, REJECTED_TASKS } from '../../functions/src/store/paths';
 import { provideBackends } from '../../functions/src/triggers/admin';
 import { openTestFirestore } from '../support/firestore';
 import { RecordingTaskQueue } from '../support/task-queue';
+import { createdJob, putJob as putJobIn } from '../support/engine';
 
 const SECOND = 1000;
 const firestore = openTestFirestore('triggers');
@@ -58,17 +59,8 @@ afterAll(async () => {
   await firestore.close();
 });
 
-async function newJob(pipeline = 'canary', input: unknown = { text: 'One paragraph.\n\nAnother one.' }): Promise<JobRecord> {
-  const result = await store.createJob({ owner: 'user-1', pipeline, input, conversationId: null, idempotencyKey: null });
-  if (!('created' in result)) throw new Error('unexpected idempotency conflict');
-  return result.job;
-}
-
-async function putJob(job: JobRecord, changes: Partial<JobRecord>): Promise<JobRecord> {
-  const next = { ...job, ...changes };
-  await store.jobRef(job.id).update(encodeJob(next));
-  return next;
-}
+const newJob = (pipeline = 'canary', input: unknown = { text: 'One paragraph.\n\nAnother one.' }): Promise<JobRecord> => createdJob(store, pipeline, input);
+const putJob = (job: JobRecord, changes: Partial<JobRecord>): Promise<JobRecord> => putJobIn(store, job, changes);
 
 async function read(jobId: string): Promise<JobRecord> {
   return decodeJob(jobId, (await firestore.db.doc(`${JOBS}/${jobId}`).get()).data());

@@ -10,25 +10,19 @@ import { endUnreadableJob } from '../../functions/src/store/unreadable-jobs';
 import { runStep } from '../../functions/src/engine/step';
 import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite } from '../support/engine';
 import { heldUnitsPipeline, hold } from '../support/held-units';
-import { behaviour, resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { behaviour, testPipeline } from '../support/test-pipeline';
 
 const held = heldUnitsPipeline('unreadable-units');
-let harness: EngineHarness;
 let warnings: string[];
 
-beforeAll(() => {
-  harness = engineHarness('unreadable-jobs', pipelineRegistry(testPipeline, held.pipeline));
+const harness = engineSuite('unreadable-jobs', pipelineRegistry(testPipeline, held.pipeline), {
+  beforeEach: () => {
+    held.turns.reset();
+    warnings = [];
+  },
 });
-beforeEach(async () => {
-  resetBehaviour();
-  held.turns.reset();
-  harness.queue.drain();
-  warnings = [];
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const jobDoc = (jobId: string) => db().doc(`${JOBS}/${jobId}`);

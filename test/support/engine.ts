@@ -1,7 +1,7 @@
 /** Wires the engine to the emulator with an injected clock, a recording task queue and silent timers. */
 import { ManualClock, seededRandom } from '../../functions/src/core/clock';
 import type { Timers } from '../../functions/src/core/flusher';
-import { stepTaskId } from '../../functions/src/core/job';
+import { stepTaskId, type JobRecord } from '../../functions/src/core/job';
 import { resolveEngineOptions, type EngineOptions } from '../../functions/src/core/options';
 import type { PipelineRegistry } from '../../functions/src/core/pipeline';
 import { DEFAULT_QUOTA_DEFAULTS, MAX_SPEND_USD_PER_DAY } from '../../functions/src/core/quota';
@@ -10,8 +10,11 @@ import { sweep } from '../../functions/src/engine/sweeper';
 import type { RunnerDeps, StepOutcome } from '../../functions/src/engine/step/deps';
 import { SpendLedger } from '../../functions/src/store/quota-documents';
 import { JobStore } from '../../functions/src/store/job-store';
+import { decodeJob, encodeJob } from '../../functions/src/store/codec';
+import { JOBS } from '../../functions/src/store/paths';
 import { openTestFirestore, type TestFirestore } from './firestore';
 import { RecordingTaskQueue } from './task-queue';
+import { resetBehaviour } from './test-pipeline';
 
 /** Timers that never fire: heartbeats only happen when a test asks for them. */
 export const stoppedTimers: Timers = { setTimeout: () => undefined, clearTimeout: () => undefined };
@@ -22,6 +25,10 @@ export interface EngineHarness {
   readonly queue: RecordingTaskQueue;
   readonly store: JobStore;
   readonly options: EngineOptions;
+  /** The job document as the engine decodes it. */
+  readJob(jobId: string): Promise<JobRecord>;
+  /** The kinds of the job's events, oldest first. */
+  eventKinds(jobId: string): Promise<string[]>;
   deps(worker?: string, overrides?: Partial<RunnerDeps>): RunnerDeps;
   submit(pipeline: string, input: unknown, owner?: string, conversationId?: string): Promise<string>;
   /**
@@ -52,6 +59,8 @@ export function engineHarness(
     queue,
     store,
     options,
+    readJob: async (jobId) => decodeJob(jobId, (await firestore.db.doc(`${JOBS}/${jobId}`).get()).data()),
+    eventKinds: async (jobId) => (await firestore.db.collection(`${JOBS}/${jobId}/events`).orderBy('atMs').get()).docs.map((doc) => doc.get('kind') as string),
     deps: (worker = 'worker-a', extra = {}) => ({ store, queue, pipelines, random, worker, timers: stoppedTimers, spendLedger, ...extra }),
     async submit(pipeline, input, owner = 'user-1', conversationId) {
       const created = await store.createJob({ owner, pipeline, input, conversationId: conversationId ?? null, idempotencyKey: null });
@@ -73,6 +82,49 @@ export function engineHarness(
     },
   };
   return harness;
+}
+
+export interface EngineSuiteSetup {
+  readonly options?: Partial<EngineOptions>;
+  /** A file's own per-test state, set after the project and queue are emptied. */
+  readonly beforeEach?: () => void | Promise<void>;
+  readonly afterEach?: () => unknown;
+}
+
+/**
+ * One engine harness for a whole test file: every test starts from an empty project, an empty
+ * queue and the test pipeline's default behaviour, and the client closes after the file.
+ */
+export function engineSuite(label: string, pipelinesOrFactory: Parameters<typeof engineHarness>[1], setup: EngineSuiteSetup = {}): EngineHarness {
+  const harness = engineHarness(label, pipelinesOrFactory, setup.options);
+  beforeEach(async () => {
+    resetBehaviour();
+    harness.queue.drain();
+    await harness.firestore.reset();
+    await setup.beforeEach?.();
+  });
+  const { afterEach: afterEachTest } = setup;
+  if (afterEachTest) {
+    afterEach(async () => {
+      await afterEachTest();
+    });
+  }
+  afterAll(() => harness.firestore.close());
+  return harness;
+}
+
+/** A job created by `store` as submit creates it (not queued: the test moves it where it needs it). */
+export async function createdJob(store: JobStore, pipeline: string, input: unknown): Promise<JobRecord> {
+  const result = await store.createJob({ owner: 'user-1', pipeline, input, conversationId: null, idempotencyKey: null });
+  if (!('created' in result)) throw new Error('unexpected idempotency conflict');
+  return result.job;
+}
+
+/** Puts a job in the state a test needs, as the engine would have written it. */
+export async function putJob(store: JobStore, job: JobRecord, changes: Partial<JobRecord>): Promise<JobRecord> {
+  const next = { ...job, ...changes };
+  await store.jobRef(job.id).update(encodeJob(next));
+  return next;
 }
 
 /** A promise a test resolves by hand, to hold a worker at a chosen point. */

@@ -19,6 +19,41 @@ export interface HeldUnits {
   readonly turns: { run: UnitTurn; reset(): void };
 }
 
+export interface UnitsPipelineSpec {
+  /** The fan-out phase's name: `experts` unless given. */
+  readonly phase?: string;
+  /** The most units an input may ask for: 3 unless given. */
+  readonly maxUnits?: number;
+  readonly description?: string;
+  /** The unit IDs for `count` units: `u0`, `u1`… unless given. */
+  readonly unitIds?: (count: number) => string[];
+  readonly publish?: PipelineDefinition<UnitInput>['publish'];
+}
+
+/** One fan-out phase whose units run `runUnit`, joined into the total of their values: the fan-out tests' pipelines. */
+export function unitsPipeline(name: string, runUnit: UnitTurn, spec: UnitsPipelineSpec = {}): PipelineDefinition<UnitInput> {
+  const unitIds = spec.unitIds ?? ((count: number) => Array.from({ length: count }, (_, index) => `u${index}`));
+  return definePipeline<UnitInput>({
+    name,
+    description: spec.description ?? 'Test pipeline: one fan-out phase whose units the test sets',
+    input: z.strictObject({ units: z.number().int().min(1).max(spec.maxUnits ?? 3) }),
+    phases: [
+      defineFanOutPhase<UnitInput, { total: number }, UnitResult>({
+        name: spec.phase ?? 'experts',
+        state: z.strictObject({ total: z.number() }),
+        section: z.strictObject({ value: z.number() }),
+        fanOut: {
+          units: (context) => unitIds(context.input.units),
+          unitState: z.strictObject({ value: z.number() }),
+          runUnit,
+          join: (results) => ({ total: [...results.values()].reduce((sum, result) => sum + result.value, 0) }),
+        },
+      }),
+    ],
+    publish: spec.publish ?? (() => ({ outcome: 'complete', title: 'Total', markdown: 'units joined', missing: [] })),
+  });
+}
+
 /** One fan-out phase `experts` with units `u0`… (`input.units` of them, at most `maxUnits`), joined into their total. */
 export function heldUnitsPipeline(name: string, maxUnits = 3): HeldUnits {
   const finish: UnitTurn = () => Promise.resolve(unitFinished);
@@ -28,25 +63,7 @@ export function heldUnitsPipeline(name: string, maxUnits = 3): HeldUnits {
       turns.run = finish;
     },
   };
-  const pipeline = definePipeline<UnitInput>({
-    name,
-    description: 'Test pipeline: one fan-out phase whose units the test holds and releases',
-    input: z.strictObject({ units: z.number().int().min(1).max(maxUnits) }),
-    phases: [
-      defineFanOutPhase<UnitInput, { total: number }, UnitResult>({
-        name: 'experts',
-        state: z.strictObject({ total: z.number() }),
-        section: z.strictObject({ value: z.number() }),
-        fanOut: {
-          units: (context) => Array.from({ length: context.input.units }, (_, index) => `u${index}`),
-          unitState: z.strictObject({ value: z.number() }),
-          runUnit: (context, unit) => turns.run(context, unit),
-          join: (results) => ({ total: [...results.values()].reduce((sum, result) => sum + result.value, 0) }),
-        },
-      }),
-    ],
-    publish: () => ({ outcome: 'complete', title: 'Total', markdown: 'units joined', missing: [] }),
-  });
+  const pipeline = unitsPipeline(name, (context, unit) => turns.run(context, unit), { maxUnits, description: 'Test pipeline: one fan-out phase whose units the test holds and releases' });
   return { pipeline, turns };
 }
 

@@ -105,3 +105,37 @@ export function answerLostAfterFirstCommit(matches: (paths: readonly string[]) =
   ];
   return { restore: () => spies.forEach((spy) => spy.mockRestore()), ran: () => ran };
 }
+
+/**
+ * The same database, with `around` run on every write batch's commit: it gets the commit's number
+ * (from 1) and the commit itself, to run before, after or not at all (throwing instead).
+ */
+export function aroundBatchCommits(db: Firestore, around: (commits: number, commit: () => Promise<WriteResult[]>) => Promise<WriteResult[]>): Firestore {
+  let commits = 0;
+  return new Proxy(db, {
+    get(target, property, receiver) {
+      if (property !== 'batch') {
+        const value: unknown = Reflect.get(target, property, receiver);
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      }
+      return (): WriteBatch => {
+        const batch = target.batch();
+        const commit = batch.commit.bind(batch);
+        batch.commit = () => {
+          commits += 1;
+          return around(commits, commit);
+        };
+        return batch;
+      };
+    },
+  });
+}
+
+/** Runs `run` with the interposition in place, and puts the real read back after it, however it ends. */
+export async function whileInterposed<T>(interposed: Interposed, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } finally {
+    interposed.restore();
+  }
+}

@@ -1,10 +1,12 @@
 /** The local receiver and the notify pipeline wired to it, for the effects and notify tests. */
 import type { Clock } from '../../functions/src/core/clock';
+import type { EngineOptions } from '../../functions/src/core/options';
 import { pipelineRegistry, type PipelineRegistry } from '../../functions/src/core/pipeline';
 import { createHttpEffectAdapter } from '../../functions/src/effects/http-adapter';
 import type { EffectAdapter } from '../../functions/src/effects/port';
 import { createNotifyPipeline, type NotifyDeps } from '../../functions/src/pipelines/notify';
 import { Receiver } from '../../scripts/receiver';
+import { engineSuite, type EngineHarness } from './engine';
 
 export { Receiver } from '../../scripts/receiver';
 
@@ -61,4 +63,36 @@ export async function eventually(probe: () => boolean | Promise<boolean>, what: 
     await new Promise((resolve) => setTimeout(resolve, 2));
   }
   throw new Error(`never happened: ${what}`);
+}
+
+export interface NotifySuite {
+  readonly harness: EngineHarness;
+  readonly notify: ReturnType<typeof notifySetup>;
+  /** This test's receiver (a fresh one per test, stopped after it). */
+  readonly receiver: () => Receiver;
+}
+
+/**
+ * The engine suite for effects tests: the notify pipeline (beside `others`) on the emulator, and a
+ * receiver of its own for every test, which the notify pipeline sends to and which stops after it.
+ */
+export function notifySuite(label: string, setup: { readonly options?: Partial<EngineOptions>; readonly others?: PipelineRegistry } = {}): NotifySuite {
+  let current: Receiver | undefined;
+  const receiver = (): Receiver => {
+    if (!current) throw new Error('no receiver: it starts before each test');
+    return current;
+  };
+  const notify = notifySetup(receiver);
+  const harness = engineSuite(label, pipelineRegistry(...([...(setup.others?.values() ?? []), ...notify.registry.values()] as [never])), {
+    ...(setup.options ? { options: setup.options } : {}),
+    beforeEach: async () => {
+      current = await startReceiver(harness.clock);
+      notify.deps.current = { adapter: httpAdapter(current), unavailableWaitMs: 60_000 };
+    },
+    afterEach: async () => {
+      await current?.stop();
+      current = undefined;
+    },
+  });
+  return { harness, notify, receiver };
 }

@@ -20,6 +20,7 @@ import { newQueuedJob, type JobRecord, type UnitRecord } from '../../functions/s
 import { budgetWait } from '../../functions/src/core/lifecycle';
 import { TransitionRefused } from '../../functions/src/core/transitions';
 import { endUnreadableJobStatus } from '../../functions/src/core/unreadable-job';
+import { unitRecord } from '../support/records';
 
 const NOW = 1_000_000;
 const lease = (epoch: number) => ({ epoch, worker: 'w', expiresAtMs: NOW + 60_000, renewedAtMs: NOW });
@@ -39,28 +40,7 @@ function job(overrides: Partial<JobRecord> = {}): JobRecord {
 }
 
 function unit(name: string, overrides: Partial<UnitRecord> = {}): UnitRecord {
-  return {
-    jobId: 'job-1',
-    unit: name,
-    phase: 'experts',
-    fanoutEpoch: 3,
-    status: 'running',
-    epoch: 5,
-    lease: lease(5),
-    step: 0,
-    dispatch: 0,
-    attempts: 0,
-    staleReclaims: 0,
-    nextRunAtMs: NOW,
-    progress: {},
-    cost: {},
-    costInJob: {},
-    claimTally: null,
-    result: null,
-    lastError: null,
-    updatedAtMs: 0,
-    ...overrides,
-  };
+  return unitRecord({ jobId: 'job-1', unit: name, phase: 'experts', fanoutEpoch: 3, status: 'running', epoch: 5, lease: lease(5), nextRunAtMs: NOW, ...overrides });
 }
 
 /** The mover has spent 2 (none counted); a sibling 3 of which 1 is counted; another phase's unit 10 (never charged here). */

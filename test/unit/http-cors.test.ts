@@ -6,26 +6,10 @@
  */
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { answerPreflight, applyCorsHeaders, type CorsRequest } from '../../functions/src/http/cors';
-import type { HttpResponse } from '../../functions/src/http/request';
 import { createSubmitHandler } from '../../functions/src/http/submit-handler';
+import { RecordingResponse } from '../support/http';
 
-class RecordingResponse implements HttpResponse {
-  readonly headers = new Map<string, string>();
-  statusCode: number | undefined;
-  status(code: number): this {
-    this.statusCode = code;
-    return this;
-  }
-  set(field: string, value: string): this {
-    this.headers.set(field.toLowerCase(), value);
-    return this;
-  }
-  json(): this {
-    return this;
-  }
-  end(): this {
-    return this;
-  }
+class ExposingResponse extends RecordingResponse {
   /** The header names a cross-origin script may read, lower-cased. */
   get exposed(): string[] {
     const list = this.headers.get('access-control-expose-headers') ?? '';
@@ -43,7 +27,7 @@ function corsRequest(method: string, headers: Readonly<Record<string, string>> =
 
 test('bug 7: an answer to a cross-origin POST exposes Idempotent-Replayed, WWW-Authenticate and Retry-After', () => {
   for (const headers of [{ origin: 'https://chat.example' }, {}]) {
-    const response = new RecordingResponse();
+    const response = new ExposingResponse();
     applyCorsHeaders(corsRequest('POST', headers), response);
     expect(response.exposed).toEqual(expect.arrayContaining(['idempotent-replayed', 'www-authenticate', 'retry-after']));
   }
@@ -56,7 +40,7 @@ test('bug 7: a 401 from submitJob carries its WWW-Authenticate challenge where a
     verifyToken: () => Promise.reject(new Error('no token is valid here')),
     pipelines: pipelineRegistry(),
   });
-  const response = new RecordingResponse();
+  const response = new ExposingResponse();
   await handle({ method: 'POST', get: (name) => (name.toLowerCase() === 'origin' ? 'https://chat.example' : undefined) }, response);
   expect(response.statusCode).toBe(401);
   expect(response.headers.get('www-authenticate')).toMatch(/^Bearer /);
@@ -66,7 +50,7 @@ test('bug 7: a 401 from submitJob carries its WWW-Authenticate challenge where a
 
 test('a preflight answer lists what may be sent; what may be read is listed on the actual answer only', () => {
   const request = corsRequest('OPTIONS', { origin: 'https://chat.example', 'access-control-request-method': 'POST' });
-  const response = new RecordingResponse();
+  const response = new ExposingResponse();
   applyCorsHeaders(request, response);
   answerPreflight(response);
   expect(response.statusCode).toBe(204);

@@ -12,6 +12,7 @@ import { revocationCheckingVerifier, REVOCATION_CHECK_REUSE_MS, type DecodedIdTo
 import { cancelJob, decideJob, opsAction, submitJob } from '../../functions/src/index';
 import { provideBackends } from '../../functions/src/triggers/admin';
 import { RecordingTaskQueue } from '../support/task-queue';
+import { RecordingResponse as FakeResponse } from '../support/http';
 
 /** Tokens are `<uid>.<sign-in time in seconds>`; an account is revoked from a time on, or disabled. */
 class StandInAuth implements IdTokenAuth {
@@ -36,33 +37,6 @@ class StandInAuth implements IdTokenAuth {
   }
 }
 
-class FakeResponse {
-  statusCode: number | undefined;
-  readonly headers = new Map<string, string>();
-  body: unknown;
-  status(code: number): this {
-    this.statusCode = code;
-    return this;
-  }
-  set(field: string, value: string): this {
-    this.headers.set(field.toLowerCase(), value);
-    return this;
-  }
-  setHeader(field: string, value: string): this {
-    return this.set(field, value);
-  }
-  json(body: unknown): this {
-    this.body = body;
-    return this;
-  }
-  send(body: unknown): this {
-    this.body = body;
-    return this;
-  }
-  end(): this {
-    return this;
-  }
-}
 
 type Trigger = (request: unknown, response: unknown) => Promise<void>;
 

@@ -42,6 +42,7 @@ import {
   waitJob,
   yieldUnit,
 } from '../../functions/src/core/transitions';
+import { unitRecord } from '../support/records';
 
 const NOW = 1_000_000;
 const options = resolveEngineOptions();
@@ -55,28 +56,7 @@ function job(overrides: Partial<JobRecord> = {}): JobRecord {
 const running = (overrides: Partial<JobRecord> = {}) => job({ status: 'running', lease: { epoch: 3, worker: 'w-old', expiresAtMs: NOW + 60_000, renewedAtMs: NOW - 1_000 }, ...overrides });
 
 function unit(overrides: Partial<UnitRecord> = {}): UnitRecord {
-  return {
-    jobId: 'job-1',
-    unit: 'u1',
-    phase: 'experts',
-    fanoutEpoch: 3,
-    status: 'queued',
-    epoch: 5,
-    lease: null,
-    step: 2,
-    dispatch: 0,
-    attempts: 0,
-    staleReclaims: 0,
-    nextRunAtMs: NOW,
-    progress: {},
-    cost: {},
-    costInJob: {},
-    claimTally: null,
-    result: null,
-    lastError: null,
-    updatedAtMs: 0,
-    ...overrides,
-  };
+  return unitRecord({ jobId: 'job-1', unit: 'u1', phase: 'experts', fanoutEpoch: 3, epoch: 5, step: 2, nextRunAtMs: NOW, ...overrides });
 }
 
 const inFanOut = running({ lease: null, fanout: { phase: 'experts', epoch: 3, units: 2, done: 0 } });

@@ -28,7 +28,7 @@ export function unresolvedEffectsIn(store: FirestoreHandle, tx: Transaction, job
  * the publication's commit meets any move; a unit holder's is conditioned on its unit and claim
  * slot, which the end of its fan-out revokes), and a stopped job's settling cannot meet a running
  * one's commit (the stop changed the job). The publishing claim itself holds no ledger, and must not: a move under it would change
- * no job and go unfenced. The publication's context refuses effects (publication-races.test.ts).
+ * no job and go unfenced. The publication's context refuses effects (test/emulator/publication.test.ts).
  */
 export function unresolvedEffectsOf(store: FirestoreHandle, jobId: string, limit?: number): Promise<string[]> {
   return unresolvedEffectKeys(null, store.db, jobId, limit);

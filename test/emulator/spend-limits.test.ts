@@ -9,7 +9,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { BUDGET_CANCEL, BUDGET_QUESTION_ID, BUDGET_RESUME } from '../../functions/src/core/lifecycle';
-import { nextSpendResetMs, spendDay } from '../../functions/src/core/quota';
+import { nextSpendResetMs, spendDay, DEFAULT_QUOTA_DEFAULTS } from '../../functions/src/core/quota';
 import { cancelJob, decideJob, OwnerActionError } from '../../functions/src/engine/owner-actions';
 import { runStep } from '../../functions/src/engine/step';
 import type { StepOutcome } from '../../functions/src/engine/step/deps';
@@ -18,29 +18,28 @@ import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
 import { JOBS, quotaUsagePath, SPEND_CHARGES, spendDayPath, userLimitsPath } from '../../functions/src/store/paths';
 import { EXPIRE_AT } from '../../functions/src/store/retention';
-import { setUserLimits } from '../../functions/src/store/quota-documents';
+import { setUserLimits, SpendLedger, readUserLimits } from '../../functions/src/store/quota-documents';
 import type { Timestamp } from 'firebase-admin/firestore';
 import type { ChatResponse } from '../../functions/src/agent/provider';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { engineSuite, gate } from '../support/engine';
 import { ManualTimers } from '../support/timers';
 import { answerLostAfterFirstCommit } from '../support/interpose';
 import { promptIdOf, researchSetup, type ResearchSetup } from '../support/research';
+import { ManualClock } from '../../functions/src/core/clock';
+import { SpendLimitReachedError } from '../../functions/src/core/errors';
+import { StepSpendMeter } from '../../functions/src/engine/spend-meter';
+import { openTestFirestore, type TestFirestore } from '../support/firestore';
 
-let harness: EngineHarness;
 let research: ResearchSetup;
 
-beforeAll(() => {
-  harness = engineHarness('spend-cap', (firestore, clock) => {
-    research = researchSetup(firestore.db, clock);
-    return research.registry;
-  });
+const harness = engineSuite('spend-cap', (firestore, clock) => {
+  research = researchSetup(firestore.db, clock);
+  return research.registry;
+}, {
+  beforeEach: () => {
+    research.provider.intercept = null;
+  },
 });
-beforeEach(async () => {
-  research.provider.intercept = null;
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const question = { question: 'How do fencing tokens stop stale writers?', experts: 2, sections: 2, wordsPerSection: 60 };
@@ -332,4 +331,165 @@ test('bug 37: a model call streaming when its owner cancels the job is charged w
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
   }
+});
+
+/** The spend check across UTC midnight: which override a step already running applies after it (the day's copy, or userLimits as its first check read it). */
+describe('the day boundary (midnight UTC)', () => {
+  let firestore: TestFirestore;
+  beforeAll(() => {
+    firestore = openTestFirestore('spend-midnight');
+  });
+  beforeEach(() => firestore.reset());
+  afterAll(() => firestore.close());
+
+  const db = () => firestore.db;
+  const ledger = () => new SpendLedger(db(), DEFAULT_QUOTA_DEFAULTS);
+  const verdict = (meter: StepSpendMeter) =>
+    meter.beforeCall().then(
+      () => 'allowed',
+      (error: unknown) => (error instanceof SpendLimitReachedError ? 'refused' : `error: ${String(error)}`),
+    );
+
+  test('a cut set the day before (copy only on today) still applies after midnight in a step in flight', async () => {
+    const clock = new ManualClock(Date.UTC(2026, 11, 1, 23, 59));
+    const uid = 'cut-yesterday';
+    await setUserLimits(db(), uid, { spendUsdPerDay: 2 }, clock.now() - 86_400_000); // copies on Nov 30 and Dec 1
+    const meter = new StepSpendMeter(ledger(), uid, clock);
+    expect(await verdict(meter)).toBe('allowed');
+    clock.advance(2 * 60_000); // Dec 2, no copy there
+    await ledger().charge(uid, { id: 'another-worker', usd: 3, calls: 1 }, clock.now());
+    expect(await verdict(meter)).toBe('refused');
+  });
+
+  test('a raise made during the step before midnight applies after midnight; a direct edit made before the step applies across midnight', async () => {
+    const clock = new ManualClock(Date.UTC(2026, 11, 1, 23, 59));
+    const uid = 'raise-in-flight';
+    await setUserLimits(db(), uid, { spendUsdPerDay: 1_000 }, clock.now()); // copies Dec 1, Dec 2
+    await db().doc(userLimitsPath(uid)).set({ spendUsdPerDay: 1, updatedAtMs: clock.now() }); // direct cut, no copy
+    const meter = new StepSpendMeter(ledger(), uid, clock);
+    expect(await verdict(meter)).toBe('allowed'); // $0 spent of $1
+    clock.advance(2 * 60_000);
+    await ledger().charge(uid, { id: 'another-worker', usd: 5, calls: 1 }, clock.now());
+    // Dec 2's copy ($1000) equals Dec 1's as the first check saw it: the direct cut ($1) stands.
+    expect(await verdict(meter)).toBe('refused');
+
+    const clock2 = new ManualClock(Date.UTC(2026, 11, 5, 23, 59));
+    const uid2 = 'raise-before-midnight';
+    await setUserLimits(db(), uid2, { spendUsdPerDay: 1 }, clock2.now());
+    const meter2 = new StepSpendMeter(ledger(), uid2, clock2);
+    expect(await verdict(meter2)).toBe('allowed');
+    await setUserLimits(db(), uid2, { spendUsdPerDay: 1_000 }, clock2.now());
+    clock2.advance(2 * 60_000);
+    await ledger().charge(uid2, { id: 'another-worker', usd: 5, calls: 1 }, clock2.now());
+    expect(await verdict(meter2)).toBe('allowed');
+  });
+
+  test('a charge whose answer was lost just before midnight is sent again after it to the day it was made, once, and not counted against the new day', async () => {
+    const clock = new ManualClock(Date.UTC(2026, 11, 1, 23, 59, 59));
+    const uid = 'lost-at-midnight';
+    await setUserLimits(db(), uid, { spendUsdPerDay: 0.5 }, clock.now());
+    const before = spendDay(clock.now());
+    const meter = new StepSpendMeter(ledger(), uid, clock, { chargeScope: 'job-1~job~epoch1', sleep: () => Promise.resolve() });
+    expect(await verdict(meter)).toBe('allowed');
+    const lost = answerLostAfterFirstCommit((paths) => paths.includes(spendDayPath(uid, before)));
+    try {
+      meter.charge(0.4);
+      await new Promise((resolve) => setImmediate(resolve)); // its write is made up on Dec 1 and on its way; the answer will be lost
+      clock.advance(2_000); // Dec 2
+      meter.charge(0.3); // its write goes out after the lost one is sent again
+      expect(await verdict(meter)).toBe('allowed'); // $0.30 of Dec 2's $0.50
+      await meter.settle();
+    } finally {
+      lost.restore();
+    }
+    expect(lost.ran()).toBe(true);
+    const usd = async (day: string) => ((await db().doc(spendDayPath(uid, day)).get()).get('usd') as number | undefined) ?? 0;
+    expect(await usd(before)).toBeCloseTo(0.4, 9);
+    expect(await usd(spendDay(clock.now()))).toBeCloseTo(0.3, 9);
+    expect((await db().collection(`${spendDayPath(uid, before)}/${SPEND_CHARGES}`).get()).size).toBe(1);
+  });
+});
+
+/**
+ * The operator's override as the spend checks see it: `setUserLimits` copies it into today's and
+ * tomorrow's spend days, which every check before a model call reads; a step's first check also
+ * reads `userLimits` itself.
+ */
+describe('the limits as the owner reads them (copy)', () => {
+  let firestore: TestFirestore;
+  beforeAll(() => {
+    firestore = openTestFirestore('spend-limits-copy');
+  });
+  beforeEach(() => firestore.reset());
+  afterAll(() => firestore.close());
+
+  const db = () => firestore.db;
+  // Noon UTC: no midnight in these tests.
+  const clock = new ManualClock(Date.UTC(2026, 11, 1, 12));
+  // The defaults the deployment runs with: $10 a day for a signed-in account.
+  const ledger = () => new SpendLedger(db(), DEFAULT_QUOTA_DEFAULTS);
+  /** A new step's check before its first model call: resolves when the call may start. */
+  const newStepMayCall = (uid: string): Promise<string> =>
+    new StepSpendMeter(ledger(), uid, clock).beforeCall().then(
+      () => 'call allowed',
+      (error: unknown) => (error instanceof SpendLimitReachedError ? `refused: ${error.message}` : `error: ${String(error)}`),
+    );
+
+  test('clearing one limit with setUserLimits replaces the spend days\' copy as a whole: the checks apply the default the operator is shown', async () => {
+    const uid = 'user-raised-then-cleared';
+    // An operator raised the user's cap for a demo, then clears that raise (back to the default $10), keeping the jobs limit.
+    await setUserLimits(db(), uid, { spendUsdPerDay: 1_000, jobsInFlight: 4 }, clock.now());
+    await ledger().charge(uid, { id: 'earlier-calls', usd: 50, calls: 10 }, clock.now());
+    // A step in flight: its first check passed under the raise.
+    const running = new StepSpendMeter(ledger(), uid, clock);
+    await running.beforeCall();
+    await setUserLimits(db(), uid, { spendUsdPerDay: null }, clock.now());
+    // Its next check reads the new copy of the override: the default applies from the next call.
+    await expect(running.beforeCall()).rejects.toBeInstanceOf(SpendLimitReachedError);
+
+    const view = await readUserLimits(db(), DEFAULT_QUOTA_DEFAULTS, uid);
+    const { today } = await ledger().firstCheck(uid, clock.now());
+    const check = await newStepMayCall(uid);
+
+    // What the operator was told is in force: the default $10.
+    expect(view.override).not.toHaveProperty('spendUsdPerDay');
+    expect(view.signedIn.spendUsdPerDay).toBe(10);
+    // The promise: the check before every call applies the same cap, so $50 spent refuses the next call.
+    expect(today.capUsd).toBe(10);
+    expect(check).toMatch(/^refused/);
+  });
+
+  test('a userLimits document edited by other means applies from the next step, even on days that hold an older copy', async () => {
+    const uid = 'user-edited-directly';
+    await setUserLimits(db(), uid, { spendUsdPerDay: 1_000 }, clock.now());
+    await ledger().charge(uid, { id: 'earlier-calls', usd: 50, calls: 10 }, clock.now());
+    // An operator cuts the user off by editing the override directly (the console, a script).
+    await db().doc(userLimitsPath(uid)).set({ spendUsdPerDay: 0, updatedAtMs: clock.now() });
+
+    const nextStep = await newStepMayCall(uid);
+    clock.advance(86_400_000);
+    const tomorrowStep = await newStepMayCall(uid);
+    clock.advance(-86_400_000);
+    expect(nextStep).toMatch(/^refused/);
+    expect(tomorrowStep).toMatch(/^refused/);
+  });
+
+  test('a malformed spend day makes calls wait, and setUserLimits (any limit) does not turn it into $0 spent', async () => {
+    const uid = 'user-malformed-day';
+    const dayRef = db().doc(spendDayPath(uid, spendDay(clock.now())));
+    await setUserLimits(db(), uid, { spendUsdPerDay: 5 }, clock.now());
+    // Unreadable: nobody knows what the day spent (say $40, written as a string by a broken tool).
+    await dayRef.set({ usd: '40.00', calls: 12 }, { merge: true });
+    const before = await newStepMayCall(uid);
+
+    // An operator changes an unrelated limit (the number of jobs in flight); the spend record is not repaired by anyone.
+    await setUserLimits(db(), uid, { jobsInFlight: 2 }, clock.now());
+    const after = await newStepMayCall(uid);
+    // The spend is left as it was: still unreadable.
+    expect((await dayRef.get()).get('usd')).toBe('40.00');
+
+    expect(before).toMatch(/^refused: This account's spend record cannot be read/);
+    // The promise: a malformed record makes the job wait until an operator repairs it; nothing is spent against it.
+    expect(after).toMatch(/^refused/);
+  });
 });

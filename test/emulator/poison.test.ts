@@ -1,56 +1,43 @@
 /**
- * The first section after a lost worker is recorded with the poison
- * count reset in the job's conditioned commit (asOwner) or the unit's (commitAsUnitOwner, which
- * also rewrites the unit's claim slot). Stale writers, sections already there, and the unit's
+ * The first section recorded after a lost worker resets the lost-worker (poison) count on the job
+ * or unit record in the same commit: a commit conditioned on the record (asOwner for a job,
+ * commitAsUnitOwner for a unit, which also rewrites the unit's claim slot), not a transaction that
+ * locks the record while the section is looked for. Then what meets it: a section that appears
+ * between the look and the commit, stale writers, sections already there, and the unit's
  * ClaimSession after the slot rewrite.
  */
-import { z } from 'zod';
-import { defineFanOutPhase, definePipeline, pipelineRegistry, type PhaseOutcome, type StepContext } from '../../functions/src/core/pipeline';
+import { pipelineRegistry, type PhaseOutcome, type StepContext } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { JobStore } from '../../functions/src/store/job-store';
 import { JOBS, sectionKey, sectionPath, unitPath } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
-import { behaviour, recordSections, resetBehaviour, testPipeline, type TestInput } from '../support/test-pipeline';
+import { engineSuite } from '../support/engine';
+import { hold, unitsPipeline } from '../support/held-units';
+import { afterFirstGet, whileInterposed } from '../support/interpose';
+import { behaviour, recordSections, testPipeline, type TestInput } from '../support/test-pipeline';
 
 type UnitTurn = (context: StepContext<{ units: number }>) => Promise<void>;
-let unitTurn: UnitTurn = () => Promise.resolve();
+/** A unit's first run records its one section, `only`; a test may set another turn. */
+const recordOnlySection: UnitTurn = async (context) => {
+  if (context.sections().length === 0) await context.recordSection('only', { value: 5 });
+};
+let unitTurn: UnitTurn = recordOnlySection;
 
 /** Each unit runs `unitTurn` (records what it records), then finishes with the number of its sections. */
-const turnUnits = definePipeline<{ units: number }>({
-  name: 'turn-units',
-  description: 'Test pipeline: fan-out units whose work the test sets',
-  input: z.strictObject({ units: z.number().int().min(1).max(3) }),
-  phases: [
-    defineFanOutPhase<{ units: number }, { total: number }, { value: number }>({
-      name: 'gather',
-      state: z.object({ total: z.number() }),
-      section: z.object({ value: z.number() }),
-      fanOut: {
-        units: (context) => Array.from({ length: context.input.units }, (_, index) => `u${index}`),
-        unitState: z.object({ value: z.number() }),
-        runUnit: async (context) => {
-          await unitTurn(context);
-          return { kind: 'done', state: { value: context.sections().length } };
-        },
-        join: (results) => ({ total: [...results.values()].reduce((sum, result) => sum + result.value, 0) }),
-      },
-    }),
-  ],
-  publish: () => ({ outcome: 'complete', title: 'Total', markdown: 'done', missing: [] }),
-});
+const turnUnits = unitsPipeline(
+  'turn-units',
+  async (context) => {
+    await unitTurn(context);
+    return { kind: 'done', state: { value: context.sections().length } };
+  },
+  { phase: 'gather', description: 'Test pipeline: fan-out units whose work the test sets' },
+);
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('poison-reset-races', pipelineRegistry(testPipeline, turnUnits));
+const harness = engineSuite('poison', pipelineRegistry(testPipeline, turnUnits), {
+  beforeEach: () => {
+    unitTurn = recordOnlySection;
+  },
 });
-beforeEach(async () => {
-  resetBehaviour();
-  unitTurn = () => Promise.resolve();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
 const RESET_MESSAGE = /lost-worker count starts again/;
@@ -64,42 +51,118 @@ async function expireAndSweep(): Promise<void> {
   await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
 }
 
+/** Holds the first two claims (worker A, soon stale, then B, its successor) where they enter, each until released; `enter` answers which claim it is. */
+function firstTwoClaimsHeld() {
+  const a = hold();
+  const b = hold();
+  let claims = 0;
+  return {
+    a,
+    b,
+    async enter(): Promise<number> {
+      claims += 1;
+      const claim = claims;
+      const at = [a, b][claim - 1];
+      if (at) {
+        at.arrive();
+        await at.released;
+      }
+      return claim;
+    },
+  };
+}
+
+test("a job's first section after lost workers resets their count in the job's conditioned commit: no transaction", async () => {
+  const jobId = await harness.submit('two-phase', { sections: 2 });
+  expect((await harness.drain(1)).map((outcome) => outcome.kind)).toEqual(['handed-off']);
+  // Two workers were lost on this job without progress (what a stale reclaim counts).
+  await db().doc(`${JOBS}/${jobId}`).update({ staleReclaims: 2 });
+  const transactions = jest.spyOn(db(), 'runTransaction');
+  let kinds;
+  try {
+    kinds = (await harness.drain(1)).map((outcome) => outcome.kind);
+    expect(transactions).not.toHaveBeenCalled();
+  } finally {
+    transactions.mockRestore();
+  }
+  expect(kinds).toEqual(['handed-off']);
+  expect(await resetEvents(jobId)).toBe(1);
+  expect((await db().collection(`${JOBS}/${jobId}/sections`).get()).size).toBe(2);
+});
+
+test("a unit's first section after lost workers resets the unit's count in its conditioned commit: no transaction", async () => {
+  const jobId = await harness.submit('turn-units', { units: 1 });
+  expect((await harness.drain(1)).map((outcome) => outcome.kind)).toEqual(['fanned-out']);
+  const unitDoc = db().doc(unitPath(jobId, 'gather', 'u0'));
+  await unitDoc.update({ staleReclaims: 2 });
+  const [unitTask] = harness.queue.drain();
+  const transactions = jest.spyOn(db(), 'runTransaction');
+  let outcome;
+  try {
+    outcome = await runStep(harness.deps('unit-worker'), unitTask!.task);
+    expect(transactions).not.toHaveBeenCalled();
+  } finally {
+    transactions.mockRestore();
+  }
+  expect(outcome.kind).toBe('unit-done');
+  expect((await unitDoc.get()).get('staleReclaims')).toBe(0);
+  expect(await resetEvents(jobId)).toBe(1);
+});
+
+test("a unit's section that appears between the look for it and the commit is not written twice: the first write stands and the unit goes on", async () => {
+  const jobId = await harness.submit('turn-units', { units: 1 });
+  await harness.drain(1);
+  await db().doc(unitPath(jobId, 'gather', 'u0')).update({ staleReclaims: 1 });
+  const [unitTask] = harness.queue.drain();
+  const section = db().doc(sectionPath(jobId, sectionKey('gather', 'u0', 'only')));
+  const interposed = afterFirstGet(db(), section.path, async () => {
+    await section.create({ id: 'only', phase: 'gather', unit: 'u0', data: { value: 7 }, epoch: 1 });
+  });
+  const outcome = await whileInterposed(interposed, () => runStep(harness.deps('unit-worker'), unitTask!.task));
+  expect(interposed.ran()).toBe(true);
+  expect(outcome.kind).toBe('unit-done');
+  expect((await section.get()).get('data')).toEqual({ value: 7 });
+});
+
+test("a job's section that appears between the look for it and the commit: the commit is decided again and the first write stands", async () => {
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  await harness.drain(1);
+  await db().doc(`${JOBS}/${jobId}`).update({ staleReclaims: 1 });
+  const section = db().doc(sectionPath(jobId, sectionKey('second', null, 's0')));
+  const interposed = afterFirstGet(db(), section.path, async () => {
+    await section.create({ id: 's0', phase: 'second', unit: null, data: { value: 70 }, epoch: 2 });
+  });
+  const outcomes = await whileInterposed(interposed, () => harness.drain());
+  expect(interposed.ran()).toBe(true);
+  expect(outcomes.map((outcome) => outcome.kind)).toEqual(['handed-off', 'completed']);
+  expect((await section.get()).get('data')).toEqual({ value: 70 });
+});
+
 test("a stale job worker whose first section would reset the poison count: its section does not land and the count stays; the new owner's first section resets it once", async () => {
   const jobId = await harness.submit('two-phase', { sections: 2 });
   expect((await harness.drain(1)).map((outcome) => outcome.kind)).toEqual(['handed-off']);
   await db().doc(`${JOBS}/${jobId}`).update({ staleReclaims: 1 });
-  const aHeld = gate();
-  const aReached = gate();
-  const bHeld = gate();
-  const bReached = gate();
-  let claims = 0;
+  const claims = firstTwoClaimsHeld();
   behaviour.second = async (context: StepContext<TestInput>): Promise<PhaseOutcome<{ total: number }>> => {
-    claims += 1;
-    if (claims === 1) {
-      aReached.open();
-      await aHeld.promise;
-    } else if (claims === 2) {
-      bReached.open();
-      await bHeld.promise;
-    }
+    await claims.enter();
     return recordSections(context);
   };
   const [taskOfA] = harness.queue.drain();
   const a = runStep(harness.deps('worker-a', { store: otherProcess() }), taskOfA!.task);
-  await aReached.promise;
+  await claims.a.entered;
   await expireAndSweep();
   const [taskOfB] = harness.queue.drain();
   expect(taskOfB).toBeDefined();
   const staleAfterReclaim = (await db().doc(`${JOBS}/${jobId}`).get()).get('staleReclaims') as number;
   expect(staleAfterReclaim).toBe(2);
   const b = runStep(harness.deps('worker-b'), taskOfB!.task);
-  await bReached.promise;
-  aHeld.open();
+  await claims.b.entered;
+  claims.a.release();
   expect((await a).kind).toBe('ownership-lost');
   expect((await db().collection(`${JOBS}/${jobId}/sections`).get()).size).toBe(0);
   expect((await db().doc(`${JOBS}/${jobId}`).get()).get('staleReclaims')).toBe(2);
   expect(await resetEvents(jobId)).toBe(0);
-  bHeld.open();
+  claims.b.release();
   expect((await b).kind).toBe('handed-off');
   expect((await harness.drain()).map((outcome) => outcome.kind)).toEqual(['completed']);
   expect(await resetEvents(jobId)).toBe(1);
@@ -167,38 +230,27 @@ test("a stale unit worker whose first section would reset the unit's poison coun
   await harness.drain(1);
   const unitDoc = db().doc(unitPath(jobId, 'gather', 'u0'));
   await unitDoc.update({ staleReclaims: 1 });
-  const aHeld = gate();
-  const aReached = gate();
-  const bHeld = gate();
-  const bReached = gate();
-  let claims = 0;
+  const claims = firstTwoClaimsHeld();
   unitTurn = async (context) => {
-    claims += 1;
-    if (claims === 1) {
-      aReached.open();
-      await aHeld.promise;
-    } else if (claims === 2) {
-      bReached.open();
-      await bHeld.promise;
-    }
-    if (context.sections().length === 0) await context.recordSection('only', { value: claims });
+    const claim = await claims.enter();
+    if (context.sections().length === 0) await context.recordSection('only', { value: claim });
   };
   const [taskOfA] = harness.queue.drain();
   const a = runStep(harness.deps('worker-a', { store: otherProcess() }), taskOfA!.task);
-  await aReached.promise;
+  await claims.a.entered;
   await expireAndSweep();
   const tasks = harness.queue.drain();
   expect(tasks).toHaveLength(1);
   const unitStaleAfterReclaim = (await unitDoc.get()).get('staleReclaims') as number;
   expect(unitStaleAfterReclaim).toBe(2);
   const b = runStep(harness.deps('worker-b'), tasks[0]!.task);
-  await bReached.promise;
-  aHeld.open();
+  await claims.b.entered;
+  claims.a.release();
   expect((await a).kind).toBe('ownership-lost');
   expect((await db().collection(`${JOBS}/${jobId}/sections`).get()).size).toBe(0);
   expect((await unitDoc.get()).get('staleReclaims')).toBe(2);
   expect(await resetEvents(jobId)).toBe(0);
-  bHeld.open();
+  claims.b.release();
   expect((await b).kind).toBe('unit-done');
   expect((await db().doc(sectionPath(jobId, sectionKey('gather', 'u0', 'only'))).get()).get('data')).toEqual({ value: 2 });
   expect((await unitDoc.get()).get('staleReclaims')).toBe(0);
