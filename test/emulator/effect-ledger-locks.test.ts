@@ -9,30 +9,19 @@ import { EffectStateConflictError, effectEntrySchema } from '../../functions/src
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
 import { sweep } from '../../functions/src/engine/sweeper';
-import { decodeJob } from '../../functions/src/store/codec';
 import { firestoreEffectLedger } from '../../functions/src/store/firestore-ledger';
 import type { JobStore } from '../../functions/src/store/job-store';
 import { effectPath, jobPath } from '../../functions/src/store/paths';
 import { dyingInsideItsChange } from '../support/dead-client';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
+import { gate, engineSuite } from '../support/engine';
 import { afterFirstGet } from '../support/interpose';
-import { behaviour, resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { behaviour, testPipeline } from '../support/test-pipeline';
 import { ManualTimers } from '../support/timers';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('effect-ledger-locks', pipelineRegistry(testPipeline));
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterEach(() => jest.restoreAllMocks());
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('effect-ledger-locks', pipelineRegistry(testPipeline), { afterEach: () => { jest.restoreAllMocks(); } });
 
 const db = () => harness.firestore.db;
-const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(jobPath(jobId)).get()).data());
+const readJob = (jobId: string) => harness.readJob(jobId);
 const readEntry = async (jobId: string, key: string) => effectEntrySchema.parse((await db().doc(effectPath(jobId, key)).get()).data());
 const INTENT = { kind: 'email', identity: 'welcome', target: 'mailto:someone@example.com', payload: { subject: 'hello' } };
 

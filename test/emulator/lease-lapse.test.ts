@@ -8,24 +8,13 @@
  */
 import { pipelineRegistry, type StepContext } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
-import { decodeJob } from '../../functions/src/store/codec';
-import { jobPath } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
-import { behaviour, resetBehaviour, testPipeline, type TestInput } from '../support/test-pipeline';
+import { gate, engineSuite, waitUntil } from '../support/engine';
+import { behaviour, testPipeline, type TestInput } from '../support/test-pipeline';
 import { ManualTimers } from '../support/timers';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('lease-lapse', pipelineRegistry(testPipeline));
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('lease-lapse', pipelineRegistry(testPipeline));
 
-const readJob = async (jobId: string) => decodeJob(jobId, (await harness.firestore.db.doc(jobPath(jobId)).get()).data());
+const readJob = (jobId: string) => harness.readJob(jobId);
 
 /** The phase's calls as they start: each run of the first phase, by run number, that got past its signal check. */
 function callingPhase(holdFirstRun: Promise<void>, entered: () => void) {
@@ -43,14 +32,6 @@ function callingPhase(holdFirstRun: Promise<void>, entered: () => void) {
     return { kind: 'done', state: { sections: 1 } };
   };
   return started;
-}
-
-async function waitUntil(probe: () => Promise<boolean>): Promise<void> {
-  for (let tries = 0; tries < 2_000; tries += 1) {
-    if (await probe()) return;
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-  throw new Error('condition never held');
 }
 
 test('a frozen holder that wakes after another worker took its claim over starts no call: the call ran once, by the new holder', async () => {

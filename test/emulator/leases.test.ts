@@ -17,7 +17,7 @@ import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep, type SweepReport } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit, type UnitRecord } from '../../functions/src/store/codec';
 import { jobPath, JOBS } from '../../functions/src/store/paths';
-import { engineSuite, gate, engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite, gate, engineHarness, type EngineHarness, waitUntil } from '../support/engine';
 import { heldUnitsPipeline, hold, holdThen, unitFinished, type Hold } from '../support/held-units';
 import { behaviour, testPipeline } from '../support/test-pipeline';
 import { ManualTimers } from '../support/timers';
@@ -37,16 +37,9 @@ const harness = engineSuite('lease-renewal', pipelineRegistry(testPipeline, many
 });
 
 const db = () => harness.firestore.db;
-const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(jobPath(jobId)).get()).data());
+const readJob = (jobId: string) => harness.readJob(jobId);
 const sweepNow = (): Promise<SweepReport> => sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now());
 
-async function waitUntil(probe: () => Promise<boolean>): Promise<void> {
-  for (let tries = 0; tries < 4_000; tries += 1) {
-    if (await probe()) return;
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-  throw new Error('condition never held');
-}
 
 test('the options under review', () => {
   expect(harness.options).toMatchObject({ leaseSeconds: 20, heartbeatSeconds: 5, staleHeartbeatSeconds: 10, progressTimeoutSeconds: 150 });

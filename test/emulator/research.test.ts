@@ -4,29 +4,28 @@ import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineHarness, type EngineHarness } from '../support/engine';
+import { engineSuite, engineHarness, type EngineHarness } from '../support/engine';
 import { hangForever, promptIdOf, researchSetup, type ResearchSetup } from '../support/research';
 
-let harness: EngineHarness;
 let research: ResearchSetup;
 const waveStartMs = Date.UTC(2026, 0, 1); // the harness clock's start
 
-beforeAll(() => {
-  harness = engineHarness('research', (firestore, clock) => {
+const harness = engineSuite(
+  'research',
+  (firestore, clock) => {
     research = researchSetup(firestore.db, clock, { epochMs: waveStartMs });
     return research.registry;
-  });
-});
-beforeEach(async () => {
-  research.provider.intercept = null;
-  research.provider.requests.length = 0;
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+  },
+  {
+    beforeEach: () => {
+      research.provider.intercept = null;
+      research.provider.requests.length = 0;
+    },
+  },
+);
 
 const db = () => harness.firestore.db;
-const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
+const readJob = (jobId: string) => harness.readJob(jobId);
 const report = async (jobId: string) => (await db().doc(`${JOBS}/${jobId}/results/final`).get()).get('markdown') as string;
 const question = { question: 'How do leases and fencing tokens keep stale workers from corrupting results?', experts: 2, sections: 2, wordsPerSection: 60 };
 

@@ -7,7 +7,7 @@ import type { StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { decodeJob } from '../../functions/src/store/codec';
 import { checkpointPath, JOBS, jobPath, REJECTED_TASKS } from '../../functions/src/store/paths';
-import { engineSuite, gate } from '../support/engine';
+import { engineSuite, gate, waitUntil } from '../support/engine';
 import { beforeFirstGet } from '../support/interpose';
 import { behaviour, recordSections, resetBehaviour, testPipelines } from '../support/test-pipeline';
 import { ManualTimers } from '../support/timers';
@@ -29,13 +29,6 @@ async function expireAndRequeue(jobId: string): Promise<number> {
   });
 }
 
-async function waitUntil(probe: () => Promise<boolean>): Promise<void> {
-  for (let tries = 0; tries < 5_000; tries += 1) {
-    if (await probe()) return;
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-  throw new Error('condition never held');
-}
 
 test('a job runs phase by phase through its tasks, checkpoints, and publishes one result', async () => {
   const jobId = await harness.submit('two-phase', { sections: 3 });

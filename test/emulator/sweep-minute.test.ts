@@ -8,38 +8,19 @@
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
 import { sweepMinute, type SweepMinuteDeps, type Wait } from '../../functions/src/engine/sweep-minute';
-import { decodeJob } from '../../functions/src/store/codec';
-import { jobPath } from '../../functions/src/store/paths';
-import { engineHarness, gate, type EngineHarness } from '../support/engine';
-import { behaviour, resetBehaviour, testPipeline } from '../support/test-pipeline';
+import { gate, engineSuite, waitUntil } from '../support/engine';
+import { behaviour, testPipeline } from '../support/test-pipeline';
 import { ManualTimers } from '../support/timers';
 
-let harness: EngineHarness;
-beforeAll(() => {
-  harness = engineHarness('sweep-minute', pipelineRegistry(testPipeline));
-});
-beforeEach(async () => {
-  resetBehaviour();
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
+const harness = engineSuite('sweep-minute', pipelineRegistry(testPipeline));
 
-const readJob = async (jobId: string) => decodeJob(jobId, (await harness.firestore.db.doc(jobPath(jobId)).get()).data());
+const readJob = (jobId: string) => harness.readJob(jobId);
 const neverReturns = () => new Promise<never>(() => undefined);
 const movesTheClock: Wait = (ms) => {
   harness.clock.advance(ms);
   return Promise.resolve();
 };
 const minuteDeps = (wait: Wait = movesTheClock): SweepMinuteDeps => ({ store: harness.store, queue: harness.queue, log: () => undefined, clock: harness.clock, wait });
-
-async function waitUntil(probe: () => Promise<boolean>): Promise<void> {
-  for (let tries = 0; tries < 2_000; tries += 1) {
-    if (await probe()) return;
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-  throw new Error('condition never held');
-}
 
 test('the defaults bound a frozen worker\'s recovery: 20 s lease, passes every 5 s', () => {
   expect(harness.options).toMatchObject({ leaseSeconds: 20, sweepIntervalSeconds: 5, heartbeatSeconds: 5, staleHeartbeatSeconds: 10, lostTaskGraceSeconds: 20 });

@@ -15,10 +15,9 @@ import { sweep } from '../../functions/src/engine/sweeper';
 import { DEFAULT_SETTLE_GRACE_MS } from '../../functions/src/effects/after-stop';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { createTriagePipeline, triageStoppedEffects, type Helpdesk, type TicketRequest, type TriageDeps } from '../../functions/src/pipelines/triage';
-import { decodeJob } from '../../functions/src/store/codec';
 import { JOBS, effectsPath, sectionKey, transcriptPath } from '../../functions/src/store/paths';
 import { firestoreCircuit } from '../../functions/src/store/provider-circuit';
-import { drainSurvivingKill, engineHarness, reclaimAfterLease, type EngineHarness } from '../support/engine';
+import { drainSurvivingKill, engineSuite, gate, reclaimAfterLease } from '../support/engine';
 import { hangForever, immediateTimers } from '../support/research';
 import { scriptedModel, scriptedProvider, shownResults, userText, type ScriptedTurn } from '../support/scripted-model';
 
@@ -84,40 +83,35 @@ function decide(prompt: LanguageModelV3Prompt): ScriptedTurn {
   return behaviour === 'no-ticket' ? { text: 'Label: question\nReason: a how-to question; nothing is broken.' } : { text: `Label: bug\nReason: matches ${known ?? 'no known issue'}.` };
 }
 
-let harness: EngineHarness;
 let model: MockLanguageModelV3;
 let helpdesk: MemoryHelpdesk;
 
-beforeAll(() => {
-  harness = engineHarness('triage', (firestore) => {
-    model = scriptedModel(decide);
-    helpdesk = new MemoryHelpdesk();
-    const provider = scriptedProvider(model);
-    const deps: TriageDeps = {
-      provider,
-      helpdesk,
-      circuit: firestoreCircuit(firestore.db, provider.name, { failureThreshold: 3, windowMs: 60_000, coolDownMs: 60_000 }),
-      policy: { warmRetries: 1, coldRetries: 1, transientRetries: 0 },
-      timers: immediateTimers,
-    };
-    return pipelineRegistry(createTriagePipeline(() => deps));
-  });
+const harness = engineSuite('triage', (firestore) => {
+  model = scriptedModel(decide);
+  helpdesk = new MemoryHelpdesk();
+  const provider = scriptedProvider(model);
+  const deps: TriageDeps = {
+    provider,
+    helpdesk,
+    circuit: firestoreCircuit(firestore.db, provider.name, { failureThreshold: 3, windowMs: 60_000, coolDownMs: 60_000 }),
+    policy: { warmRetries: 1, coldRetries: 1, transientRetries: 0 },
+    timers: immediateTimers,
+  };
+  return pipelineRegistry(createTriagePipeline(() => deps));
+}, {
+  beforeEach: () => {
+    behaviours.clear();
+    cutOffsGiven = 0;
+    model.doStreamCalls.length = 0;
+    helpdesk.tickets.clear();
+    helpdesk.fileCalls = 0;
+    helpdesk.lookups = 0;
+    helpdesk.next = null;
+  },
 });
-beforeEach(async () => {
-  behaviours.clear();
-  cutOffsGiven = 0;
-  model.doStreamCalls.length = 0;
-  helpdesk.tickets.clear();
-  helpdesk.fileCalls = 0;
-  helpdesk.lookups = 0;
-  helpdesk.next = null;
-  harness.queue.drain();
-  await harness.firestore.reset();
-});
-afterAll(() => harness.firestore.close());
 
 const db = () => harness.firestore.db;
-const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
+const readJob = (jobId: string) => harness.readJob(jobId);
 const report = async (jobId: string) => (await db().doc(`${JOBS}/${jobId}/results/final`).get()).get('markdown') as string;
 const ledger = async (jobId: string) => (await db().collection(effectsPath(jobId)).get()).docs.map((doc) => effectEntrySchema.parse(doc.data()));
 
@@ -183,15 +177,12 @@ test('an item that fails every retry is skipped visibly: the job completes parti
 
 test('a worker killed after the helpdesk filed the ticket: the redelivered step looks it up and records it, and never files it again', async () => {
   behaviours.set('a1', 'ticket');
-  let die: () => void = () => undefined;
-  const died = new Promise<void>((resolve) => {
-    die = resolve;
-  });
+  const death = gate();
   helpdesk.next = 'file-then-die';
-  helpdesk.onDeath = die;
+  helpdesk.onDeath = death.open;
   const jobId = await harness.submit('triage', { items: [csvItem] });
 
-  await drainSurvivingKill(harness, died);
+  await drainSurvivingKill(harness, death.promise);
   expect(helpdesk.tickets.size).toBe(1);
   expect((await ledger(jobId))[0]?.state).toBe('applying');
   await reclaimAfterLease(harness);
@@ -241,14 +232,11 @@ test('a stored transcript that fails the schema is refused, not continued: the i
 
 test('a job cancelled while its ticket was in flight: the sweeper settles the ticket by lookup in the helpdesk, and files nothing', async () => {
   behaviours.set('a1', 'ticket');
-  let die: () => void = () => undefined;
-  const died = new Promise<void>((resolve) => {
-    die = resolve;
-  });
+  const death = gate();
   helpdesk.next = 'file-then-die';
-  helpdesk.onDeath = die;
+  helpdesk.onDeath = death.open;
   const jobId = await harness.submit('triage', { items: [csvItem] }, 'owner-1');
-  await drainSurvivingKill(harness, died);
+  await drainSurvivingKill(harness, death.promise);
 
   const { unknownEffects } = await cancelJob(harness.store, { jobId, owner: 'owner-1', reason: 'submitted by mistake' });
   expect(unknownEffects).toBe(1);

@@ -127,6 +127,18 @@ export async function putJob(store: JobStore, job: JobRecord, changes: Partial<J
   return next;
 }
 
+/**
+ * Polls until `probe` holds (a worker held at a gate has written what the test waits for). Real time
+ * only paces the polling; nothing waits for a lease, which moves on the injected clock.
+ */
+export async function waitUntil(probe: () => Promise<boolean>): Promise<void> {
+  for (let tries = 0; tries < 5_000; tries += 1) {
+    if (await probe()) return;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  throw new Error('condition never held');
+}
+
 /** A promise a test resolves by hand, to hold a worker at a chosen point. */
 export function gate(): { promise: Promise<void>; open: () => void } {
   let open: () => void = () => undefined;
