@@ -479,7 +479,7 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'saved-before-model-call',
     removes: "the section runner's settling of the save a model call overlapped when that call fails (a lost claim's failed save is hidden behind the call's error, and an abort the provider calls an outage is retried)",
     file: 'functions/src/agent/section-runner.ts',
-    search: '        // A failed overlapped save is the real reason the call ended (or, once it failed, all that matters).\n        await this.settleSave();\n',
+    search: '        // The save this call overlapped: if it failed (a lost claim, which also cut the call short), that is what the section reports.\n        await this.settleSave();\n',
     replace: '',
     tests: [{ files: ['test/unit/section-runner-overlap.test.ts'], names: 'a failed overlapped save cuts the model call short' }],
   },

@@ -596,7 +596,7 @@ class SectionRun {
         const billedUsd = billed !== null ? billed.costUsd : error instanceof PhaselineError && error.billedUsd !== undefined && error.billedUsd > 0 ? error.billedUsd : 0;
         if (billed === null) this.deps.spend?.charge(billedUsd);
         this.count('model_call', { modelCalls: 1, wastedModelCalls: 1, usd: billedUsd, wastedUsd: billedUsd }, `${this.deps.provider.name} failed: ${describeError(error)}`);
-        // A failed overlapped save is the real reason the call ended (or, once it failed, all that matters).
+        // The save this call overlapped: if it failed (a lost claim, which also cut the call short), that is what the section reports.
         await this.settleSave();
         this.signal.throwIfAborted();
         if (!isProviderOutage(error)) throw error;
@@ -698,7 +698,7 @@ class SectionRun {
     }
   }
 
-  /** Starts a save without waiting for it; the next save, model call or the section's end waits for it (settleSave). */
+  /** Starts a save without waiting for it; the next save, the end of the next model call, a call that needs it on record, or the section's end waits for it (settleSave). */
   private saveInBackground(): void {
     const saving = this.save();
     // Awaited by settleSave; until then a failure must not be an unhandled rejection.
