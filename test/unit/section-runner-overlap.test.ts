@@ -245,7 +245,7 @@ test("a save that fails after the model answered stops the section before any of
   expect(unhandled).toEqual([]);
 });
 
-test('only tools without an effect are repeatable: defined tools say so per tool, traced toolboxes pass it on, the offline corpus tools are all plain', () => {
+test('only tools without an effect are repeatable: defined tools say so per tool, traced toolboxes pass it on, a toolbox that does not say counts as effectful', () => {
   const search = defineTool({ name: 'search', description: 'd', input: z.object({}), execute: () => Promise.resolve('r') });
   const send = defineTool({
     name: 'send_note',
@@ -256,5 +256,6 @@ test('only tools without an effect are repeatable: defined tools say so per tool
   });
   const toolbox = tracedToolbox(createToolbox([search, send]));
   expect(['search', 'send_note', 'no_such_tool'].map((name) => toolbox.repeatable?.(name))).toEqual([true, false, false]);
-  expect(createCorpusToolbox().repeatable?.('search')).toBe(true);
+  // The offline corpus toolbox does not say: the bench's fault runs count any re-run call ID, so its calls keep waiting for their answer.
+  expect('repeatable' in createCorpusToolbox()).toBe(false);
 });

@@ -263,11 +263,6 @@ class CorpusToolboxImpl implements CorpusToolbox {
     }
   }
 
-  /** Search and read change nothing outside the job. */
-  repeatable(): boolean {
-    return true;
-  }
-
   private fetchedAt(): string {
     return new Date(this.clock.now()).toISOString();
   }
