@@ -239,7 +239,7 @@ function sumOfUsage(usage: readonly UsageEntry[]): CostTally {
 // ---------------------------------------------------------------- tests
 
 describe('runSection: first attempt', () => {
-  test('a tool result is on record before the next tool runs and before the next model call; the spend check runs beside its save', async () => {
+  test('a tool result is on record before the next tool runs; the last one is saved while the spend check and the next model call run, and lands before that answer is saved', async () => {
     const h = harness([toolTurn('c1', 'c2'), answer('Done.')]);
     const order: string[] = [];
     const describe = (message: ChatMessage | undefined): string => (message?.role === 'tool' ? `result ${message.toolCallId}` : (message?.role ?? 'nothing'));
@@ -272,8 +272,8 @@ describe('runSection: first attempt', () => {
       'tool c2',
       'save result c2 started',
       'spend check',
-      'save result c2 landed',
       'model call',
+      'save result c2 landed',
       'save assistant started',
       'save assistant landed',
     ]);

@@ -148,6 +148,11 @@ class DefinedToolbox implements Toolbox {
     return new DefinedToolbox(this.tools, this.specs, step);
   }
 
+  repeatable(toolName: string): boolean {
+    const tool = this.tools.get(toolName);
+    return tool !== undefined && tool.effect === undefined;
+  }
+
   async execute(call: ToolCall, signal: AbortSignal, place?: ToolCallPlace): Promise<ToolResult> {
     const tool = this.tools.get(call.name);
     if (tool === undefined) return toolError(`There is no tool named ${call.name}. Use one of: ${[...this.tools.keys()].join(', ')}.`);

@@ -1,8 +1,12 @@
 /**
  * Runs one section (one bounded unit of agent output) with recovery.
  *
- * - Every model answer is recorded (saved) before any of its tool calls runs, and every tool
- *   result is saved as soon as it exists, so a recorded result is never lost or re-executed.
+ * - Every model answer is saved as soon as it exists and is on record before any of its tool calls
+ *   that may have an effect runs (a call the toolbox calls repeatable runs while it is saved), and
+ *   every tool result is saved as soon as it exists and is on record before the next call runs, so
+ *   a recorded result is never lost or re-executed. The save of a group's last result overlaps the
+ *   next model call and is on record before that call's answer is used; a crash before a save lands
+ *   re-runs only calls whose results were never recorded.
  * - A stored transcript found at start is a crash: it is repaired and the same thread continues
  *   (no prompt re-sent, no recorded tool call repeated). When the worker died between the tool
  *   calls of one model turn, the results it saved are kept and only the calls without a result run
@@ -417,9 +421,9 @@ class SectionRun {
         throw new SectionAttemptError(`the model asked for more than ${this.spec.maxToolRounds} tool rounds`);
       }
 
-      // Recorded before any of its calls runs: a crash from here on leaves a repairable transcript.
+      // Saved at once; runOpenCalls waits for it before any call that may have an effect, so a crash from here on leaves a repairable transcript.
       this.append(message, cost);
-      await this.save();
+      this.saveInBackground();
     }
   }
 
@@ -434,9 +438,9 @@ class SectionRun {
     const asked = trailingAnswerCalls(this.messages);
     const allowed = new Set(asked.slice(0, this.policy.maxToolCallsPerAnswer).map((call) => call.id));
     const open = openToolCalls(this.messages);
-    for (const call of open.filter((entry) => allowed.has(entry.id))) {
-      // The result before this one is on record before this call runs.
-      await this.settleSave();
+    for (const [index, call] of open.filter((entry) => allowed.has(entry.id)).entries()) {
+      // The result before this one is on record before this call runs; so is the answer that asked for it, unless the call can just run again after a crash.
+      if (index > 0 || !this.repeatable(call)) await this.settleSave();
       this.signal.throwIfAborted();
       let result: ToolResult;
       try {
@@ -450,7 +454,7 @@ class SectionRun {
       }
       this.count('tool_call', { toolCalls: 1 }, call.name);
       this.recordResult(call, result);
-      // Settled before the next tool call, or (the group's last result) beside the spend check before the next model call.
+      // Settled before the next tool call, or (the group's last result) when the next model call ends: that call overlaps it.
       this.saveInBackground();
     }
     const refused = open.filter((entry) => !allowed.has(entry.id));
@@ -461,6 +465,11 @@ class SectionRun {
     );
     for (const call of refused) this.recordResult(call, why);
     this.saveInBackground();
+  }
+
+  /** A call with no external effect (the toolbox says so); unknown tools and toolboxes that do not say count as effectful. */
+  private repeatable(call: ToolCall): boolean {
+    return this.deps.toolbox.repeatable?.(call.name) === true;
   }
 
   private recordResult(call: ToolCall, result: ToolResult): void {
@@ -570,6 +579,9 @@ class SectionRun {
         throw new OutOfTimeError(`${Math.max(0, Math.round(leftMs))} ms left in the step, less than the ${this.policy.minCallTimeMs} ms a model call needs`);
       }
       await this.readyForCall();
+      // The save still in flight (the last tool result's) overlaps this call; if it fails (a lost claim), the call is cut short.
+      const saving = this.pendingSave;
+      const signal = saving === null ? this.signal : AbortSignal.any([this.signal, saveFailure(saving)]);
       const cutByStep = leftMs < this.policy.callTimeoutMs;
       const timeoutMs = Math.floor(Math.min(this.policy.callTimeoutMs, leftMs));
       let response: ChatResponse;
@@ -580,7 +592,7 @@ class SectionRun {
         response = await this.deps.provider.chat({
           messages,
           tools: this.deps.toolbox.specs,
-          signal: this.signal,
+          signal,
           timeoutMs,
           ...(onText ? { onText } : {}),
           // Charged inside the abort itself: the step that stops on it settles its spend next, without waiting for this call to unwind.
@@ -595,6 +607,8 @@ class SectionRun {
         const billedUsd = billed !== null ? billed.costUsd : error instanceof PhaselineError && error.billedUsd !== undefined && error.billedUsd > 0 ? error.billedUsd : 0;
         if (billed === null) this.deps.spend?.charge(billedUsd);
         this.count('model_call', { modelCalls: 1, wastedModelCalls: 1, usd: billedUsd, wastedUsd: billedUsd }, `${this.deps.provider.name} failed: ${describeError(error)}`);
+        // The save this call overlapped: if it failed (a lost claim, which also cut the call short), that is what the section reports.
+        await this.settleSave();
         this.signal.throwIfAborted();
         if (!isProviderOutage(error)) throw error;
         if (error instanceof ProviderTimeoutError && cutByStep && this.remainingMs() < this.policy.minCallTimeMs) {
@@ -618,6 +632,8 @@ class SectionRun {
         { modelCalls: 1, inputTokens: response.usage.inputTokens, outputTokens: response.usage.outputTokens, usd: response.costUsd },
         this.deps.provider.name,
       );
+      // The save this call overlapped is on record before its answer is used (appended, its calls run, returned as the text).
+      await this.settleSave();
       return response;
     }
   }
@@ -680,16 +696,20 @@ class SectionRun {
   }
 
   /**
-   * Before a model call: the last save on record and the spend cap checked, side by side (one round
-   * trip of waiting instead of two). Both must pass; a failed save is reported before a refusal.
+   * Before a model call: the spend cap checked while the last save is still in flight (the call
+   * overlaps it too; callModel settles it when the call ends). On a refusal the section stops, so
+   * the save is settled first: a failed save is reported before a refusal.
    */
   private async readyForCall(): Promise<void> {
-    const [saved, checked] = await Promise.allSettled([this.settleSave(), this.deps.spend?.beforeCall()]);
-    if (saved.status === 'rejected') throw saved.reason;
-    if (checked.status === 'rejected') throw checked.reason;
+    try {
+      await this.deps.spend?.beforeCall();
+    } catch (refusal) {
+      await this.settleSave();
+      throw refusal;
+    }
   }
 
-  /** Starts a save without waiting for it; the next save, model call or the section's end waits for it (settleSave). */
+  /** Starts a save without waiting for it; the next save, the end of the next model call, a call that needs it on record, or the section's end waits for it (settleSave). */
   private saveInBackground(): void {
     const saving = this.save();
     // Awaited by settleSave; until then a failure must not be an unhandled rejection.
@@ -718,6 +738,13 @@ class SectionRun {
   private outcomeAttempts(): SectionAttempts {
     return { warm: this.attempts.warm, cold: this.attempts.cold, generation: this.generation };
   }
+}
+
+/** Aborted with the save's error if it fails; never rejects. */
+function saveFailure(saving: Promise<void>): AbortSignal {
+  const controller = new AbortController();
+  saving.catch((error: unknown) => controller.abort(error));
+  return controller.signal;
 }
 
 /** Every call of the answer that opens the thread's trailing group of tool results (none when it ends otherwise). */

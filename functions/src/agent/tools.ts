@@ -48,6 +48,12 @@ export interface Toolbox {
   readonly specs: readonly ToolSpec[];
   /** `place` is given by the section runner; a toolbox whose tools have no effects may ignore it. */
   execute(call: ToolCall, signal: AbortSignal, place?: ToolCallPlace): Promise<ToolResult>;
+  /**
+   * True when a call of this tool has no external effect and may simply run again after a crash:
+   * the section then runs it while the answer that asked for it is still being saved. Absent or
+   * false, the answer is on record before the call runs (an effect's key may derive from its ID).
+   */
+  repeatable?(toolName: string): boolean;
   /** For tools that keep something under the job they serve (fetch_page's artifacts): the toolbox bound to that job. */
   forJob?(jobId: string): Toolbox;
   /** For tools that need the step itself (effects through its ledger): the toolbox bound to that step. Preferred over `forJob`. */

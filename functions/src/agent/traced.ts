@@ -89,6 +89,7 @@ export function tracedProvider(provider: ModelProvider): ModelProvider {
 export function tracedToolbox(toolbox: Toolbox): Toolbox {
   const forJob = toolbox.forJob?.bind(toolbox);
   const forStep = toolbox.forStep?.bind(toolbox);
+  const repeatable = toolbox.repeatable?.bind(toolbox);
   return {
     get specs() {
       return toolbox.specs;
@@ -96,5 +97,6 @@ export function tracedToolbox(toolbox: Toolbox): Toolbox {
     execute: (call, signal, place) => traceToolCall(call, signal, () => toolbox.execute(call, signal, place)),
     ...(forJob ? { forJob: (jobId: string) => tracedToolbox(forJob(jobId)) } : {}),
     ...(forStep ? { forStep: (step: ToolStep) => tracedToolbox(forStep(step)) } : {}),
+    ...(repeatable ? { repeatable } : {}),
   };
 }
