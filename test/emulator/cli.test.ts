@@ -28,6 +28,7 @@ import type { LocalTarget } from '../../scripts/cli/target';
 import { cancel, decide, listOwn, submit, watch, type UserContext } from '../../scripts/cli/user-commands';
 import { engineHarness, type EngineHarness } from '../support/engine';
 import { behaviour, firstPhase, resetBehaviour, testPipelines } from '../support/test-pipeline';
+import { localCliTarget } from '../support/operators';
 
 // The admin SDK's auth library would otherwise probe the GCE metadata server, off this machine.
 process.env.METADATA_SERVER_DETECTION ??= 'none';
@@ -97,16 +98,7 @@ async function serveFunctions(): Promise<void> {
 }
 
 function target(): LocalTarget {
-  const host = process.env.FIRESTORE_EMULATOR_HOST!;
-  return {
-    kind: 'local',
-    projectId: harness.firestore.projectId,
-    region: 'us-central1',
-    // Nothing listens on port 1: a test that reaches for the Auth or Tasks emulator fails loudly.
-    hosts: { firestore: host, functions: '127.0.0.1:1', auth: '127.0.0.1:1', tasks: '127.0.0.1:1' },
-    firestoreUrl: `http://${host}/v1`,
-    functionsUrl,
-  };
+  return localCliTarget(harness.firestore.projectId, functionsUrl);
 }
 
 /** A user's context; each wait between two reads of a watched job runs one queued task. */

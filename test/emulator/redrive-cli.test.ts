@@ -16,6 +16,7 @@ import { redrive, type OperatorContext } from '../../scripts/cli/operator-comman
 import type { LocalTarget } from '../../scripts/cli/target';
 import { engineSuite } from '../support/engine';
 import { testPipeline } from '../support/test-pipeline';
+import { localCliTarget } from '../support/operators';
 
 // The admin SDK's auth library would otherwise probe the GCE metadata server, off this machine.
 process.env.METADATA_SERVER_DETECTION ??= 'none';
@@ -25,15 +26,7 @@ const pipelines = pipelineRegistry(testPipeline, canaryPipeline);
 const harness = engineSuite('redrive-cli', pipelines);
 
 function target(): LocalTarget {
-  const host = process.env.FIRESTORE_EMULATOR_HOST!;
-  return {
-    kind: 'local',
-    projectId: harness.firestore.projectId,
-    region: 'us-central1',
-    hosts: { firestore: host, functions: '127.0.0.1:1', auth: '127.0.0.1:1', tasks: '127.0.0.1:1' },
-    firestoreUrl: `http://${host}/v1`,
-    functionsUrl: 'http://127.0.0.1:1',
-  };
+  return localCliTarget(harness.firestore.projectId);
 }
 
 function asOperator(io: BufferedIo): OperatorContext {

@@ -48,3 +48,15 @@ export function losingCommitAnswers(db: Firestore): LostCommitAnswers {
     restore: () => spy.mockRestore(),
   };
 }
+
+/**
+ * Every promise rejection nobody handled while this file's tests run, in order: a save started in
+ * the background and never waited for shows up here instead of vanishing.
+ */
+export function unhandledRejections(): unknown[] {
+  const unhandled: unknown[] = [];
+  const onUnhandled = (reason: unknown) => unhandled.push(reason);
+  beforeAll(() => process.on('unhandledRejection', onUnhandled));
+  afterAll(() => process.off('unhandledRejection', onUnhandled));
+  return unhandled;
+}

@@ -4,6 +4,7 @@
  */
 import type { App } from 'firebase-admin/app';
 import { getAuth } from 'firebase-admin/auth';
+import type { LocalTarget } from '../../scripts/cli/target';
 import { emulatorAddress } from './emulators';
 
 /** Points this process's admin SDK at the Auth emulator the e2e layer runs under. */
@@ -30,4 +31,21 @@ export async function idTokenFor(admin: App, uid: string): Promise<string> {
   });
   if (!response.ok) throw new Error(`Custom-token sign-in failed: ${response.status} ${await response.text()}`);
   return ((await response.json()) as { idToken: string }).idToken;
+}
+
+/**
+ * The command line's target for the emulator test layer: Firestore is the test run's emulator, and
+ * nothing listens on port 1, so a command that reaches for the Auth or Tasks emulator fails loudly.
+ */
+export function localCliTarget(projectId: string, functionsUrl = 'http://127.0.0.1:1'): LocalTarget {
+  const host = process.env.FIRESTORE_EMULATOR_HOST;
+  if (!host) throw new Error('FIRESTORE_EMULATOR_HOST is not set: the emulator layer runs under the Firestore emulator');
+  return {
+    kind: 'local',
+    projectId,
+    region: 'us-central1',
+    hosts: { firestore: host, functions: '127.0.0.1:1', auth: '127.0.0.1:1', tasks: '127.0.0.1:1' },
+    firestoreUrl: `http://${host}/v1`,
+    functionsUrl,
+  };
 }

@@ -143,18 +143,20 @@ describe('bug 4: a provider asking for a delay past the cap waits as an outage w
   });
 });
 
+/** The offline provider at 100 s a call, its latency moving the manual clock. */
+const slowOffline = (clock: ManualClock) =>
+  createOfflineProvider({
+    seed: 3,
+    clock,
+    settings: { latencyMs: 100_000 },
+    sleep: (ms) => {
+      clock.advance(ms);
+      return Promise.resolve();
+    },
+  });
+
 describe('bug 11: a research section slower than the step ends the phase with a yield, not a killed worker', () => {
   test('bug 11: a provider taking 100 s a call: the outline yields at the deadline with its transcript saved, and the next step completes it', async () => {
-    const slowOffline = (clock: ManualClock) =>
-      createOfflineProvider({
-        seed: 3,
-        clock,
-        settings: { latencyMs: 100_000 },
-        sleep: (ms) => {
-          clock.advance(ms);
-          return Promise.resolve();
-        },
-      });
     const r = rig(slowOffline);
     const stepStartMs = r.clock.now();
 
@@ -173,16 +175,6 @@ describe('bug 11: a research section slower than the step ends the phase with a 
 });
 
 describe('sources in stored transcripts', () => {
-  const slowOffline = (clock: ManualClock) =>
-    createOfflineProvider({
-      seed: 3,
-      clock,
-      settings: { latencyMs: 100_000 },
-      sleep: (ms) => {
-        clock.advance(ms);
-        return Promise.resolve();
-      },
-    });
   type Saved = { messages: { role: string; sources?: { url: string; number: number }[] }[] };
 
   test('the sources of tool results saved in one step are still on them after the next steps load, validate and continue the transcript', async () => {

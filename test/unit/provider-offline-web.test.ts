@@ -8,7 +8,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { ChatMessage, ToolCall, ToolSpec } from '../../functions/src/agent/provider';
-import { runSection, type SectionOutcome, type StoredTranscript } from '../../functions/src/agent/section-runner';
+import { runSection, type SectionOutcome } from '../../functions/src/agent/section-runner';
 import type { Toolbox } from '../../functions/src/agent/tools';
 import { createMemoryArtifactStore } from '../../functions/src/agent/web/artifacts';
 import { createPageFetcher } from '../../functions/src/agent/web/page-fetcher';
@@ -17,6 +17,7 @@ import { createWebToolbox, FETCH_PAGE_TOOL, WEB_SEARCH_TOOL } from '../../functi
 import { ManualClock } from '../../functions/src/core/clock';
 import { createCorpusToolbox, createOfflineProvider, nextAgentTurn, OFFLINE_NOTE, OFFLINE_WEB_NOTE, READ_TOOL } from '../../functions/src/providers/offline';
 import { startResearchWeb, type ResearchWeb } from '../../scripts/lib/research-web';
+import { keptTranscript } from '../support/transcripts';
 
 const EPOCH_MS = Date.UTC(2026, 0, 1);
 const EXPERT_PROMPT =
@@ -48,23 +49,17 @@ interface Run {
 
 /** One section through the real runner, the offline provider and `toolbox`, the transcript kept in memory. */
 async function runWith(seed: number, toolbox: Toolbox, clock: ManualClock, prompt = EXPERT_PROMPT): Promise<Run> {
-  let saved: StoredTranscript | null = null;
+  const kept = keptTranscript();
   const outcome = await runSection(
     { sectionId: 's1', promptId: 'p1', system: 'You are a research assistant. Use the tools.', prompt, coldContext: '', maxToolRounds: 6 },
     {
       provider: createOfflineProvider({ seed, clock, sleep: () => Promise.resolve() }),
       toolbox,
       signal: new AbortController().signal,
-      transcripts: {
-        load: () => Promise.resolve(null),
-        save: (_sectionId, transcript) => {
-          saved = transcript;
-          return Promise.resolve();
-        },
-      },
+      transcripts: kept.port,
     },
   );
-  return { outcome, messages: (saved as StoredTranscript | null)?.messages ?? [] };
+  return { outcome, messages: kept.last()?.messages ?? [] };
 }
 
 const callsOf = (messages: readonly ChatMessage[]): ToolCall[] => messages.flatMap((message) => (message.role === 'assistant' ? (message.toolCalls ?? []) : []));
@@ -189,23 +184,17 @@ describe('offline simulator on the corpus tools: unchanged', () => {
     [11, 'outline', '08319cec6ae805f0'],
   ])('seed %i, %s prompt: the same run as before, byte for byte', async (seed, which, expected) => {
     const clock = new ManualClock(EPOCH_MS);
-    let saved: StoredTranscript | null = null;
+    const kept = keptTranscript();
     const outcome = await runSection(
       { sectionId: 's', promptId: 'p', system: 'sys', prompt: which === 'expert' ? EXPERT_PROMPT : OUTLINE_PROMPT, coldContext: '', maxToolRounds: 6 },
       {
         provider: createOfflineProvider({ seed, clock, sleep: () => Promise.resolve() }),
         toolbox: createCorpusToolbox({ seed, clock }),
         signal: new AbortController().signal,
-        transcripts: {
-          load: () => Promise.resolve(null),
-          save: (_id, transcript) => {
-            saved = transcript;
-            return Promise.resolve();
-          },
-        },
+        transcripts: kept.port,
       },
     );
     expect(outcome.kind === 'written' ? outcome.text.split('\n\n')[0] : outcome.kind).toBe(OFFLINE_NOTE);
-    expect(createHash('sha256').update(JSON.stringify([outcome, saved])).digest('hex').slice(0, 16)).toBe(expected);
+    expect(createHash('sha256').update(JSON.stringify([outcome, kept.last()])).digest('hex').slice(0, 16)).toBe(expected);
   });
 });

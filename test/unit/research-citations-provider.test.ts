@@ -4,10 +4,11 @@
  * field anywhere in the request body, while the saved transcript keeps them.
  */
 import type { Source, ToolCall } from '../../functions/src/agent/provider';
-import { runSection, type StoredTranscript } from '../../functions/src/agent/section-runner';
+import { runSection } from '../../functions/src/agent/section-runner';
 import type { Toolbox, ToolResult } from '../../functions/src/agent/tools';
 import { CITATION_KEY_HEADING } from '../../functions/src/agent/transcript';
 import { createOpenAiCompatibleProvider, toWireMessages } from '../../functions/src/providers/openai-compatible';
+import { keptTranscript } from '../support/transcripts';
 
 const SOURCE: Source = { url: 'https://a.example/lease', title: 'Leases', passage: 'A lease is a lock with an expiry.', fetchedAt: '2026-01-01T00:00:00.000Z' };
 
@@ -36,7 +37,7 @@ test('the OpenAI-compatible request carries the key as text and no sources field
     specs: [{ name: 'search', description: 'search', parameters: { type: 'object' } }],
     execute: (_call: ToolCall): Promise<ToolResult> => Promise.resolve({ ok: true, content: '{"results":[]}', sources: [SOURCE] }),
   };
-  let saved: StoredTranscript | null = null;
+  const kept = keptTranscript();
 
   const outcome = await runSection(
     { sectionId: 's', promptId: 'p', system: 'sys', prompt: 'Write about leases.', coldContext: '', maxToolRounds: 3, sources: [{ ...SOURCE, url: 'https://b.example/' }] },
@@ -44,13 +45,7 @@ test('the OpenAI-compatible request carries the key as text and no sources field
       provider,
       toolbox,
       signal: new AbortController().signal,
-      transcripts: {
-        load: () => Promise.resolve(null),
-        save: (_id, transcript) => {
-          saved = transcript;
-          return Promise.resolve();
-        },
-      },
+      transcripts: kept.port,
     },
   );
 
@@ -60,7 +55,7 @@ test('the OpenAI-compatible request carries the key as text and no sources field
   const second = JSON.parse(bodies[1] ?? '{}') as { messages: { role: string; content: string }[] };
   expect(second.messages[1]?.content).toContain(`${CITATION_KEY_HEADING}\n[1] Leases <https://b.example/>`);
   expect(second.messages.at(-1)?.content).toBe(`{"results":[]}\n\n${CITATION_KEY_HEADING}\n[2] Leases <https://a.example/lease>`);
-  expect((saved as StoredTranscript | null)?.messages.at(-2)).toMatchObject({ role: 'tool', sources: [{ ...SOURCE, number: 2 }] });
+  expect(kept.last()?.messages.at(-2)).toMatchObject({ role: 'tool', sources: [{ ...SOURCE, number: 2 }] });
 });
 
 test('toWireMessages takes only the wire fields, whatever else a message carries', () => {

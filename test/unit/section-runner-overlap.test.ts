@@ -13,6 +13,7 @@ import type { Toolbox, ToolResult } from '../../functions/src/agent/tools';
 import { z } from 'zod';
 import { createToolbox, defineTool, tracedToolbox } from '../../functions/src/agent';
 import { createCorpusToolbox } from '../../functions/src/providers/offline/toolbox';
+import { unhandledRejections } from '../support/failures';
 
 
 const spec: SectionSpec = { sectionId: 's', promptId: 'p', system: 'sys', prompt: 'write', coldContext: '', maxToolRounds: 4 };
@@ -102,10 +103,7 @@ function deps(transcripts: DeferredTranscripts, provider: ModelProvider, extra: 
   return { provider, toolbox, transcripts, signal: new AbortController().signal, random: () => 0.5, ...extra };
 }
 
-const unhandled: unknown[] = [];
-const onUnhandled = (reason: unknown) => unhandled.push(reason);
-beforeAll(() => process.on('unhandledRejection', onUnhandled));
-afterAll(() => process.off('unhandledRejection', onUnhandled));
+const unhandled = unhandledRejections();
 
 test("the last tool result's save overlaps the next model call and lands before that call's answer is saved; with calls that may have effects, the other saves are waited for", async () => {
   const transcripts = new DeferredTranscripts();

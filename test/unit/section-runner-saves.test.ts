@@ -7,6 +7,7 @@ import type { ChatRequest, ChatResponse, ModelProvider, ToolCall } from '../../f
 import { runSection, type SectionDeps, type SectionSpec, type StoredTranscript, type TranscriptPort } from '../../functions/src/agent/section-runner';
 import type { Toolbox, ToolResult } from '../../functions/src/agent/tools';
 import { SpendLimitReachedError } from '../../functions/src/core/errors';
+import { unhandledRejections } from '../support/failures';
 
 const spec: SectionSpec = { sectionId: 's', promptId: 'p', system: 'sys', prompt: 'write', coldContext: '', maxToolRounds: 4 };
 const call = (id: string): ToolCall => ({ id, name: 'search', arguments: '{}' });
@@ -48,10 +49,7 @@ function deps(steps: ChatResponse[], transcripts: SlowTranscripts, extra: Partia
   return { provider, toolbox, transcripts, signal: new AbortController().signal, random: () => 0.5, ...extra };
 }
 
-const unhandled: unknown[] = [];
-const onUnhandled = (reason: unknown) => unhandled.push(reason);
-beforeAll(() => process.on('unhandledRejection', onUnhandled));
-afterAll(() => process.off('unhandledRejection', onUnhandled));
+const unhandled = unhandledRejections();
 
 test('saves never overlap and every tool result lands before the section ends', async () => {
   const transcripts = new SlowTranscripts();
