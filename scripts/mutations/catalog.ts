@@ -1222,4 +1222,12 @@ export const MUTANTS: readonly Mutant[] = [
     replace: "    if (answer !== undefined || answer === undefined) return Promise.resolve({ kind: 'done', state: { approved: answer !== 'decline' } });\n",
     tests: [{ files: ['test/emulator/examples.test.ts'], names: 'nothing is refunded before the owner approves' }],
   },
+  {
+    name: 'lapsed-lease-gives-back',
+    removes: "giving the claim back when the step stopped on its own lapsed lease (the job is left running under a lease nobody holds until it expires and a sweep finds it)",
+    file: 'functions/src/engine/step/claim-scope.ts',
+    search: '    if (lapse !== null && !aborted) {\n',
+    replace: '    if (lapse !== null && (aborted as boolean) && !aborted) {\n',
+    tests: [{ files: ['test/emulator/lease-lapse.test.ts'], names: 'bug 39: |stops before its next call even when nobody took over' }],
+  },
 ];

@@ -68,8 +68,37 @@ test('a holder silent for the takeover age stops before its next call even when 
   expect((await readJob(jobId)).lease?.worker).toBe('frozen');
   harness.clock.advance(1);
   wake.open();
-  expect((await holder).kind).toBe('ownership-lost');
+  // Nobody took over, so the holder's give-back lands: queued at once with its task, counted as a lost worker.
+  expect((await holder).kind).toBe('stalled');
   expect(started).toEqual([]);
+  const after = await readJob(jobId);
+  expect(after).toMatchObject({ status: 'queued', lease: null, staleReclaims: 1 });
+  expect(harness.queue.tasks.map((queued) => queued.task)).toEqual([expect.objectContaining({ jobId, step: after.step })]);
+});
+
+test('bug 39: a live holder whose heartbeat fires late (a stall past the takeover age) gives the job back at once; it is never left running under a lease nobody holds', async () => {
+  const timers = new ManualTimers();
+  const proceed = gate();
+  const entered = gate();
+  const started = callingPhase(proceed.promise, entered.open);
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  const [task] = harness.queue.drain();
+  const holder = runStep(harness.deps('live', { timers }), task!.task);
+  await entered.promise;
+  // The heartbeat due at 5 s fires at 10 s: its renewal lands, but the calls have stopped on the lapse.
+  harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000);
+  timers.fireAll();
+  const now = harness.clock.now();
+  await waitUntil(async () => (await readJob(jobId)).lease?.renewedAtMs === now);
+  proceed.open();
+  expect((await holder).kind).toBe('stalled');
+  expect(started).toEqual([]);
+  const after = await readJob(jobId);
+  expect(after).toMatchObject({ status: 'queued', lease: null, staleReclaims: 1 });
+  // Its task is queued now: the next worker goes on without waiting for the lease to expire and a sweep.
+  const [next] = harness.queue.drain();
+  expect(next?.task).toMatchObject({ jobId, step: after.step });
+  expect(await runStep(harness.deps('next'), next!.task)).toMatchObject({ kind: 'handed-off', phase: 'first' });
 });
 
 test('a live holder whose renewals are confirmed keeps starting calls long past the takeover age', async () => {

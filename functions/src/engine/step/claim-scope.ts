@@ -129,13 +129,22 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
     const { signal } = this.controller;
     // What stopped the work, not a new lapse check: a finished work's commit is fenced by the door in any case.
     const aborted = abortedAlready(signal);
-    // The calls stopped on a lapsed lease and the work did not finish: the claim is presumed lost, nothing is settled.
-    const lapsed = finished === null && abortedAlready(this.calls.signal) && this.calls.signal.reason instanceof LeaseLapsedError;
+    // The calls stopped on a lapsed lease and the work did not finish.
+    const lapse = finished === null && abortedAlready(this.calls.signal) && this.calls.signal.reason instanceof LeaseLapsedError ? this.calls.signal.reason : null;
     if (signal.reason instanceof NoProgressError) {
       this.deps.log?.('step stalled; giving the job back', { reason: signal.reason.message });
       return { settled: await settle(this, pending, giveBackDecision(this, signal.reason.message)) };
     }
-    if (aborted || lapsed || failure instanceof OwnershipLostError) return { settled: lost(this.deps, finished === null ? failure : signal.reason) };
+    if (lapse !== null && !aborted) {
+      // Silent past the takeover age, so the step stopped: give the claim back at once, counted as a lost worker as a
+      // takeover would count it. Conditioned on the claim like every holder's write: if someone did take over, the door
+      // refuses and this is a lost claim; if not, the job is queued with its task now instead of waiting out its lease.
+      this.deps.log?.('lease lapsed on this worker; giving the job back', { reason: lapse.message });
+      const settled = await settle(this, pending, giveBackDecision(this, lapse.message));
+      // Refused: someone did take over. The step's own words say why it stopped.
+      return { settled: settled.kind === 'ownership-lost' ? lost(this.deps, lapse) : settled };
+    }
+    if (aborted || failure instanceof OwnershipLostError) return { settled: lost(this.deps, finished === null ? failure : signal.reason) };
     if (finished !== null) return { finished: finished.value, pending };
     if (failure instanceof SpendLimitReachedError) {
       this.deps.log?.('spend limit reached; the job waits', { spentUsd: failure.spentUsd, capUsd: failure.capUsd });
