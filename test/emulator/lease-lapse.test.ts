@@ -87,6 +87,8 @@ test('bug 39: a live holder whose heartbeat fires late (a stall past the takeove
   await entered.promise;
   // The heartbeat due at 5 s fires at 10 s: its renewal lands, but the calls have stopped on the lapse.
   harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000);
+  // The heartbeat re-arms after its last flush settled: fire it only once it is set again.
+  await waitUntil(() => Promise.resolve(timers.size > 0));
   timers.fireAll();
   const now = harness.clock.now();
   await waitUntil(async () => (await readJob(jobId)).lease?.renewedAtMs === now);
@@ -112,6 +114,8 @@ test('a live holder whose renewals are confirmed keeps starting calls long past 
   await entered.promise;
   for (let beat = 0; beat < 6; beat += 1) {
     harness.clock.advance(harness.options.heartbeatSeconds * 1000);
+    // The heartbeat re-arms after its last flush settled: fire it only once it is set again.
+    await waitUntil(() => Promise.resolve(timers.size > 0));
     timers.fireAll();
     const now = harness.clock.now();
     await waitUntil(async () => (await readJob(jobId)).lease?.renewedAtMs === now);

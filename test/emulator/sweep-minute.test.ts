@@ -77,6 +77,8 @@ test('a live worker heartbeating every 5 s through a whole minute of passes keep
   const withHeartbeats: Wait = async (ms) => {
     for (let left = ms; left > 0; left -= heartbeatMs) {
       harness.clock.advance(Math.min(heartbeatMs, left));
+      // The heartbeat re-arms after its last flush settled: fire it only once it is set again.
+      await waitUntil(() => Promise.resolve(timers.size > 0));
       timers.fireAll();
       const now = harness.clock.now();
       await waitUntil(async () => (await readJob(jobId)).lease?.renewedAtMs === now);
