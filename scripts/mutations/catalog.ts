@@ -39,9 +39,9 @@ export const MUTANTS: readonly Mutant[] = [
   },
   {
     name: 'unit-epoch-check',
-    removes: 'the fencing epoch in holdsUnitClaim (status alone decides who owns a unit)',
+    removes: "the fencing epoch in holdsUnitClaim, the records' and the claim slot's (status alone decides who owns a unit)",
     file: 'functions/src/core/claims.ts',
-    search: "    unit.status === 'running' &&\n    unit.epoch === claim.epoch &&\n    unit.lease?.epoch === claim.epoch\n",
+    search: "    unit.status === 'running' &&\n    unit.epoch === claim.epoch &&\n    unit.lease?.epoch === claim.epoch &&\n    (slotEpoch === null || slotEpoch === claim.epoch)\n",
     replace: "    unit.status === 'running'\n",
     tests: [{ files: [FENCING], names: 'bug 14: unit, ' }],
   },
@@ -51,7 +51,12 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/core/claims.ts',
     search: '    currentFanOut(job)?.epoch === claim.fanoutEpoch &&\n',
     replace: '',
-    tests: [{ files: [FENCING], names: 'bug 14: unit, fan-out epoch: a unit of a fan-out that ended writes (its completing commit|an effect plan)' }],
+    tests: [
+      { files: [FENCING], names: 'bug 14: unit, fan-out epoch: a unit of a fan-out that ended writes (its completing commit|an effect plan)' },
+      // Since the effect ledger commits through the door, a unit's slot also fences an ended fan-out's units; the job's fan-out epoch alone stops those of a fan-out recorded without its unit IDs.
+      { files: ['test/emulator/leases.test.ts'], names: 'bug 16: a unit of a fan-out recorded without unit IDs heartbeats through the job' },
+      { files: ['test/emulator/ended-fanout.test.ts'], names: 'legacy fan-out \\(no unit IDs\\), the canceller slow after its commit' },
+    ],
   },
   {
     name: 'claim-running-job',

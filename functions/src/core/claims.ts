@@ -24,13 +24,18 @@ export function holdsClaim(job: JobRecord, claim: JobClaim): boolean {
   return job.status === 'running' && job.epoch === claim.epoch && job.lease?.epoch === claim.epoch;
 }
 
-export function holdsUnitClaim(job: JobRecord, unit: UnitRecord, claim: UnitClaim): boolean {
+/**
+ * The unit's records (and its claim slot's epoch, when the slot exists) name this claim. The slot
+ * carries the same fencing epoch as the records, written by the same commits: one check of both.
+ */
+export function holdsUnitClaim(job: JobRecord, unit: UnitRecord, claim: UnitClaim, slotEpoch: number | null = null): boolean {
   return (
     currentFanOut(job)?.epoch === claim.fanoutEpoch &&
     unit.fanoutEpoch === claim.fanoutEpoch &&
     unit.status === 'running' &&
     unit.epoch === claim.epoch &&
-    unit.lease?.epoch === claim.epoch
+    unit.lease?.epoch === claim.epoch &&
+    (slotEpoch === null || slotEpoch === claim.epoch)
   );
 }
 
@@ -49,7 +54,7 @@ export function jobClaimRefusal(job: JobRecord, claim: JobClaim): string | null 
 }
 
 /** Why a unit claim no longer holds (its records, or its claim slot revoked), or null while it does. */
-export function unitClaimRefusal(job: JobRecord, unit: UnitRecord, claim: UnitClaim, slotRevoked = false): string | null {
-  if (holdsUnitClaim(job, unit, claim) && !slotRevoked) return null;
+export function unitClaimRefusal(job: JobRecord, unit: UnitRecord, claim: UnitClaim, slotRevoked = false, slotEpoch: number | null = null): string | null {
+  if (holdsUnitClaim(job, unit, claim, slotEpoch) && !slotRevoked) return null;
   return `Unit claim epoch ${claim.epoch} no longer owns ${claim.jobId}/${claim.unit} (unit ${unit.status}, epoch ${unit.epoch}; job ${job.status}${slotRevoked ? '; claim slot revoked' : ''})`;
 }

@@ -989,8 +989,9 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
 
 /** The unit claim must still hold: its records say so, and its claim slot (when it exists) is held at the claim's epoch. */
 function refuseUnlessUnitHeld(job: JobRecord, unit: UnitRecord, slot: ClaimSlotView, claim: UnitClaim): void {
-  const slotRevoked = slot.exists && (slot.state !== 'held' || slot.epoch !== claim.epoch);
-  const refusal = unitClaimRefusal(job, unit, claim, slotRevoked);
+  // The slot's epoch is checked with the records' (core/claims.ts); here only whether it is still held.
+  const slotRevoked = slot.exists && slot.state !== 'held';
+  const refusal = unitClaimRefusal(job, unit, claim, slotRevoked, slot.exists ? (typeof slot.epoch === 'number' ? slot.epoch : Number.NaN) : null);
   if (refusal !== null) throw new OwnershipLostError(refusal);
 }
 
