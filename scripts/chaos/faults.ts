@@ -76,7 +76,12 @@ export interface InjectorDeps {
   readonly queueStats: () => Promise<number | null>;
   /** A file of the functions' source that firebase-tools watches: touching it reloads the functions. */
   readonly functionsWatchedFile: string;
+  /** How many times firebase-tools has reloaded the functions so far, from its log. */
+  readonly functionReloads: () => Promise<number>;
 }
+
+/** How long a rolling deploy waits for firebase-tools to say it reloaded the functions. */
+const RELOAD_SEEN_WITHIN_MS = 60_000;
 
 export interface Holder {
   readonly ref: DocumentReference;
@@ -313,10 +318,17 @@ export class Injector {
       candidates.splice(candidates.indexOf(pid), 1);
       if (this.freeze(pid)) chosen.push(pid);
     }
+    const reloadsBefore = await this.deps.functionReloads();
     const atMs = Date.now();
     // firebase-tools watches the functions' directory; a changed file reloads them (same build: a new revision of it).
     await utimes(this.deps.functionsWatchedFile, new Date(), new Date());
     for (const pid of chosen) this.later(frozenMs, () => Promise.resolve(this.thaw(pid)));
+    // A file touched while an earlier reload is still loading folds into it: the next deploy waits for this one to show.
+    let reloaded = false;
+    while (!reloaded && Date.now() - atMs < RELOAD_SEEN_WITHIN_MS) {
+      await sleep(200);
+      reloaded = (await this.deps.functionReloads()) > reloadsBefore;
+    }
     const frozenHolders = chosen.map((pid) => byPid.get(pid)).filter((holder): holder is Holder => holder !== undefined);
     return {
       injected: true,
@@ -325,7 +337,8 @@ export class Injector {
       holdsOnMs: frozenMs,
       detail:
         `functions reloaded with ${byPid.size} old workers busy with a step (${holders.map(name).join('; ')}); ` +
-        `${chosen.length} of them stopped (SIGSTOP) for ${frozenMs} ms first (${frozenHolders.map((holder) => `pid ${workerPid(holder.worker) ?? '?'}: ${name(holder)}, epoch ${holder.epoch}`).join('; ')})`,
+        `${chosen.length} of them stopped (SIGSTOP) for ${frozenMs} ms first (${frozenHolders.map((holder) => `pid ${workerPid(holder.worker) ?? '?'}: ${name(holder)}, epoch ${holder.epoch}`).join('; ')}); ` +
+        (reloaded ? `the reload showed in the emulators' log after ${Date.now() - atMs} ms` : `no reload in the emulators' log within ${RELOAD_SEEN_WITHIN_MS / 1000} s`),
     };
   }
 

@@ -234,6 +234,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
       },
       queueStats: () => stepQueueWaiting(`${stack.ports.host}:${stack.ports.tasks}`),
       functionsWatchedFile: join(REPO_ROOT, 'functions', 'package.json'),
+      functionReloads: () => functionReloads(stack.logFile),
     });
     injector = activeInjector;
     const users: User[] = [];
