@@ -27,6 +27,7 @@ export interface Mutant {
 const FENCING = 'test/emulator/fencing.test.ts';
 const HOLES = 'test/emulator/fanout.test.ts';
 const RUNNER = 'test/emulator/runner.test.ts';
+const DEFINE_TOOL = 'test/emulator/agent-define-tool.test.ts';
 
 export const MUTANTS: readonly Mutant[] = [
   {
@@ -1109,11 +1110,70 @@ export const MUTANTS: readonly Mutant[] = [
   },
   {
     name: 'effect-identity-ignored',
-    removes: "a tool effect's own identity (each call of each thread becomes its own effect, so a clean thread files the same ticket again)",
+    removes: "a tool effect's own identity (the default key, from the section and the arguments, is used instead: a call for the same order with other arguments is applied again)",
     file: 'functions/src/agent/define-tool.ts',
-    search: '  const named = tool.effect.identity?.(input) ?? `${place.sectionId}',
-    replace: '  const named = `${place.sectionId}',
-    tests: [{ files: ['test/emulator/triage.test.ts'], names: 'an item that fails every retry is skipped visibly' }],
+    search: '  const named = tool.effect.identity?.(input) ?? canonicalJson(',
+    replace: '  const named = canonicalJson(',
+    tests: [{ files: [DEFINE_TOOL], names: 'bug 44: ' }],
+  },
+  {
+    name: 'tool-default-key-from-thread',
+    removes: "the default tool effect key's independence of the thread (keyed by section, generation and call ID: a clean thread's same call after a cold retry is applied again)",
+    file: 'functions/src/agent/define-tool.ts',
+    search: '?? canonicalJson({ section: place.sectionId, tool: tool.name, arguments: raw });\n',
+    replace: '?? `${place.sectionId}/g${place.generation}/${call.id}`;\n',
+    tests: [{ files: [DEFINE_TOOL], names: 'bug 43: ' }],
+  },
+  {
+    name: 'tool-default-key-unsorted',
+    removes: "sorting the arguments' keys in the default tool effect key (the same call written in another key order is another effect)",
+    file: 'functions/src/agent/define-tool.ts',
+    search: 'tool: tool.name, arguments: raw });\n',
+    replace: 'tool: tool.name, arguments: call.arguments });\n',
+    tests: [{ files: [DEFINE_TOOL], names: 'bug 43: ' }],
+  },
+  {
+    name: 'tool-payload-unsorted',
+    removes: "sorting the arguments' keys in a tool effect's recorded intent (the same call in another key order conflicts with its own record)",
+    file: 'functions/src/agent/define-tool.ts',
+    search: '    payload: { tool: tool.name, arguments: canonicalJson(raw) },\n',
+    replace: '    payload: { tool: tool.name, arguments: call.arguments },\n',
+    tests: [{ files: [DEFINE_TOOL], names: 'bug 43: ' }],
+  },
+  {
+    name: 'tool-default-key-per-section',
+    removes: 'the section in the default tool effect key (the same call in another section is taken for the first one and not applied)',
+    file: 'functions/src/agent/define-tool.ts',
+    search: 'canonicalJson({ section: place.sectionId, tool: tool.name,',
+    replace: 'canonicalJson({ tool: tool.name,',
+    tests: [{ files: [DEFINE_TOOL], names: 'without identity the key is the section, the tool and the arguments' }],
+  },
+  {
+    name: 'plan-compares-intent',
+    removes: "the ledger plan's comparison of a recorded entry's intentHash (a key reused with other parameters is answered with the recorded effect)",
+    file: 'functions/src/store/firestore-ledger.ts',
+    search: '              if (recorded.intentHash !== draft.intentHash) conflicts.push({ recorded, planned: draft.intent });\n',
+    replace: '',
+    tests: [
+      { files: ['test/emulator/effect-ledger-locks.test.ts'], names: 'bug 44: ' },
+      { files: [DEFINE_TOOL], names: 'bug 44: ' },
+    ],
+  },
+  {
+    name: 'plan-conflict-writes-others',
+    removes: "refusing the whole commit of a plan that met a conflict (its other intents are written, the conflicting one answered with the recorded entry)",
+    file: 'functions/src/store/firestore-ledger.ts',
+    search: '          if (conflicts.length > 0) throw new EffectIntentConflictError(conflicts);\n',
+    replace: '          if (conflicts.length > 0 && creates.length === 0) throw new EffectIntentConflictError(conflicts);\n',
+    tests: [{ files: ['test/emulator/effect-ledger-locks.test.ts'], names: 'bug 44: ' }],
+  },
+  {
+    name: 'tool-conflict-read-by-model',
+    removes: "the tool error a conflicting effectful call answers with (the refusal is thrown: the section fails the attempt instead of the model reading why)",
+    file: 'functions/src/agent/define-tool.ts',
+    search: '      return conflictResult(tool, error);\n',
+    replace: '      throw error;\n',
+    tests: [{ files: [DEFINE_TOOL], names: 'bug 44: ' }],
   },
   {
     name: 'stored-transcript-trusted',

@@ -3,11 +3,14 @@
  * one commit conditioned on the holder's record and on the entry as read, instead of a transaction
  * that read the job. A holder that dies between deciding a move and sending its commit leaves
  * nothing for the sweeper or the next holder to wait on; an entry moved by someone else between the
- * read and the commit is decided again, never overwritten.
+ * read and the commit is decided again, never overwritten. And a plan under a key already recorded:
+ * the same intent is the entry as it stands, another intent is refused and writes nothing.
  */
-import { EffectStateConflictError, effectEntrySchema } from '../../functions/src/core/effect-ledger';
+import { intentFingerprint } from '../../functions/src/core/effect-keys';
+import { EffectIntentConflictError, EffectStateConflictError, effectEntrySchema } from '../../functions/src/core/effect-ledger';
 import { pipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
+import { buildPlan, notifyInput, recordIntent, sendIntent } from '../../functions/src/pipelines/notify';
 import { sweep } from '../../functions/src/engine/sweeper';
 import { firestoreEffectLedger } from '../../functions/src/store/firestore-ledger';
 import type { JobStore } from '../../functions/src/store/job-store';
@@ -90,4 +93,44 @@ test('planning twice keeps the first entry (first write wins), and a plan by a c
   expect((await sweep({ store: harness.store, queue: harness.queue, log: () => undefined }, harness.clock.now())).reclaimed).toBe(1);
   await expect(ledgerThrough(harness.store).plan([{ ...INTENT, identity: 'another' }])).rejects.toThrow(/epoch|claim|not running|queued/i);
   expect((await db().collection(`${jobPath(jobId)}/effects`).get()).size).toBe(1);
+});
+
+test('bug 44: a plan whose intent differs from the one recorded under its key is refused and writes nothing; the same intent again is returned as recorded', async () => {
+  const { jobId, ledgerThrough } = await heldClaim();
+  const ledger = ledgerThrough(harness.store);
+  const [first] = await ledger.plan([INTENT]);
+  await ledger.transition(first!.key, ['planned'], { state: 'applying', countAttempt: true, lastOutcome: 'sending' });
+  const before = await db().doc(effectPath(jobId, first!.key)).get();
+
+  // Same kind and identity (so the same key), another payload; beside it an intent nobody recorded yet.
+  const reused = { ...INTENT, payload: { subject: 'goodbye' } };
+  const refused: unknown = await ledger.plan([{ ...INTENT, identity: 'not-yet-recorded' }, reused]).catch((error: unknown) => error);
+  expect(refused).toBeInstanceOf(EffectIntentConflictError);
+  expect((refused as EffectIntentConflictError).conflicts).toEqual([{ recorded: expect.objectContaining({ key: first!.key, state: 'applying' }) as unknown, planned: reused }]);
+  expect((refused as Error).message).toContain(`${first!.key} (email "welcome", applying) is already recorded with another intent`);
+  // The recorded entry is untouched, and the refused plan's other intent was not written.
+  const after = await db().doc(effectPath(jobId, first!.key)).get();
+  expect(after.updateTime?.isEqual(before.updateTime!)).toBe(true);
+  expect(after.data()).toEqual(before.data());
+  expect((await db().collection(`${jobPath(jobId)}/effects`).get()).size).toBe(1);
+
+  // The same intent planned again (a replay) is the recorded entry, as it stands.
+  expect(await ledger.plan([INTENT])).toEqual([expect.objectContaining({ key: first!.key, state: 'applying', attempts: 1 })]);
+});
+
+test("notify's intents hash the same when its plan is built again: a re-plan after a crash is accepted, and the entries read back keep their fingerprint", async () => {
+  const { jobId, ledgerThrough } = await heldClaim();
+  const ledger = ledgerThrough(harness.store);
+  const intentsOf = () => {
+    const input = notifyInput.parse({ campaign: 'Renewal', recipients: 3 });
+    const plan = buildPlan(jobId, input);
+    return plan.messages.flatMap((message) => [sendIntent(input.campaign, message), recordIntent(input.campaign, message)]);
+  };
+  const planned = await ledger.plan(intentsOf());
+  expect(planned).toHaveLength(6);
+  const replanned = await ledger.plan(intentsOf());
+  expect(replanned.map((entry) => entry.key)).toEqual(planned.map((entry) => entry.key));
+  // Firestore gives map fields back in its own order: the fingerprint does not depend on it.
+  const stored = (await db().collection(`${jobPath(jobId)}/effects`).get()).docs.map((doc) => effectEntrySchema.parse(doc.data()));
+  expect(stored.every((entry) => intentFingerprint(entry.intent) === entry.intentHash)).toBe(true);
 });

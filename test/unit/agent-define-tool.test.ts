@@ -2,7 +2,8 @@
  * defineTool and createToolbox without a step: definitions checked when written, arguments parsed
  * by the tool's zod schema before `execute` sees them, text and sources passed back, and an
  * effectful tool refused outside a step (it may only run through the step's effect ledger; the
- * ledger paths themselves run on the emulator in test/emulator/triage.test.ts).
+ * ledger paths themselves run on the emulator in test/emulator/triage.test.ts, and its keys in
+ * test/emulator/agent-define-tool.test.ts).
  */
 import { z } from 'zod';
 import { createToolbox, defineTool, type ToolCall } from '../../functions/src/agent';

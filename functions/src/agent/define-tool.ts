@@ -7,15 +7,21 @@
  * A tool whose call changes something outside the job (files a ticket, sends a message, charges a
  * card) says so with `effect`. Its call then goes through the step's effect ledger
  * (core/effect-ledger.ts, effects/protocol.ts): the intent is recorded before `execute` runs, under
- * an idempotency key derived from the job, the unit, the section, its thread and the tool call (or
- * from `effect.identity`), and `execute` is handed that key. A call whose result is on record is
- * never executed again; one whose outcome is unknown (a crash, a timeout) is looked up with
- * `effect.lookup` and recorded as applied when found, retried under the same key only when the
- * target says it has nothing, and otherwise waited on, never blindly re-sent.
+ * an idempotency key derived from the job, the unit and what the effect is, and `execute` is handed
+ * that key. What the effect is: `effect.identity(input)` when the tool gives one, else the section,
+ * the tool and the call's arguments with their keys sorted, never the call ID or the thread. So the
+ * same call with the same arguments in a section is one effect whichever thread (a warm retry, a
+ * clean one after a cold retry) or worker makes it, and two identical calls in one section are one
+ * effect too unless `identity` tells them apart. A call whose key already holds an effect recorded
+ * with other arguments is refused (a tool error the model reads; nothing is applied for it). A call
+ * whose result is on record is never executed again; one whose outcome is unknown (a crash, a
+ * timeout) is looked up with `effect.lookup` and recorded as applied when found, retried under the
+ * same key only when the target says it has nothing, and otherwise waited on, never blindly re-sent.
  */
 import { createHash } from 'node:crypto';
 import type { z } from 'zod';
-import type { EffectEvidence, EffectIntent } from '../core/effect-ledger';
+import { canonicalJson } from '../core/effect-keys';
+import { EffectIntentConflictError, type EffectEntry, type EffectEvidence, type EffectIntent } from '../core/effect-ledger';
 import type { ApplyOutcome, EffectAdapter, LookupOutcome } from '../effects/port';
 import { settleEffect } from '../effects/protocol';
 import type { Source, ToolCall, ToolSpec } from './provider';
@@ -52,8 +58,15 @@ export interface ToolEffect<TInput> {
   readonly target?: string;
   /**
    * What the effect is about, when that is a fact of the input ("the ticket for item 42"): every
-   * call with the same identity in this job and unit is the same effect, even from a clean thread
-   * after a cold retry. Without it, each tool call of each thread is its own effect.
+   * call with the same identity in this job and unit is the same effect, from any section or thread.
+   * A call whose arguments differ from those first recorded under its identity is refused with a
+   * tool error naming the recorded call, never answered with that call's result as its own.
+   *
+   * Without it, the identity is the section, the tool and the arguments (keys sorted): the same call
+   * in the same section is one effect across warm and cold retries and workers, and two identical
+   * calls in one section are one effect (the second gets the first's result). Give one when another
+   * thread may word the same effect differently (a clean thread's model rephrasing a summary), or
+   * when two identical calls must be two effects (put what tells them apart in the input).
    */
   identity?(input: TInput): string;
   /** How long one `execute` may take before it gives up (its own deadline); an entry found in flight is waited out this long. */
@@ -173,13 +186,19 @@ class DefinedToolbox implements Toolbox {
     }
     const effect = tool.effect;
     const intent = effectIntent(tool, input, context.call, place);
-    const [planned] = await step.effects.plan([intent]);
+    let planned: EffectEntry | undefined;
+    try {
+      [planned] = await step.effects.plan([intent]);
+    } catch (error) {
+      if (!(error instanceof EffectIntentConflictError)) throw error;
+      return conflictResult(tool, error);
+    }
     if (planned === undefined) throw new Error(`The effect ledger recorded nothing for ${tool.name}`);
     const target = effect.target ?? tool.name;
     const adapter: EffectAdapter = {
       name: target,
       ...(effect.sendTimeoutMs === undefined ? {} : { sendTimeoutMs: effect.sendTimeoutMs }),
-      // The recorded intent is applied, not this call's arguments: the first plan of an effect wins.
+      // The recorded intent is applied: the plan refused any that differs from this call's.
       apply: (recorded, idempotencyKey, signal) => tool.execute(recordedInput(tool, recorded), { ...context, signal, idempotencyKey }),
       lookup: (idempotencyKey, signal) => effect.lookup(idempotencyKey, signal),
     };
@@ -216,9 +235,16 @@ class DefinedToolbox implements Toolbox {
   }
 }
 
-/** The ledger intent of one effectful call: its identity names the effect, its payload holds the arguments as recorded. */
+/**
+ * The ledger intent of one effectful call: its identity names the effect, its payload holds the
+ * arguments as recorded. Both use the arguments with their keys sorted, so the same call written in
+ * another key order is the same effect with the same intent.
+ */
 function effectIntent(tool: EffectToolDefinition<unknown>, input: unknown, call: ToolCall, place: ToolCallPlace): EffectIntent {
-  const named = tool.effect.identity?.(input) ?? `${place.sectionId}/g${place.generation}/${call.id}`;
+  // Parsed as JSON already (toolArguments): this cannot throw.
+  const raw: unknown = JSON.parse(call.arguments);
+  // Not the call ID nor the thread's generation: a clean thread making the same call after a cold retry must meet the same key.
+  const named = tool.effect.identity?.(input) ?? canonicalJson({ section: place.sectionId, tool: tool.name, arguments: raw });
   // An empty identity would make every such call one effect: refused, not guessed at.
   if (named.trim() === '') throw new Error(`Tool ${tool.name}: effect.identity gave an empty identity for ${call.id}`);
   const identity = named.length <= MAX_IDENTITY_CHARS ? named : `sha256:${createHash('sha256').update(named).digest('hex')}`;
@@ -226,8 +252,25 @@ function effectIntent(tool: EffectToolDefinition<unknown>, input: unknown, call:
     kind: effectKind(tool.name),
     identity,
     target: tool.effect.target ?? tool.name,
-    payload: { tool: tool.name, arguments: call.arguments },
+    payload: { tool: tool.name, arguments: canonicalJson(raw) },
   };
+}
+
+/**
+ * What the model reads when its call names an effect already recorded with other arguments (a key
+ * reused with other parameters): a refusal naming the recorded call and where it stands, so it is
+ * not mistaken for this call's own result. Nothing was applied for this call.
+ */
+function conflictResult(tool: EffectToolDefinition<unknown>, error: EffectIntentConflictError): ToolResult {
+  const recorded = error.conflicts[0]?.recorded;
+  if (recorded === undefined) throw error;
+  const text = recorded.intent.payload.arguments;
+  const applied = recorded.state === 'applied' ? { recordedResult: tool.effect.describe ? tool.effect.describe(recorded.evidence ?? {}) : (recorded.evidence ?? {}) } : {};
+  return toolError(
+    `Refused, nothing applied: this effect (${recorded.intent.identity}) was already recorded by a ${tool.name} call with other arguments, and one effect is not applied twice with different parameters. ` +
+      'The recorded call stands as it is; do not repeat this call unchanged.',
+    { recordedArguments: typeof text === 'string' ? (JSON.parse(text) as unknown) : null, recordedState: recorded.state, ...applied },
+  );
 }
 
 /** The ledger kind of a tool's effects: part of every key, so two tools never share one. */

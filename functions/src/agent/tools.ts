@@ -51,7 +51,8 @@ export interface Toolbox {
   /**
    * True when a call of this tool has no external effect and may simply run again after a crash:
    * the section then runs it while the answer that asked for it is still being saved. Absent or
-   * false, the answer is on record before the call runs (an effect's key may derive from its ID).
+   * false, the answer is on record before the call runs: after a crash the recorded call runs again
+   * with its own arguments (its effect's key derives from them), not a new answer's.
    */
   repeatable?(toolName: string): boolean;
   /** For tools that keep something under the job they serve (fetch_page's artifacts): the toolbox bound to that job. */

@@ -53,6 +53,7 @@ export {
 export { deriveEffectKey } from '../core/effect-keys';
 export {
   EFFECT_STATES,
+  EffectIntentConflictError,
   UNRESOLVED_EFFECT_STATES,
   effectKeySchema,
   type EffectEntry,

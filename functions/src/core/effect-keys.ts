@@ -12,7 +12,9 @@ const KEY_VERSION = 'phaseline-effect/v1';
 /**
  * The ledger document ID and the idempotency key of an effect. The payload is deliberately not
  * part of it: a re-planned message whose wording changed is still the same message to the same
- * person, and must not get a second key (the ledger keeps the intent recorded first).
+ * person, and must not get a second key. The ledger keeps the intent recorded first, and refuses a
+ * plan under the key whose intent differs from it (intentFingerprint), rather than answering it
+ * with the recorded effect.
  */
 export function deriveEffectKey(jobId: string, unit: string | null, intent: Pick<EffectIntent, 'kind' | 'identity'>): string {
   const digest = createHash('sha256').update(JSON.stringify([KEY_VERSION, jobId, unit, intent.kind, intent.identity])).digest('hex');

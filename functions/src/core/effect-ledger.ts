@@ -16,7 +16,7 @@
  * its types; it has no Firebase import: the Firestore implementation is store/firestore-ledger.ts.
  */
 import { z } from 'zod';
-import { RetryableError } from './errors';
+import { RetryableError, TerminalError } from './errors';
 
 /** An effect ledger entry's states: planned, applying (sent, answer not yet recorded), applied, unknown, failed. */
 export const EFFECT_STATES = ['planned', 'applying', 'applied', 'unknown', 'failed'] as const;
@@ -152,8 +152,12 @@ export interface EffectLedger {
   entries(): Promise<EffectEntry[]>;
   /**
    * Records a `planned` entry for each intent that has none yet, keyed deterministically from
-   * job, unit and intent. First write wins: an entry already recorded is returned as it is.
-   * Returns the stored entries in the order of `intents`.
+   * job, unit and intent. An entry already recorded with the same intent (same `intentHash`) is
+   * returned as it is. One recorded under the key with another intent is a key reused with other
+   * parameters: the call is refused with EffectIntentConflictError, the recorded entry is left as it
+   * is, and the commit that met it writes nothing (a long plan committed in parts keeps the parts
+   * already committed: each is a planned entry of its own, nothing applied). Returns the stored
+   * entries in the order of `intents`.
    */
   plan(intents: readonly EffectIntent[]): Promise<EffectEntry[]>;
   /** Moves one entry from one of `from` to a new state; EffectStateConflictError if it is in another. */
@@ -164,6 +168,27 @@ export interface EffectLedger {
 export class EffectStateConflictError extends RetryableError {
   constructor(message: string) {
     super(message, { code: 'retryable' });
+  }
+}
+
+/** One planned intent whose key already holds an effect recorded with another intent. */
+export interface EffectIntentConflict {
+  readonly recorded: EffectEntry;
+  readonly planned: EffectIntent;
+}
+
+/**
+ * A plan named an effect already recorded with another intent (the same kind and identity, so the
+ * same key, but another target or payload): the key was reused with other parameters. The recorded
+ * effect is what its key means; it is neither changed nor reported as the new intent's own, and
+ * nothing of the refused plan was written. No retry makes the two agree, so it is terminal.
+ */
+export class EffectIntentConflictError extends TerminalError {
+  constructor(readonly conflicts: readonly EffectIntentConflict[]) {
+    super(
+      `Effect ${conflicts.map(({ recorded }) => `${recorded.key} (${recorded.intent.kind} ${JSON.stringify(recorded.intent.identity)}, ${recorded.state})`).join(', ')} ` +
+        'is already recorded with another intent: a key is not reused with other parameters, and nothing was planned',
+    );
   }
 }
 

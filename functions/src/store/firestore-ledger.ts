@@ -16,10 +16,12 @@ import {
   applyChange,
   effectEntrySchema,
   effectIntentSchema,
+  EffectIntentConflictError,
   EffectStateConflictError,
   UNRESOLVED_EFFECT_STATES,
   type EffectEntry,
   type EffectIntent,
+  type EffectIntentConflict,
   type EffectLedger,
 } from '../core/effect-ledger';
 import type { JobRecord } from '../core/job';
@@ -74,7 +76,7 @@ export function firestoreEffectLedger(parts: FirestoreLedgerParts): EffectLedger
     async plan(intents) {
       const drafts = intents.map((intent) => {
         const parsed: EffectIntent = effectIntentSchema.parse(intent);
-        return { intent: parsed, key: deriveEffectKey(jobId, unit, parsed) };
+        return { intent: parsed, key: deriveEffectKey(jobId, unit, parsed), intentHash: intentFingerprint(parsed) };
       });
       const keys = new Set(drafts.map((draft) => draft.key));
       if (keys.size !== drafts.length) throw new Error('Two planned effects have the same kind and identity: they would share a key');
@@ -86,17 +88,22 @@ export function firestoreEffectLedger(parts: FirestoreLedgerParts): EffectLedger
           const snapshots = await db.getAll(...chunk.map((draft) => ref(draft.key)));
           const nowMs = clock.now();
           const creates: { readonly kind: 'create'; readonly path: string; readonly document: EffectEntry }[] = [];
+          const conflicts: EffectIntentConflict[] = [];
           const value = chunk.map((draft, index) => {
             const snapshot = snapshots[index];
-            // First write wins: an effect already recorded keeps its intent and state.
-            if (snapshot?.exists) return parseEffectEntry(snapshot.ref.path, snapshot.data());
+            if (snapshot?.exists) {
+              // An effect already recorded keeps its intent and state; the same key with another intent is refused, never answered with the recorded one.
+              const recorded = parseEffectEntry(snapshot.ref.path, snapshot.data());
+              if (recorded.intentHash !== draft.intentHash) conflicts.push({ recorded, planned: draft.intent });
+              return recorded;
+            }
             const entry = effectEntrySchema.parse({
               key: draft.key,
               idempotencyKey: draft.key,
               jobId,
               unit,
               intent: draft.intent,
-              intentHash: intentFingerprint(draft.intent),
+              intentHash: draft.intentHash,
               state: 'planned',
               attempts: 0,
               unknowns: 0,
@@ -113,6 +120,8 @@ export function firestoreEffectLedger(parts: FirestoreLedgerParts): EffectLedger
             creates.push({ kind: 'create', path: ref(draft.key).path, document: entry });
             return entry;
           });
+          // Thrown before this chunk commits: none of its entries is written.
+          if (conflicts.length > 0) throw new EffectIntentConflictError(conflicts);
           return { documents: creates, value };
         });
         stored.push(...written);
