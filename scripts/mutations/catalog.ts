@@ -1160,6 +1160,14 @@ export const MUTANTS: readonly Mutant[] = [
     ],
   },
   {
+    name: 'tool-conflict-key-order-only',
+    removes: 'taking an entry recorded with the same arguments in another key order as the same effect (an effect in flight across the deploy that sorted arguments is refused as a conflict)',
+    file: 'functions/src/agent/define-tool.ts',
+    search: '  return sorted === intent.payload.arguments ? recorded : undefined;\n',
+    replace: '  return undefined;\n',
+    tests: [{ files: [DEFINE_TOOL], names: 'an effect planned before arguments were recorded with sorted keys' }],
+  },
+  {
     name: 'plan-conflict-writes-others',
     removes: "refusing the whole commit of a plan that met a conflict (its other intents are written, the conflicting one answered with the recorded entry)",
     file: 'functions/src/store/firestore-ledger.ts',

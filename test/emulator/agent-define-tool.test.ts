@@ -16,6 +16,7 @@ import {
   type ApplyOutcome,
   type LookupOutcome,
 } from '../../functions/src/agent';
+import { deriveEffectKey, intentFingerprint } from '../../functions/src/core/effect-keys';
 import { effectEntrySchema } from '../../functions/src/core/effect-ledger';
 import { definePhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
 import { effectsPath } from '../../functions/src/store/paths';
@@ -262,4 +263,46 @@ test('bug 44: a call under an identity already recorded with other arguments is 
       updatedAtMs: payments.appliedAtMs,
     }),
   ]);
+});
+
+test('an effect planned before arguments were recorded with sorted keys (in flight across that deploy) is the same effect: looked up and found, neither refused nor applied again', async () => {
+  const jobId = await harness.submit('refunds', { sections: ['s1'] });
+  // Recorded by the earlier revision, its arguments in the model's own key order; its apply's answer was lost.
+  const intent = { kind: 'tool-refund-order', identity: 'refund:o-1', target: 'the test payments', payload: { tool: 'refund_order', arguments: '{"order":"o-1","amountCents":500}' } };
+  const key = deriveEffectKey(jobId, null, intent);
+  const nowMs = harness.clock.now();
+  await harness.firestore.db.doc(`${effectsPath(jobId)}/${key}`).create(effectEntrySchema.parse({
+    key,
+    idempotencyKey: key,
+    jobId,
+    unit: null,
+    intent,
+    intentHash: intentFingerprint(intent),
+    state: 'unknown',
+    attempts: 1,
+    unknowns: 1,
+    lookups: 0,
+    evidence: null,
+    reconciled: false,
+    lastOutcome: null,
+    question: null,
+    resolution: null,
+    epoch: 1,
+    createdAtMs: nowMs,
+    updatedAtMs: nowMs,
+  }));
+  payments.refunds.set(key, { order: 'o-1', amountCents: 500, refundId: 'R-7' });
+  let answer: string | undefined;
+  script = (thread) => {
+    const shown = results(thread, 'refund_order');
+    if (shown.length === 0) return call('refund_order', { amountCents: 500, order: 'o-1' });
+    answer = shown[0]?.text;
+    return { text: 'Done.' };
+  };
+  await harness.drain();
+
+  expect(await harness.readJob(jobId)).toMatchObject({ status: 'completed', outcome: 'complete' });
+  expect(answer).toBe('Refunded: R-7');
+  expect(payments.applied).toEqual([]);
+  expect(await ledger(jobId)).toEqual([expect.objectContaining({ key, state: 'applied', evidence: { refundId: 'R-7' } })]);
 });

@@ -191,7 +191,8 @@ class DefinedToolbox implements Toolbox {
       [planned] = await step.effects.plan([intent]);
     } catch (error) {
       if (!(error instanceof EffectIntentConflictError)) throw error;
-      return conflictResult(tool, error);
+      planned = sameCallRecordedEarlier(intent, error);
+      if (planned === undefined) return conflictResult(tool, error);
     }
     if (planned === undefined) throw new Error(`The effect ledger recorded nothing for ${tool.name}`);
     const target = effect.target ?? tool.name;
@@ -254,6 +255,27 @@ function effectIntent(tool: EffectToolDefinition<unknown>, input: unknown, call:
     target: tool.effect.target ?? tool.name,
     payload: { tool: tool.name, arguments: canonicalJson(raw) },
   };
+}
+
+/**
+ * The recorded entry when the conflict is only the order of the arguments' keys: entries planned
+ * before arguments were recorded sorted (an effect in flight across the deploy that sorted them)
+ * hash differently for the same call, and are the same effect.
+ */
+function sameCallRecordedEarlier(intent: EffectIntent, error: EffectIntentConflictError): EffectEntry | undefined {
+  const recorded = error.conflicts[0]?.recorded;
+  if (recorded === undefined || error.conflicts.length !== 1) return undefined;
+  const before = recorded.intent;
+  const argumentsText = before.payload.arguments;
+  if (typeof argumentsText !== 'string' || before.kind !== intent.kind || before.identity !== intent.identity || before.target !== intent.target) return undefined;
+  if (before.payload.tool !== intent.payload.tool) return undefined;
+  let sorted: string;
+  try {
+    sorted = canonicalJson(JSON.parse(argumentsText));
+  } catch {
+    return undefined;
+  }
+  return sorted === intent.payload.arguments ? recorded : undefined;
 }
 
 /**
