@@ -2,12 +2,17 @@
  * A woken zombie starts nothing (the chaos soak's hole, seed a1): a holder that was frozen past the
  * stale-takeover age wakes with its work's answers already in hand; before it starts its next model
  * or tool call it checks the claim's signal, and that check aborts it, because its last confirmed
- * renewal is too old on its own clock. A live holder whose renewals are confirmed keeps working.
- * Clock injected, heartbeats fired by hand; "a call" is the phase checking its signal, as every
- * model and tool call site does before it starts one.
+ * renewal is too old on its own clock. It stops at the takeover age less the clock-skew allowance
+ * (holderStopAgeMs), so a taker whose clock runs ahead by up to that allowance still finds it
+ * stopped. A live holder whose renewals are confirmed keeps working and is never taken over.
+ * Clocks injected (the holder's may run behind the taker's), heartbeats fired by hand; "a call" is
+ * the phase checking its signal, as every model and tool call site does before it starts one.
  */
+import type { Clock } from '../../functions/src/core/clock';
+import { holderStopAgeMs } from '../../functions/src/core/options';
 import { pipelineRegistry, type StepContext } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
+import { JobStore } from '../../functions/src/store/job-store';
 import { gate, engineSuite, waitUntil } from '../support/engine';
 import { behaviour, testPipeline, type TestInput } from '../support/test-pipeline';
 import { ManualTimers } from '../support/timers';
@@ -55,7 +60,7 @@ test('a frozen holder that wakes after another worker took its claim over starts
   expect(started).toEqual([2]);
 });
 
-test('a holder silent for the takeover age stops before its next call even when nobody took over yet (it cannot know)', async () => {
+test('a holder silent for its stop age (the takeover age less the skew allowance) stops before its next call even when nobody took over yet (it cannot know)', async () => {
   const wake = gate();
   const entered = gate();
   const started = callingPhase(wake.promise, entered.open);
@@ -63,8 +68,7 @@ test('a holder silent for the takeover age stops before its next call even when 
   const [task] = harness.queue.drain();
   const holder = runStep(harness.deps('frozen', { timers: new ManualTimers() }), task!.task);
   await entered.promise;
-  harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000 - 1);
-  // Still covered one millisecond before the age: a read of the signal aborts nothing.
+  harness.clock.advance(holderStopAgeMs(harness.options) - 1);
   expect((await readJob(jobId)).lease?.worker).toBe('frozen');
   harness.clock.advance(1);
   wake.open();
@@ -124,4 +128,63 @@ test('a live holder whose renewals are confirmed keeps starting calls long past 
   proceed.open();
   expect(await holder).toMatchObject({ kind: 'handed-off', phase: 'first' });
   expect(started).toEqual([1]);
+});
+
+/** The engine's store on a clock `behindMs` behind the harness's (the taker's): the holder's own clock. */
+function storeBehind(behindMs: number): JobStore {
+  const clock: Clock = { now: () => harness.clock.now() - behindMs };
+  return new JobStore(harness.firestore.db, clock, harness.options, harness.queue);
+}
+
+test("bug 40: a frozen holder whose clock is behind the taker's by the skew allowance wakes after the take-over and starts no call", async () => {
+  const skewMs = harness.options.clockSkewSeconds * 1000;
+  expect(skewMs).toBeGreaterThan(0);
+  const wake = gate();
+  const entered = gate();
+  const started = callingPhase(wake.promise, entered.open);
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  const [task] = harness.queue.drain();
+  // The job is due on the holder's clock too.
+  harness.clock.advance(skewMs);
+  // Claims with a heartbeat stamped on its own (slow) clock, then freezes: no renewal is confirmed.
+  const zombie = runStep(harness.deps('slow-clock', { store: storeBehind(skewMs), timers: new ManualTimers() }), task!.task);
+  await entered.promise;
+  // The taker's clock reads the takeover age first: on the holder's, only the takeover age less the skew has passed.
+  harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000 - skewMs);
+  const successor = await runStep(harness.deps('successor'), task!.task);
+  expect(successor).toMatchObject({ kind: 'handed-off', phase: 'first' });
+  expect((await readJob(jobId)).epoch).toBe(2);
+  wake.open();
+  const woken = await zombie;
+  // Only the new holder's call started.
+  expect(started).toEqual([2]);
+  expect(woken.kind).toBe('ownership-lost');
+  // It stopped on its own guard, not on a refused commit after the call.
+  expect(woken.kind === 'ownership-lost' && woken.reason).toMatch(new RegExp(`no renewal confirmed for ${holderStopAgeMs(harness.options) / 1000} s`));
+});
+
+test("a live holder whose clock is behind the taker's by the skew allowance is neither stopped nor taken over while its renewals are confirmed", async () => {
+  const skewMs = harness.options.clockSkewSeconds * 1000;
+  const timers = new ManualTimers();
+  const proceed = gate();
+  const entered = gate();
+  const started = callingPhase(proceed.promise, entered.open);
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  const [task] = harness.queue.drain();
+  harness.clock.advance(skewMs);
+  const holder = runStep(harness.deps('slow-clock', { store: storeBehind(skewMs), timers }), task!.task);
+  await entered.promise;
+  for (let beat = 0; beat < 4; beat += 1) {
+    harness.clock.advance(harness.options.heartbeatSeconds * 1000);
+    // Just before the heartbeat lands, a copy of the task finds the holder silent a heartbeat plus the skew: not yet due.
+    expect(await runStep(harness.deps('taker'), task!.task)).toMatchObject({ kind: 'not-yet-due' });
+    await waitUntil(() => Promise.resolve(timers.size > 0));
+    timers.fireAll();
+    const stamped = harness.clock.now() - skewMs;
+    await waitUntil(async () => (await readJob(jobId)).lease?.renewedAtMs === stamped);
+  }
+  proceed.open();
+  expect(await holder).toMatchObject({ kind: 'handed-off', phase: 'first' });
+  expect(started).toEqual([1]);
+  expect((await readJob(jobId)).epoch).toBe(1);
 });

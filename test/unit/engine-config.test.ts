@@ -50,8 +50,14 @@ describe('resolveEngineOptions', () => {
     expect(() => resolveEngineOptions(overrides)).toThrow(/heartbeatSeconds .* must be shorter than leaseSeconds/);
   });
 
-  test('a heartbeat just under the lease is accepted', () => {
-    expect(resolveEngineOptions({ leaseSeconds: 61, heartbeatSeconds: 60, staleHeartbeatSeconds: 120, progressTimeoutSeconds: 200 }).leaseSeconds).toBe(61);
+  test('a heartbeat just under the lease is accepted (with clocks trusted to agree)', () => {
+    expect(resolveEngineOptions({ leaseSeconds: 61, heartbeatSeconds: 60, staleHeartbeatSeconds: 120, progressTimeoutSeconds: 200, clockSkewSeconds: 0 }).leaseSeconds).toBe(61);
+  });
+
+  test("a skew allowance that leaves the holder's stop age no longer than a heartbeat is rejected: a live holder would stop itself", () => {
+    expect(() => resolveEngineOptions({ clockSkewSeconds: 5 })).toThrow(/the holder's stop age \(the takeover age 10 s less clockSkewSeconds 5 s\) must be longer than heartbeatSeconds \(5\)/);
+    expect(() => resolveEngineOptions({ leaseSeconds: 61, heartbeatSeconds: 60, staleHeartbeatSeconds: 120, progressTimeoutSeconds: 200 })).toThrow(/takeover age 61 s less clockSkewSeconds 2 s/);
+    expect(resolveEngineOptions({ clockSkewSeconds: 4.5 }).clockSkewSeconds).toBe(4.5);
   });
 
   test('a stale-heartbeat threshold under two heartbeats is rejected: one late heartbeat is not a dead worker', () => {
@@ -110,6 +116,7 @@ describe('engineOptionsFromEnv', () => {
       PHASELINE_WRITE_RETRIES: '1',
       PHASELINE_MAX_SERVER_DELAY_SECONDS: '120',
       PHASELINE_STALE_HEARTBEAT_SECONDS: '45',
+      PHASELINE_CLOCK_SKEW_SECONDS: '3',
       PHASELINE_PROGRESS_TIMEOUT_SECONDS: '200',
       PHASELINE_RETENTION_DAYS: '14',
     });
@@ -128,6 +135,7 @@ describe('engineOptionsFromEnv', () => {
       writeRetries: 1,
       maxServerDelaySeconds: 120,
       staleHeartbeatSeconds: 45,
+      clockSkewSeconds: 3,
       progressTimeoutSeconds: 200,
       retentionDays: 14,
     });

@@ -2,9 +2,10 @@
 import { ManualClock } from '../../functions/src/core/clock';
 import { OwnershipLostError } from '../../functions/src/core/errors';
 import { abortedAlready, abortOnLapse, LeaseGuard, LeaseLapsedError } from '../../functions/src/core/lease-guard';
+import { DEFAULT_ENGINE_OPTIONS, holderStopAgeMs, resolveEngineOptions } from '../../functions/src/core/options';
 
 describe('LeaseGuard', () => {
-  test('lapses at exactly the takeover age after the last confirmed renewal, not a millisecond before', () => {
+  test('lapses at exactly its stop age after the last confirmed renewal, not a millisecond before', () => {
     const clock = new ManualClock(1_000_000);
     const guard = new LeaseGuard(clock, 10_000, clock.now());
     clock.advance(9_999);
@@ -35,8 +36,36 @@ describe('LeaseGuard', () => {
     expect(guard.lapse()).toBeInstanceOf(LeaseLapsedError);
   });
 
-  test.each([0, -1, Number.NaN, Number.POSITIVE_INFINITY])('a takeover age of %p is refused', (age) => {
-    expect(() => new LeaseGuard(new ManualClock(0), age, 0)).toThrow(/takeoverAfterMs must be a positive number/);
+  test.each([0, -1, Number.NaN, Number.POSITIVE_INFINITY])('a stop age of %p is refused', (age) => {
+    expect(() => new LeaseGuard(new ManualClock(0), age, 0)).toThrow(/stopAfterMs must be a positive number/);
+  });
+});
+
+describe('holderStopAgeMs', () => {
+  test('the holder stops the skew allowance before the takeover age: 8 s on the defaults, 3 s inside it for a renewal every 5 s', () => {
+    expect(holderStopAgeMs(DEFAULT_ENGINE_OPTIONS)).toBe(8_000);
+    expect(holderStopAgeMs(DEFAULT_ENGINE_OPTIONS) - DEFAULT_ENGINE_OPTIONS.heartbeatSeconds * 1000).toBe(3_000);
+  });
+
+  test('a lease shorter than the takeover age is the sooner takeover: the allowance comes off it', () => {
+    expect(holderStopAgeMs({ staleHeartbeatSeconds: 30, leaseSeconds: 20, clockSkewSeconds: 4 })).toBe(16_000);
+  });
+
+  test("whatever the taker's clock is ahead by, up to the allowance, the holder has stopped (by its own clock) when the taker's reads the takeover age", () => {
+    const options = resolveEngineOptions();
+    const takeoverMs = options.staleHeartbeatSeconds * 1000;
+    for (const aheadMs of [0, 500, 1_999, options.clockSkewSeconds * 1000]) {
+      const taker = new ManualClock(1_000_000 + aheadMs);
+      const holder = new ManualClock(1_000_000);
+      // The holder stamps its renewal on its own clock; the taker compares that stamp with its clock.
+      const guard = new LeaseGuard(holder, holderStopAgeMs(options), holder.now());
+      const stamp = holder.now();
+      const untilTakeoverMs = stamp + takeoverMs - taker.now();
+      holder.advance(untilTakeoverMs);
+      taker.advance(untilTakeoverMs);
+      expect(taker.now() - stamp).toBe(takeoverMs);
+      expect(guard.lapse()).toBeInstanceOf(LeaseLapsedError);
+    }
   });
 });
 

@@ -34,6 +34,7 @@
 import type { RandomSource } from '../core/clock';
 import { describeError, PhaselineError } from '../core/errors';
 import { realTimers, type Timers } from '../core/flusher';
+import { anyKeepingChecks } from '../core/lease-guard';
 import type { SpendMeter } from '../core/pipeline';
 import {
   ContextWindowError,
@@ -448,7 +449,11 @@ class SectionRun {
       } catch (error) {
         this.signal.throwIfAborted();
         // The call cannot be answered yet (its effect's target is down, or its outcome unknown): the section waits, it did not fail.
-        if (error instanceof ToolWaitError) throw error;
+        if (error instanceof ToolWaitError) {
+          // A wait leaves the call open in the saved transcript: the answer's save (in flight for a repeatable call) must land; its failure (a lost claim) is reported instead.
+          await this.settleSave();
+          throw error;
+        }
         this.count('tool_call', { toolCalls: 1, wastedToolCalls: 1 }, call.name);
         throw new SectionAttemptError(`tool ${call.name} (${call.id}) threw: ${describeError(error)}`, { cause: error });
       }
@@ -580,8 +585,9 @@ class SectionRun {
       }
       await this.readyForCall();
       // The save still in flight (the last tool result's) overlaps this call; if it fails (a lost claim), the call is cut short.
+      // Combined keeping the step signal's check on every read (a lapsed lease), which the provider's look before it starts relies on.
       const saving = this.pendingSave;
-      const signal = saving === null ? this.signal : AbortSignal.any([this.signal, saveFailure(saving)]);
+      const signal = saving === null ? this.signal : anyKeepingChecks(this.signal, saveFailure(saving));
       const cutByStep = leftMs < this.policy.callTimeoutMs;
       const timeoutMs = Math.floor(Math.min(this.policy.callTimeoutMs, leftMs));
       let response: ChatResponse;

@@ -90,6 +90,7 @@ const ENGINE_VARIABLES = {
   PHASELINE_SWEEP_INTERVAL_SECONDS: engineOption('sweepIntervalSeconds', 'How often within each scheduled minute the sweeper looks for expired leases and lost tasks.'),
   PHASELINE_HEARTBEAT_SECONDS: engineOption('heartbeatSeconds', 'How often a working step renews its lease, coalesced with progress writes.'),
   PHASELINE_STALE_HEARTBEAT_SECONDS: engineOption('staleHeartbeatSeconds', 'A task finding its step held by a worker silent this long takes it over with a new epoch.'),
+  PHASELINE_CLOCK_SKEW_SECONDS: engineOption('clockSkewSeconds', "The most two instances' clocks may differ: a holder stops starting calls this long before another worker may take its claim over."),
   PHASELINE_PROGRESS_TIMEOUT_SECONDS: engineOption('progressTimeoutSeconds', 'A step without progress this long stops renewing its lease and gives the job back.'),
   PHASELINE_PROGRESS_FLUSH_MS: engineOption('progressFlushMs', 'Minimum gap between two coalesced progress writes to the job document.'),
   PHASELINE_STEP_BUDGET_SECONDS: engineOption('stepBudgetSeconds', 'A step starts no new section once this much of its time is used.'),

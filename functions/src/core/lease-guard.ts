@@ -19,20 +19,21 @@ export class LeaseLapsedError extends OwnershipLostError {
 
 /**
  * Tracks the last confirmed renewal of one claim. Another worker may take the claim over once the
- * holder has been silent `takeoverAfterMs` (a redelivered task's stale-heartbeat takeover comes
- * first; the lease's expiry and the sweeper come later), so that is the holder's own limit, measured
- * on its local clock from a renewal time taken before the renewal was sent (a late answer never
- * moves the limit past what the store saw).
+ * holder has been silent the takeover age *on the taker's clock* (a redelivered task's stale-heartbeat
+ * takeover comes first; the lease's expiry and the sweeper come later), so the holder stops
+ * `stopAfterMs` after it, on its own clock: the takeover age less the clock-skew allowance
+ * (core/options.ts holderStopAgeMs, where the bound is argued). Both count from the same stamp, taken
+ * before the renewal was sent, so a late answer never moves the limit past what the store saw.
  */
 export class LeaseGuard {
   private confirmedAtMs: number;
 
   constructor(
     private readonly clock: Clock,
-    private readonly takeoverAfterMs: number,
+    private readonly stopAfterMs: number,
     claimedAtMs: number,
   ) {
-    if (!Number.isFinite(takeoverAfterMs) || takeoverAfterMs <= 0) throw new Error(`takeoverAfterMs must be a positive number, got ${takeoverAfterMs}`);
+    if (!Number.isFinite(stopAfterMs) || stopAfterMs <= 0) throw new Error(`stopAfterMs must be a positive number, got ${stopAfterMs}`);
     this.confirmedAtMs = claimedAtMs;
   }
 
@@ -43,15 +44,17 @@ export class LeaseGuard {
 
   /** The local time after which this holder starts nothing. */
   get deadlineMs(): number {
-    return this.confirmedAtMs + this.takeoverAfterMs;
+    return this.confirmedAtMs + this.stopAfterMs;
   }
 
   /** Why the holder must stop now, or null while its last confirmed renewal still covers it. */
   lapse(): LeaseLapsedError | null {
     const silentMs = this.clock.now() - this.confirmedAtMs;
-    // A takeover may happen at exactly this age (core/lifecycle.ts decideStaleTakeover): stop there too.
-    if (silentMs < this.takeoverAfterMs) return null;
-    return new LeaseLapsedError(`no renewal confirmed for ${Math.round(silentMs / 1000)} s (another worker may take over after ${this.takeoverAfterMs / 1000} s): starting nothing more`);
+    // At exactly this age a taker whose clock is ahead by the full allowance may take over: stop there too.
+    if (silentMs < this.stopAfterMs) return null;
+    return new LeaseLapsedError(
+      `no renewal confirmed for ${Math.round(silentMs / 1000)} s (this holder stops at ${this.stopAfterMs / 1000} s, before another worker may take over): starting nothing more`,
+    );
   }
 }
 
@@ -62,18 +65,33 @@ export class LeaseGuard {
  */
 export function abortOnLapse(controller: AbortController, lapse: () => Error | null): AbortSignal {
   const { signal } = controller;
-  const nativeAborted = (): boolean => abortedAlready(signal);
-  const check = (): void => {
-    if (nativeAborted()) return;
+  return checkedOnRead(signal, () => {
+    if (abortedAlready(signal)) return;
     const error = lapse();
     if (error !== null) controller.abort(error);
-  };
+  });
+}
+
+/**
+ * `AbortSignal.any([checked, other])` that keeps `checked`'s checks: every read of its `aborted` and
+ * `throwIfAborted()` reads `checked.aborted` first. A plainly combined signal learns of a lapse only
+ * once something else reads `checked`, so a call that looks at it before it starts would start.
+ */
+export function anyKeepingChecks(checked: AbortSignal, other: AbortSignal): AbortSignal {
+  const combined = AbortSignal.any([checked, other]);
+  return checkedOnRead(combined, () => {
+    // An abort this read makes reaches `combined` at once, with its reason: AbortSignal.any follows its sources synchronously.
+    if (!abortedAlready(combined)) readAborted(checked);
+  });
+}
+
+function checkedOnRead(signal: AbortSignal, check: () => void): AbortSignal {
   Object.defineProperties(signal, {
     aborted: {
       configurable: true,
       get: () => {
         check();
-        return nativeAborted();
+        return abortedAlready(signal);
       },
     },
     throwIfAborted: {
@@ -85,6 +103,11 @@ export function abortOnLapse(controller: AbortController, lapse: () => Error | n
     },
   });
   return signal;
+}
+
+/** Reads `signal.aborted`, running whatever check a getter on it adds. */
+function readAborted(signal: AbortSignal): boolean {
+  return signal.aborted;
 }
 
 /** Whether `signal` has been aborted, without running a check `abortOnLapse` added. */

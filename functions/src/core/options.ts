@@ -20,6 +20,13 @@ export interface EngineOptions {
    */
   readonly staleHeartbeatSeconds: number;
   /**
+   * The most two instances' clocks may differ. The taker measures a holder's silence on its own
+   * clock from the renewal time the holder stamped on its clock, so the holder stops starting calls
+   * this much before the takeover age (`holderStopAgeMs`): a taker whose clock is ahead by up to
+   * this much still finds it stopped.
+   */
+  readonly clockSkewSeconds: number;
+  /**
    * A step renews its lease only while it shows progress (a model or tool call came back, a
    * section or transcript was recorded, cost or progress reported) at least this often. A wedged
    * step stops renewing, gives its job back (counted as a lost worker) and lets it be reclaimed.
@@ -61,15 +68,17 @@ export const MAX_SCHEDULE_SECONDS = 30 * 86_400;
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   // The sweeper's backstop for a holder whose task never comes back (a frozen worker, a lost task).
   // Its floor is the stale-takeover age plus a margin: a holder that confirmed no renewal for
-  // staleHeartbeatSeconds stops itself (core/lease-guard.ts), so at expiry it has started nothing
-  // for leaseSeconds - staleHeartbeatSeconds (10 s here: clock skew, a commit in flight). No
-  // transaction a dead client could leave open sits on a lease holder's documents (README: Recovery).
+  // holderStopAgeMs (8 s here) stops itself (core/lease-guard.ts), so at expiry it has started
+  // nothing for 12 s. No transaction a dead client could leave open sits on a lease holder's
+  // documents (README: Recovery).
   leaseSeconds: 20,
   // 20 s lease + 5 s: a frozen worker's job is reclaimed within 25 s of its last renewal, claimed again about a second later.
   sweepIntervalSeconds: 5,
   // Cloud Tasks redelivers a killed step 2, 6 and 14 s after the kill: a holder silent 10 s is taken over by the third.
   heartbeatSeconds: 5,
   staleHeartbeatSeconds: 10,
+  // A holder stops at 10 - 2 = 8 s of silence: a live one (renewed every 5 s, a failed renewal tried again within a second) keeps 3 s for its renewal's round trip.
+  clockSkewSeconds: 2,
   progressTimeoutSeconds: 150,
   progressFlushMs: 1_000,
   stepBudgetSeconds: 300,
@@ -96,6 +105,11 @@ export function resolveEngineOptions(overrides: Partial<EngineOptions> = {}): En
   if (options.staleHeartbeatSeconds < 2 * options.heartbeatSeconds) {
     throw new Error(`staleHeartbeatSeconds (${options.staleHeartbeatSeconds}) must be at least two heartbeats (${2 * options.heartbeatSeconds} s): one late heartbeat is not a dead worker`);
   }
+  if (holderStopAgeMs(options) <= options.heartbeatSeconds * 1000) {
+    throw new Error(
+      `the holder's stop age (the takeover age ${Math.min(options.staleHeartbeatSeconds, options.leaseSeconds)} s less clockSkewSeconds ${options.clockSkewSeconds} s) must be longer than heartbeatSeconds (${options.heartbeatSeconds}): a live holder would stop before its next renewal is confirmed`,
+    );
+  }
   if (options.sweepIntervalSeconds <= 0 || options.sweepIntervalSeconds > 60) {
     throw new Error(`sweepIntervalSeconds must be more than 0 and at most 60 (the scheduler's minute), got ${options.sweepIntervalSeconds}`);
   }
@@ -109,4 +123,16 @@ export function resolveEngineOptions(overrides: Partial<EngineOptions> = {}): En
   }
   if (options.retentionDays <= 0) throw new Error(`retentionDays must be positive (a TTL of none would delete a job's timeline as it ends), got ${options.retentionDays}`);
   return options;
+}
+
+/**
+ * How long a holder may go without a confirmed renewal before it starts nothing more
+ * (core/lease-guard.ts). Another worker may take its claim over once the holder's last renewal is
+ * `staleHeartbeatSeconds` old (a redelivered task) or its lease has run out (the sweeper), each
+ * measured on the taker's clock against a time the holder stamped on its own (before sending the
+ * renewal). Stopping `clockSkewSeconds` before the sooner of the two keeps the holder stopped
+ * before any taker whose clock is at most that far ahead of its own can decide a takeover.
+ */
+export function holderStopAgeMs(options: Pick<EngineOptions, 'staleHeartbeatSeconds' | 'leaseSeconds' | 'clockSkewSeconds'>): number {
+  return (Math.min(options.staleHeartbeatSeconds, options.leaseSeconds) - options.clockSkewSeconds) * 1000;
 }

@@ -27,8 +27,8 @@ export interface StepContext<TInput> {
   readonly input: TInput;
   /**
    * Aborted when this worker loses its claim (or the job is cancelled), and when it has confirmed no
-   * lease renewal for the stale-takeover age (a worker woken from a freeze): pass it to every call,
-   * and check it before starting one.
+   * lease renewal for the stale-takeover age less the clock-skew allowance (a worker woken from a
+   * freeze): pass it to every call, and check it before starting one.
    */
   readonly signal: AbortSignal;
   readonly clock: Clock;

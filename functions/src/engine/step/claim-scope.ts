@@ -9,6 +9,7 @@ import { abortedAlready, abortOnLapse, LeaseGuard, LeaseLapsedError } from '../.
 import { CoalescingFlusher, realTimers, type FlushPayload } from '../../core/flusher';
 import type { JobRecord, Lease, UnitRecord } from '../../core/job';
 import { budgetWait } from '../../core/lifecycle';
+import { holderStopAgeMs } from '../../core/options';
 import type { PhaseDefinition, PipelineDefinition, SectionRecord, StepContext, StepLimits } from '../../core/pipeline';
 import type { EventDraft } from '../../store/door';
 import { writeDraft } from '../../store/drafts';
@@ -66,9 +67,9 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
   /** The unit as this holder last wrote it: only its holder writes these fields while it holds the claim. */
   private held: UnitRecord | null;
   /**
-   * The last renewal this holder saw committed: past it by the stale-takeover age, another worker may
-   * hold the claim, so the calls' signal (every model and tool call's check before it starts) aborts
-   * and nothing more starts.
+   * The last renewal this holder saw committed: past it by the stale-takeover age less the clock-skew
+   * allowance (holderStopAgeMs), another worker may soon hold the claim, so the calls' signal (every
+   * model and tool call's check before it starts) aborts and nothing more starts.
    */
   readonly leaseGuard: LeaseGuard;
   /**
@@ -93,7 +94,7 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
     const { options, clock } = store;
     const claimed = (holder.kind === 'unit' ? work.unit : work.job)?.lease ?? null;
     const claimedAtMs = claimed === null ? clock.now() : (claimed.renewedAtMs ?? claimed.expiresAtMs - options.leaseSeconds * 1000);
-    this.leaseGuard = new LeaseGuard(clock, Math.min(options.staleHeartbeatSeconds, options.leaseSeconds) * 1000, claimedAtMs);
+    this.leaseGuard = new LeaseGuard(clock, holderStopAgeMs(options), claimedAtMs);
     abortOnLapse(this.calls, () => this.leaseGuard.lapse());
     this.controller.signal.addEventListener('abort', () => this.calls.abort(this.controller.signal.reason), { once: true });
   }
@@ -136,7 +137,7 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
       return { settled: await settle(this, pending, giveBackDecision(this, signal.reason.message)) };
     }
     if (lapse !== null && !aborted) {
-      // Silent past the takeover age, so the step stopped: give the claim back at once, counted as a lost worker as a
+      // Silent past its stop age, so the step stopped: give the claim back at once, counted as a lost worker as a
       // takeover would count it. Conditioned on the claim like every holder's write: if someone did take over, the door
       // refuses and this is a lost claim; if not, the job is queued with its task now instead of waiting out its lease.
       this.deps.log?.('lease lapsed on this worker; giving the job back', { reason: lapse.message });
@@ -166,7 +167,7 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
    */
   private heartbeat(payload: FlushPayload): Promise<void> {
     const { store } = this.deps;
-    // Silent past the takeover age: someone else may hold the claim, so calls in flight stop too (the renewal is still tried: the door fences it).
+    // Silent past its stop age: someone else may hold the claim, so calls in flight stop too (the renewal is still tried: the door fences it).
     const lapse = this.leaseGuard.lapse();
     if (lapse !== null) this.calls.abort(lapse);
     const idleMs = store.clock.now() - this.progressAtMs;
