@@ -1179,8 +1179,8 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'tool-conflict-read-by-model',
     removes: "the tool error a conflicting effectful call answers with (the refusal is thrown: the section fails the attempt instead of the model reading why)",
     file: 'functions/src/agent/define-tool.ts',
-    search: '      return conflictResult(tool, error);\n',
-    replace: '      throw error;\n',
+    search: '      if (planned === undefined) return conflictResult(tool, error);\n',
+    replace: '      if (planned === undefined) throw error;\n',
     tests: [{ files: [DEFINE_TOOL], names: 'bug 44: ' }],
   },
   {
