@@ -140,7 +140,7 @@ export const CHAOS_ENGINE_ENV: Readonly<Record<string, string>> = {
   PHASELINE_LEASE_SECONDS: '8',
   PHASELINE_HEARTBEAT_SECONDS: '2',
   PHASELINE_STALE_HEARTBEAT_SECONDS: '5',
-  // Every worker of the soak reads one machine's clock: a holder stops at 4 s, 2 s after its renewal is due (the default 2 s would leave 1 s).
+  // Every worker of the soak reads one machine's clock: a holder stops at 5 s, a redelivered task takes over at 6 s.
   PHASELINE_CLOCK_SKEW_SECONDS: '1',
   PHASELINE_PROGRESS_FLUSH_MS: '1000',
   PHASELINE_STEP_BUDGET_SECONDS: '60',

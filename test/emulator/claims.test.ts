@@ -28,6 +28,7 @@ import { JobStore } from '../../functions/src/store/job-store';
 import { heldUnitsPipeline, hold, unitFinished, type UnitInput } from '../support/held-units';
 import type { RecordedTask } from '../support/task-queue';
 import { losingCommitAnswers, type LostCommitAnswers } from '../support/failures';
+import { takeoverAgeMs } from '../../functions/src/core/options';
 
 // ---- Two versions of one pipeline: version 2 of `items` refuses what version 1 recorded --------
 
@@ -155,7 +156,7 @@ test('a stale holder of version 1 records a section between the version check\'s
   await entered.promise;
 
   // Its heartbeat is stale: the redelivered task (on a version 2 worker) takes the step over.
-  harness.clock.advance((harness.options.staleHeartbeatSeconds + 1) * 1000);
+  harness.clock.advance(takeoverAgeMs(harness.options) + 1_000);
   const sectionsRead = gate();
   watchQueries(db, `${JOBS}/${jobId}/sections`, () => sectionsRead.open());
   const commit = holdNextCommit(db);
@@ -440,7 +441,7 @@ describe('unit claims racing: the claim read, its commit and the slot', () => {
       const task = taskOf(tasks, 'u0').task;
       const a = runStep(harness.deps('worker-a'), task);
       await holdA.entered;
-      harness.clock.advance((harness.options.staleHeartbeatSeconds + 1) * 1000);
+      harness.clock.advance(takeoverAgeMs(harness.options) + 1_000);
       const b = runStep(harness.deps('worker-b'), task);
       await holdB.entered;
       holdA.release();
@@ -469,7 +470,7 @@ describe('unit claims racing: the claim read, its commit and the slot', () => {
         const task = taskOf(tasks, 'u0').task;
         const a = runStep(harness.deps('worker-a'), task);
         await holdA.entered;
-        harness.clock.advance((harness.options.staleHeartbeatSeconds + 1) * 1000);
+        harness.clock.advance(takeoverAgeMs(harness.options) + 1_000);
         const b = await runStep(harness.deps('worker-b'), task);
         expect(b.kind).toBe('not-claimable');
         const job = await readJob(jobId);
@@ -503,7 +504,7 @@ describe('unit claims racing: the claim read, its commit and the slot', () => {
       const task = taskOf(tasks, 'u0').task;
       const a = runStep(harness.deps('worker-a'), task);
       await holdA.entered;
-      harness.clock.advance((harness.options.staleHeartbeatSeconds + 1) * 1000);
+      harness.clock.advance(takeoverAgeMs(harness.options) + 1_000);
       let b: Promise<StepOutcome> | null = null;
       let inside = false;
       interceptClaimReads(jobId, async (status) => {
@@ -540,7 +541,7 @@ describe('unit claims racing: the claim read, its commit and the slot', () => {
       const task = taskOf(tasks, 'u0').task;
       const a = runStep(harness.deps('worker-a'), task);
       await holdA.entered;
-      harness.clock.advance((harness.options.staleHeartbeatSeconds + 1) * 1000);
+      harness.clock.advance(takeoverAgeMs(harness.options) + 1_000);
       let aOutcome: StepOutcome | null = null;
       let first = true;
       interceptClaimReads(jobId, async (status) => {

@@ -20,6 +20,7 @@ import { heldUnitsPipeline, type Hold, hold, holdThen, unitFinished, type UnitIn
 import { afterFirstGetAll, whileInterposed } from '../support/interpose';
 import type { RecordedTask } from '../support/task-queue';
 import { ManualTimers } from '../support/timers';
+import { takeoverAgeMs } from '../../functions/src/core/options';
 
 const { pipeline: reviewUnits, turns: unitTurns } = heldUnitsPipeline('review-units');
 
@@ -221,7 +222,7 @@ const unitQuarantines = {
   'the unit claim taking over a silent holder': async (task: RecordedTask, held: Hold) => {
     const silent = runStep(harness.deps('worker-silent'), task.task);
     await held.entered;
-    harness.clock.advance((harness.options.staleHeartbeatSeconds + 1) * 1000);
+    harness.clock.advance(takeoverAgeMs(harness.options) + 1_000);
     expect(await runStep(harness.deps('worker-redelivered'), task.task)).toMatchObject({ kind: 'not-claimable', reason: expect.stringMatching(/^job quarantined/) as unknown });
     return { silent };
   },

@@ -2,14 +2,27 @@
  * A woken zombie starts nothing (the chaos soak's hole, seed a1): a holder that was frozen past the
  * stale-takeover age wakes with its work's answers already in hand; before it starts its next model
  * or tool call it checks the claim's signal, and that check aborts it, because its last confirmed
- * renewal is too old on its own clock. It stops at the takeover age less the clock-skew allowance
- * (holderStopAgeMs), so a taker whose clock runs ahead by up to that allowance still finds it
- * stopped. A live holder whose renewals are confirmed keeps working and is never taken over.
+ * renewal is too old on its own clock. It stops at the stale age (holderStopAgeMs), and a taker
+ * takes over only the clock-skew allowance later (takeoverAgeMs), so a taker whose clock runs ahead
+ * by up to that allowance still finds it stopped. A live holder whose renewals are confirmed keeps working and is never taken over.
  * Clocks injected (the holder's may run behind the taker's), heartbeats fired by hand; "a call" is
  * the phase checking its signal, as every model and tool call site does before it starts one.
  */
+let afterSectionRead: () => void = () => undefined;
+// The step's section read, made slow on the clock by the test that needs it (a query under load).
+jest.mock('../../functions/src/store/checkpoint-reads', () => {
+  const actual = jest.requireActual<typeof import('../../functions/src/store/checkpoint-reads')>('../../functions/src/store/checkpoint-reads');
+  return {
+    ...actual,
+    readSectionDocuments: async (...args: Parameters<typeof actual.readSectionDocuments>) => {
+      const documents = await actual.readSectionDocuments(...args);
+      afterSectionRead();
+      return documents;
+    },
+  };
+});
 import type { Clock } from '../../functions/src/core/clock';
-import { holderStopAgeMs } from '../../functions/src/core/options';
+import { holderStopAgeMs, takeoverAgeMs } from '../../functions/src/core/options';
 import { pipelineRegistry, type StepContext } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
 import { JobStore } from '../../functions/src/store/job-store';
@@ -48,7 +61,7 @@ test('a frozen holder that wakes after another worker took its claim over starts
   // Frozen: its timers never fire, so it confirms no renewal.
   const zombie = runStep(harness.deps('frozen', { timers: new ManualTimers() }), task!.task);
   await entered.promise;
-  harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000);
+  harness.clock.advance(takeoverAgeMs(harness.options));
   // A copy of its task comes (a duplicate delivery): the holder is silent for the takeover age, so it is taken over.
   const successor = await runStep(harness.deps('successor'), task!.task);
   expect(successor).toMatchObject({ kind: 'handed-off', phase: 'first' });
@@ -56,7 +69,7 @@ test('a frozen holder that wakes after another worker took its claim over starts
   wake.open();
   const woken = await zombie;
   expect(woken.kind).toBe('ownership-lost');
-  expect(woken.kind === 'ownership-lost' && woken.reason).toMatch(/no renewal confirmed for 10 s/);
+  expect(woken.kind === 'ownership-lost' && woken.reason).toMatch(new RegExp(`no renewal confirmed for ${takeoverAgeMs(harness.options) / 1000} s`));
   expect(started).toEqual([2]);
 });
 
@@ -150,7 +163,7 @@ test("bug 40: a frozen holder whose clock is behind the taker's by the skew allo
   const zombie = runStep(harness.deps('slow-clock', { store: storeBehind(skewMs), timers: new ManualTimers() }), task!.task);
   await entered.promise;
   // The taker's clock reads the takeover age first: on the holder's, only the takeover age less the skew has passed.
-  harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000 - skewMs);
+  harness.clock.advance(takeoverAgeMs(harness.options) - skewMs);
   const successor = await runStep(harness.deps('successor'), task!.task);
   expect(successor).toMatchObject({ kind: 'handed-off', phase: 'first' });
   expect((await readJob(jobId)).epoch).toBe(2);
@@ -187,4 +200,37 @@ test("a live holder whose clock is behind the taker's by the skew allowance is n
   expect(await holder).toMatchObject({ kind: 'handed-off', phase: 'first' });
   expect(started).toEqual([1]);
   expect((await readJob(jobId)).epoch).toBe(1);
+});
+
+test("bug 49: a live holder whose step loads take longer than a heartbeat renews as soon as they are done: its first heartbeat counts from the claim, not from the loads", async () => {
+  const heartbeatMs = harness.options.heartbeatSeconds * 1000;
+  // Loads that take more than the stop age leaves after one heartbeat (10 - 5 s on the defaults).
+  const loadMs = holderStopAgeMs(harness.options) - heartbeatMs + 1_000;
+  afterSectionRead = () => harness.clock.advance(loadMs);
+  const timers = new ManualTimers();
+  const proceed = gate();
+  const entered = gate();
+  const started = callingPhase(proceed.promise, entered.open);
+  try {
+    const jobId = await harness.submit('two-phase', { sections: 1 });
+    const [task] = harness.queue.drain();
+    const claimedAt = harness.clock.now();
+    const holder = runStep(harness.deps('live', { timers }), task!.task);
+    await entered.promise;
+    afterSectionRead = () => undefined;
+    // The first heartbeat fires when it is due, and is confirmed at once.
+    await waitUntil(() => Promise.resolve(timers.size > 0));
+    const [dueInMs = Number.NaN] = timers.pendingDelays;
+    harness.clock.advance(dueInMs);
+    timers.fireAll();
+    const now = harness.clock.now();
+    await waitUntil(async () => (await readJob(jobId)).lease?.renewedAtMs === now);
+    // Due a heartbeat after the claim: already past when the loads ended, so at once.
+    expect(now - claimedAt).toBe(loadMs);
+    proceed.open();
+    expect(await holder).toMatchObject({ kind: 'handed-off', phase: 'first' });
+    expect(started).toEqual([1]);
+  } finally {
+    afterSectionRead = () => undefined;
+  }
 });

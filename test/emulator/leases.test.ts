@@ -24,6 +24,7 @@ import { ManualTimers } from '../support/timers';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
 import { JobStore } from '../../functions/src/store/job-store';
 import type { RecordedTask } from '../support/task-queue';
+import { takeoverAgeMs } from '../../functions/src/core/options';
 
 // A fan-out big enough for its finishing commits to race on the job document for longer than a lease.
 const { pipeline: manyUnits, turns: unitTurn } = heldUnitsPipeline('many-units', 100);
@@ -363,7 +364,8 @@ describe('a unit heartbeat: what it flushes and when', () => {
       async (_, label, overrides) => {
         await use(label, overrides);
         const heartbeatMs = harness.options.heartbeatSeconds * 1000;
-        const staleMs = harness.options.staleHeartbeatSeconds * 1000;
+        // A duplicate task takes over after the stale age plus the clock-skew allowance.
+        const staleMs = takeoverAgeMs(harness.options);
         const holdA = hold();
         let claims = 0;
         unitTurns.run = async () => {
@@ -462,7 +464,7 @@ describe('a unit heartbeat: what it flushes and when', () => {
       timersA.fireAll();
       expect(named(await settledCommits(a$.results, 1))).toEqual(['heartbeat committed']);
 
-      harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000 + 1);
+      harness.clock.advance(takeoverAgeMs(harness.options) + 1);
       const b = runStep(harness.deps('worker-b'), task.task);
       await holdB.entered;
       const taken = await readUnit(jobId);

@@ -12,6 +12,7 @@ import { JOBS } from '../../functions/src/store/paths';
 import type { RecordedTask } from '../support/task-queue';
 import { engineSuite } from '../support/engine';
 import { ManualTimers } from '../support/timers';
+import { takeoverAgeMs } from '../../functions/src/core/options';
 
 type Input = { units: number };
 const input = z.strictObject({ units: z.number().int().min(0).max(3) });
@@ -99,20 +100,20 @@ describe('a redelivered task takes over a job whose worker went silent', () => {
 
     harness.clock.advance(5_000);
     const early = await runStep(harness.deps('redelivery-1'), task.task);
-    expect(early).toEqual({ kind: 'not-yet-due', retryAfterMs: harness.options.staleHeartbeatSeconds * 1000 - 5_000 });
+    expect(early).toEqual({ kind: 'not-yet-due', retryAfterMs: takeoverAgeMs(harness.options) - 5_000 });
     expect(await readJob(jobId)).toMatchObject({ status: 'running', epoch: 1, staleReclaims: 0 });
 
-    harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000 - 5_000);
+    harness.clock.advance(takeoverAgeMs(harness.options) - 5_000);
     const takeover = await runStep(harness.deps('redelivery-2'), task.task);
     expect(takeover).toEqual({ kind: 'handed-off', phase: 'work', checkpointed: true });
     const job = await readJob(jobId);
     // Taken over with a new epoch and counted; the checkpoint that followed is progress and reset the count.
     expect(job).toMatchObject({ status: 'queued', epoch: 2, staleReclaims: 0 });
-    expect((await events(jobId)).find((event) => event.kind === 'reclaimed')?.message).toContain(`no heartbeat from doomed (epoch 1) for ${harness.options.staleHeartbeatSeconds} s`);
+    expect((await events(jobId)).find((event) => event.kind === 'reclaimed')?.message).toContain(`no heartbeat from doomed (epoch 1) for ${takeoverAgeMs(harness.options) / 1000} s`);
     await harness.drain();
     expect(await readJob(jobId)).toMatchObject({ status: 'completed' });
     // The recovery waited the stale-heartbeat threshold, not the lease and a sweep.
-    expect(harness.options.staleHeartbeatSeconds).toBeLessThan(harness.options.leaseSeconds);
+    expect(takeoverAgeMs(harness.options)).toBeLessThan(harness.options.leaseSeconds * 1000);
   });
 
   test('a worker that keeps heartbeating is never taken over, however often its task is redelivered', async () => {
@@ -188,7 +189,7 @@ describe('a redelivered task takes over a job whose worker went silent', () => {
     const task = harness.queue.tasks.shift()!;
     const sleeping = runStep(deps('sleeper'), task.task);
     await until(() => Promise.resolve(lateWrite.run !== null));
-    harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000);
+    harness.clock.advance(takeoverAgeMs(harness.options));
     // The new owner is held mid-step (running, epoch 2) while the old one wakes and writes.
     expect((await runStep(deps('taker'), task.task)).kind).toBe('handed-off');
     wake();
@@ -205,7 +206,7 @@ describe('a redelivered task takes over a job whose worker went silent', () => {
     void runStep(harness.deps('doomed'), unitTask.task);
     await until(async () => decodeUnit('u', (await db().doc(`${JOBS}/${jobId}/units/spread~u0`).get()).data()).status === 'running');
     expect((await runStep(harness.deps('redelivery'), unitTask.task)).kind).toBe('not-yet-due');
-    harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000);
+    harness.clock.advance(takeoverAgeMs(harness.options));
     expect(await runStep(harness.deps('redelivery'), unitTask.task)).toMatchObject({ kind: 'unit-done', unit: 'u0' });
     await harness.drain();
     expect(await readJob(jobId)).toMatchObject({ status: 'completed' });
@@ -217,7 +218,7 @@ describe('a redelivered task takes over a job whose worker went silent', () => {
     const jobId = await harness.submit('recovering', { units: 0 });
     const task = await startDoomed(jobId);
     for (let loss = 1; loss <= harness.options.maxStaleReclaims + 1; loss += 1) {
-      harness.clock.advance(harness.options.staleHeartbeatSeconds * 1000);
+      harness.clock.advance(takeoverAgeMs(harness.options));
       const outcome = await Promise.race([runStep(harness.deps(`redelivery-${loss}`), task.task), new Promise((resolve) => setTimeout(() => resolve('hung'), 1_500))]);
       if (loss <= harness.options.maxStaleReclaims) expect(outcome).toBe('hung');
       else expect(outcome).toMatchObject({ kind: 'not-claimable' });

@@ -50,13 +50,16 @@ describe('resolveEngineOptions', () => {
     expect(() => resolveEngineOptions(overrides)).toThrow(/heartbeatSeconds .* must be shorter than leaseSeconds/);
   });
 
-  test('a heartbeat just under the lease is accepted (with clocks trusted to agree)', () => {
-    expect(resolveEngineOptions({ leaseSeconds: 61, heartbeatSeconds: 60, staleHeartbeatSeconds: 120, progressTimeoutSeconds: 200, clockSkewSeconds: 0 }).leaseSeconds).toBe(61);
+  test("a lease that leaves the holder's stop age under two heartbeats is rejected: one late renewal would stop a live holder", () => {
+    expect(() => resolveEngineOptions({ leaseSeconds: 61, heartbeatSeconds: 60, staleHeartbeatSeconds: 120, progressTimeoutSeconds: 200, clockSkewSeconds: 0 })).toThrow(
+      /the holder's stop age \(the shorter of staleHeartbeatSeconds 120 s and leaseSeconds 61 s less clockSkewSeconds 0 s\) must be at least two heartbeats \(120 s\)/,
+    );
+    expect(resolveEngineOptions({ leaseSeconds: 122, heartbeatSeconds: 60, staleHeartbeatSeconds: 120, progressTimeoutSeconds: 200 }).leaseSeconds).toBe(122);
   });
 
-  test("a skew allowance that leaves the holder's stop age no longer than a heartbeat is rejected: a live holder would stop itself", () => {
-    expect(() => resolveEngineOptions({ clockSkewSeconds: 5 })).toThrow(/the holder's stop age \(the takeover age 10 s less clockSkewSeconds 5 s\) must be longer than heartbeatSeconds \(5\)/);
-    expect(() => resolveEngineOptions({ leaseSeconds: 61, heartbeatSeconds: 60, staleHeartbeatSeconds: 120, progressTimeoutSeconds: 200 })).toThrow(/takeover age 61 s less clockSkewSeconds 2 s/);
+  test('a skew allowance is taken off the lease, not the stale age: rejected only where the lease less it is under two heartbeats', () => {
+    expect(() => resolveEngineOptions({ clockSkewSeconds: 11 })).toThrow(/leaseSeconds 20 s less clockSkewSeconds 11 s\) must be at least two heartbeats \(10 s\)/);
+    expect(resolveEngineOptions({ clockSkewSeconds: 10 }).clockSkewSeconds).toBe(10);
     expect(resolveEngineOptions({ clockSkewSeconds: 4.5 }).clockSkewSeconds).toBe(4.5);
   });
 

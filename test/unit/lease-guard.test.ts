@@ -2,7 +2,7 @@
 import { ManualClock } from '../../functions/src/core/clock';
 import { OwnershipLostError } from '../../functions/src/core/errors';
 import { abortedAlready, abortOnLapse, LeaseGuard, LeaseLapsedError } from '../../functions/src/core/lease-guard';
-import { DEFAULT_ENGINE_OPTIONS, holderStopAgeMs, resolveEngineOptions } from '../../functions/src/core/options';
+import { DEFAULT_ENGINE_OPTIONS, holderStopAgeMs, resolveEngineOptions, takeoverAgeMs } from '../../functions/src/core/options';
 
 describe('LeaseGuard', () => {
   test('lapses at exactly its stop age after the last confirmed renewal, not a millisecond before', () => {
@@ -42,9 +42,13 @@ describe('LeaseGuard', () => {
 });
 
 describe('holderStopAgeMs', () => {
-  test('the holder stops the skew allowance before the takeover age: 8 s on the defaults, 3 s inside it for a renewal every 5 s', () => {
-    expect(holderStopAgeMs(DEFAULT_ENGINE_OPTIONS)).toBe(8_000);
-    expect(holderStopAgeMs(DEFAULT_ENGINE_OPTIONS) - DEFAULT_ENGINE_OPTIONS.heartbeatSeconds * 1000).toBe(3_000);
+  test('the holder stops at the stale age and a redelivered task takes over the skew allowance later: 10 s and 12 s on the defaults, 5 s past a renewal due every 5 s', () => {
+    expect(holderStopAgeMs(DEFAULT_ENGINE_OPTIONS)).toBe(10_000);
+    expect(takeoverAgeMs(DEFAULT_ENGINE_OPTIONS)).toBe(12_000);
+    expect(holderStopAgeMs(DEFAULT_ENGINE_OPTIONS) - DEFAULT_ENGINE_OPTIONS.heartbeatSeconds * 1000).toBe(5_000);
+    // A larger allowance costs the taker time, never the holder slack.
+    expect(holderStopAgeMs({ ...DEFAULT_ENGINE_OPTIONS, clockSkewSeconds: 5 })).toBe(10_000);
+    expect(takeoverAgeMs({ ...DEFAULT_ENGINE_OPTIONS, clockSkewSeconds: 5 })).toBe(15_000);
   });
 
   test('a lease shorter than the takeover age is the sooner takeover: the allowance comes off it', () => {
@@ -53,7 +57,7 @@ describe('holderStopAgeMs', () => {
 
   test("whatever the taker's clock is ahead by, up to the allowance, the holder has stopped (by its own clock) when the taker's reads the takeover age", () => {
     const options = resolveEngineOptions();
-    const takeoverMs = options.staleHeartbeatSeconds * 1000;
+    const takeoverMs = takeoverAgeMs(options);
     for (const aheadMs of [0, 500, 1_999, options.clockSkewSeconds * 1000]) {
       const taker = new ManualClock(1_000_000 + aheadMs);
       const holder = new ManualClock(1_000_000);

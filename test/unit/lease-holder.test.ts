@@ -6,13 +6,14 @@
 import type { LeaseHolder, UnitRecord } from '../../functions/src/core/job';
 import { newQueuedJob, type JobRecord } from '../../functions/src/core/job';
 import { claim, giveBack, heldEpoch, nextStep, reclaimExpired, redispatch, takeOver, TransitionRefused, type HolderKind, type HolderTransition } from '../../functions/src/core/lease-holder';
-import { resolveEngineOptions } from '../../functions/src/core/options';
+import { resolveEngineOptions, takeoverAgeMs } from '../../functions/src/core/options';
 import { claimJob, claimUnit, giveBackJob, giveBackUnit, reclaimExpiredJob, reclaimExpiredUnit, redispatchJob, redispatchUnit, takeOverJob, takeOverUnit } from '../../functions/src/core/transitions';
 
 const NOW = 1_000_000;
 const options = resolveEngineOptions();
 const LEASE_MS = options.leaseSeconds * 1000;
-const STALE_MS = options.staleHeartbeatSeconds * 1000;
+// A redelivered task takes over after the stale age plus the clock-skew allowance.
+const STALE_MS = takeoverAgeMs(options);
 
 /** A holder of no kind the engine has: a name, the claim fields, and a status of its own for its quarantine. */
 type Probe = LeaseHolder<'queued' | 'running' | 'poisoned'> & { readonly name: string };

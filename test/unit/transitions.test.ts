@@ -6,7 +6,7 @@ import { budgetWait } from '../../functions/src/core/lifecycle';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { JOB_STATUSES, newQueuedJob, type JobRecord, type JobStatus, type UnitRecord } from '../../functions/src/core/job';
-import { resolveEngineOptions } from '../../functions/src/core/options';
+import { resolveEngineOptions, takeoverAgeMs } from '../../functions/src/core/options';
 import {
   allowedJobMove,
   cancelJobRecord,
@@ -85,7 +85,7 @@ describe('job transitions', () => {
   });
 
   test('take over: a stale heartbeat gives a new epoch and counts a lost worker; a fresh one asks for a later redelivery', () => {
-    const stale = running({ lease: { epoch: 3, worker: 'w-old', expiresAtMs: NOW + 60_000, renewedAtMs: NOW - options.staleHeartbeatSeconds * 1000 } });
+    const stale = running({ lease: { epoch: 3, worker: 'w-old', expiresAtMs: NOW + 60_000, renewedAtMs: NOW - takeoverAgeMs(options) } });
     const taken = takeOverJob(stale, input, NOW);
     expect(taken.next).toMatchObject({ status: 'running', epoch: 4, staleReclaims: 2, lease: { epoch: 4, worker: 'w-new' } });
     expect(taken.events.map((event) => event.kind)).toEqual(['reclaimed', 'claimed']);
@@ -93,7 +93,7 @@ describe('job transitions', () => {
       takeOverJob(running(), input, NOW);
       throw new Error('not refused');
     } catch (error) {
-      expect((error as TransitionRefused).notYetDueMs).toBe(options.staleHeartbeatSeconds * 1000 - 1_000);
+      expect((error as TransitionRefused).notYetDueMs).toBe(takeoverAgeMs(options) - 1_000);
     }
   });
 

@@ -76,6 +76,11 @@ export interface FlusherOptions {
   readonly heartbeatMs: number;
   readonly clock: Clock;
   readonly timers?: Timers;
+  /**
+   * When the lease was last renewed before this flusher started (the claim's own stamp): the first
+   * heartbeat is due one interval after it, not after the step's loads that came between.
+   */
+  readonly renewedAtMs?: number;
   /** Called once when a write reports lost ownership: the step must stop. */
   readonly onOwnershipLost: (error: OwnershipLostError) => void;
   /** Called for any other failed write; the payload is kept and retried with the next flush. */
@@ -108,6 +113,7 @@ export class CoalescingFlusher {
     private readonly options: FlusherOptions,
   ) {
     this.timers = options.timers ?? realTimers;
+    this.lastFlushAtMs = options.renewedAtMs ?? Number.NEGATIVE_INFINITY;
   }
 
   start(): void {

@@ -21,8 +21,8 @@ export class LeaseLapsedError extends OwnershipLostError {
  * Tracks the last confirmed renewal of one claim. Another worker may take the claim over once the
  * holder has been silent the takeover age *on the taker's clock* (a redelivered task's stale-heartbeat
  * takeover comes first; the lease's expiry and the sweeper come later), so the holder stops
- * `stopAfterMs` after it, on its own clock: the takeover age less the clock-skew allowance
- * (core/options.ts holderStopAgeMs, where the bound is argued). Both count from the same stamp, taken
+ * `stopAfterMs` after it, on its own clock: at least the clock-skew allowance before any taker may
+ * decide (core/options.ts holderStopAgeMs and takeoverAgeMs, where the bound is argued). Both count from the same stamp, taken
  * before the renewal was sent, so a late answer never moves the limit past what the store saw.
  */
 export class LeaseGuard {

@@ -2,7 +2,7 @@
 import { TerminalError, type PhaselineError } from './errors';
 import { ENDED_STATUSES, type JobRecord, type JobWait, type LeaseHolder } from './job';
 import type { DecisionWait, ProviderWait } from './pipeline';
-import type { EngineOptions } from './options';
+import { takeoverAgeMs, type EngineOptions } from './options';
 import type { RandomSource } from './clock';
 import { capServerDelay } from './server-delay';
 
@@ -137,7 +137,7 @@ export type TakeoverDecision =
 /**
  * A task found its own step still held. Cloud Tasks redelivers a task whose request failed (the
  * worker crashed or was killed), so this usually means the holder is dead: if its heartbeat is
- * older than `staleHeartbeatSeconds` (or its lease ran out) the task takes over at once, counted
+ * older than `takeoverAgeMs` (or its lease ran out) the task takes over at once, counted
  * as a lost worker like any reclaim. A fresh heartbeat means the holder may be alive and only
  * slow to answer: the task asks to be redelivered once the heartbeat would be stale.
  */
@@ -146,7 +146,8 @@ export function decideStaleTakeover(holder: Pick<LeaseHolder, 'lease' | 'staleRe
   if (lease === null) return null;
   const renewedAtMs = lease.renewedAtMs ?? lease.expiresAtMs - options.leaseSeconds * 1000;
   const ageMs = nowMs - renewedAtMs;
-  const staleMs = options.staleHeartbeatSeconds * 1000;
+  // The holder stopped at the stale age on its own clock; the allowance covers a taker's clock ahead of it.
+  const staleMs = takeoverAgeMs(options);
   if (ageMs < staleMs && lease.expiresAtMs > nowMs) {
     return {
       action: 'redeliver-later',
@@ -157,7 +158,7 @@ export function decideStaleTakeover(holder: Pick<LeaseHolder, 'lease' | 'staleRe
   const why =
     lease.expiresAtMs <= nowMs
       ? `the lease of epoch ${lease.epoch} held by ${lease.worker} had expired`
-      : `no heartbeat from ${lease.worker} (epoch ${lease.epoch}) for ${Math.round(ageMs / 1000)} s (limit ${options.staleHeartbeatSeconds} s)`;
+      : `no heartbeat from ${lease.worker} (epoch ${lease.epoch}) for ${Math.round(ageMs / 1000)} s (limit ${staleMs / 1000} s)`;
   const decision = decideExpiredLease(holder, options);
   if (decision.action === 'quarantine') return { action: 'quarantine', staleReclaims: decision.staleReclaims, reason: decision.reason };
   return {

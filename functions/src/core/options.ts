@@ -14,16 +14,17 @@ export interface EngineOptions {
   /** How often a working step renews its lease (coalesced with progress writes). */
   readonly heartbeatSeconds: number;
   /**
-   * A task that finds its own step held by a worker whose last heartbeat is older than this takes
-   * the job (or unit) over at once with a new epoch: a redelivered task after a crash recovers
-   * in seconds instead of waiting for the lease and the sweeper. Younger: redeliver later.
+   * A holder silent this long starts nothing more, and a task that finds its own step held by a
+   * worker silent this long plus `clockSkewSeconds` takes the job (or unit) over at once with a new
+   * epoch: a redelivered task after a crash recovers in seconds instead of waiting for the lease
+   * and the sweeper. Younger: redeliver later.
    */
   readonly staleHeartbeatSeconds: number;
   /**
-   * The most two instances' clocks may differ. The taker measures a holder's silence on its own
-   * clock from the renewal time the holder stamped on its clock, so the holder stops starting calls
-   * this much before the takeover age (`holderStopAgeMs`): a taker whose clock is ahead by up to
-   * this much still finds it stopped.
+   * The most two instances' clocks may differ. A taker measures a holder's silence on its own clock
+   * from the renewal time the holder stamped on its clock, so a redelivered task takes over only
+   * this much after the holder's stop age (`takeoverAgeMs`, `holderStopAgeMs`): a taker whose clock
+   * is ahead by up to this much still finds the holder stopped.
    */
   readonly clockSkewSeconds: number;
   /**
@@ -68,16 +69,16 @@ export const MAX_SCHEDULE_SECONDS = 30 * 86_400;
 export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   // The sweeper's backstop for a holder whose task never comes back (a frozen worker, a lost task).
   // Its floor is the stale-takeover age plus a margin: a holder that confirmed no renewal for
-  // holderStopAgeMs (8 s here) stops itself (core/lease-guard.ts), so at expiry it has started
-  // nothing for 12 s. No transaction a dead client could leave open sits on a lease holder's
+  // holderStopAgeMs (10 s here) stops itself (core/lease-guard.ts), so at expiry it has started
+  // nothing for 10 s. No transaction a dead client could leave open sits on a lease holder's
   // documents (README: Recovery).
   leaseSeconds: 20,
   // 20 s lease + 5 s: a frozen worker's job is reclaimed within 25 s of its last renewal, claimed again about a second later.
   sweepIntervalSeconds: 5,
-  // Cloud Tasks redelivers a killed step 2, 6 and 14 s after the kill: a holder silent 10 s is taken over by the third.
+  // Cloud Tasks redelivers a killed step 2, 6 and 14 s after the kill: a holder silent 12 s (takeoverAgeMs) is taken over by the third.
   heartbeatSeconds: 5,
   staleHeartbeatSeconds: 10,
-  // A holder stops at 10 - 2 = 8 s of silence: a live one (renewed every 5 s, a failed renewal tried again within a second) keeps 3 s for its renewal's round trip.
+  // A holder stops at 10 s of silence, a redelivered task takes over at 10 + 2 = 12 s (holderStopAgeMs): a live holder renewed every 5 s keeps 5 s for a renewal's round trip and its retry.
   clockSkewSeconds: 2,
   progressTimeoutSeconds: 150,
   progressFlushMs: 1_000,
@@ -105,9 +106,11 @@ export function resolveEngineOptions(overrides: Partial<EngineOptions> = {}): En
   if (options.staleHeartbeatSeconds < 2 * options.heartbeatSeconds) {
     throw new Error(`staleHeartbeatSeconds (${options.staleHeartbeatSeconds}) must be at least two heartbeats (${2 * options.heartbeatSeconds} s): one late heartbeat is not a dead worker`);
   }
-  if (holderStopAgeMs(options) <= options.heartbeatSeconds * 1000) {
+  // A live holder must outlast one failed renewal (tried again at most a heartbeat later), as a taker must.
+  if (holderStopAgeMs(options) < 2 * options.heartbeatSeconds * 1000) {
     throw new Error(
-      `the holder's stop age (the takeover age ${Math.min(options.staleHeartbeatSeconds, options.leaseSeconds)} s less clockSkewSeconds ${options.clockSkewSeconds} s) must be longer than heartbeatSeconds (${options.heartbeatSeconds}): a live holder would stop before its next renewal is confirmed`,
+      `the holder's stop age (the shorter of staleHeartbeatSeconds ${options.staleHeartbeatSeconds} s and leaseSeconds ${options.leaseSeconds} s less clockSkewSeconds ${options.clockSkewSeconds} s) ` +
+        `must be at least two heartbeats (${2 * options.heartbeatSeconds} s): a live holder would stop itself after one late renewal`,
     );
   }
   if (options.sweepIntervalSeconds <= 0 || options.sweepIntervalSeconds > 60) {
@@ -127,12 +130,19 @@ export function resolveEngineOptions(overrides: Partial<EngineOptions> = {}): En
 
 /**
  * How long a holder may go without a confirmed renewal before it starts nothing more
- * (core/lease-guard.ts). Another worker may take its claim over once the holder's last renewal is
- * `staleHeartbeatSeconds` old (a redelivered task) or its lease has run out (the sweeper), each
- * measured on the taker's clock against a time the holder stamped on its own (before sending the
- * renewal). Stopping `clockSkewSeconds` before the sooner of the two keeps the holder stopped
- * before any taker whose clock is at most that far ahead of its own can decide a takeover.
+ * (core/lease-guard.ts): the stale-heartbeat age, or less when the lease is that short. Both sides
+ * measure from the renewal time the holder stamped on its own clock before sending it; a taker
+ * measures on its own clock. A redelivered task takes the claim over only at `takeoverAgeMs` (the
+ * stale age plus `clockSkewSeconds`), and the sweeper only once the lease has run out, at least
+ * `clockSkewSeconds` past this age: so a taker whose clock is at most that far ahead finds the
+ * holder already stopped. The allowance is paid by the taker, not the holder: a live holder keeps
+ * the whole stale age for its renewals.
  */
 export function holderStopAgeMs(options: Pick<EngineOptions, 'staleHeartbeatSeconds' | 'leaseSeconds' | 'clockSkewSeconds'>): number {
-  return (Math.min(options.staleHeartbeatSeconds, options.leaseSeconds) - options.clockSkewSeconds) * 1000;
+  return Math.min(options.staleHeartbeatSeconds, options.leaseSeconds - options.clockSkewSeconds) * 1000;
+}
+
+/** The silence after which a redelivered task takes a claim over: the holder's stop age plus the clock skew allowance (holderStopAgeMs). */
+export function takeoverAgeMs(options: Pick<EngineOptions, 'staleHeartbeatSeconds' | 'clockSkewSeconds'>): number {
+  return (options.staleHeartbeatSeconds + options.clockSkewSeconds) * 1000;
 }

@@ -67,11 +67,13 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
   /** The unit as this holder last wrote it: only its holder writes these fields while it holds the claim. */
   private held: UnitRecord | null;
   /**
-   * The last renewal this holder saw committed: past it by the stale-takeover age less the clock-skew
-   * allowance (holderStopAgeMs), another worker may soon hold the claim, so the calls' signal (every
+   * The last renewal this holder saw committed: past it by holderStopAgeMs (the stale age; a taker
+   * waits the clock-skew allowance more), another worker may soon hold the claim, so the calls' signal (every
    * model and tool call's check before it starts) aborts and nothing more starts.
    */
   readonly leaseGuard: LeaseGuard;
+  /** The stamp of the renewal this claim began with (the claim itself, or the lease it found). */
+  private readonly claimedAtMs: number;
   /**
    * The signal the phase passes to its calls: aborted with the claim's, and on its own once the lease
    * guard lapses. The engine's own writes check the claim's signal alone: the door fences them anyway.
@@ -94,6 +96,7 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
     const { options, clock } = store;
     const claimed = (holder.kind === 'unit' ? work.unit : work.job)?.lease ?? null;
     const claimedAtMs = claimed === null ? clock.now() : (claimed.renewedAtMs ?? claimed.expiresAtMs - options.leaseSeconds * 1000);
+    this.claimedAtMs = claimedAtMs;
     this.leaseGuard = new LeaseGuard(clock, holderStopAgeMs(options), claimedAtMs);
     abortOnLapse(this.calls, () => this.leaseGuard.lapse());
     this.controller.signal.addEventListener('abort', () => this.calls.abort(this.controller.signal.reason), { once: true });
@@ -223,6 +226,8 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
     const flusher = new CoalescingFlusher((payload) => this.heartbeat(payload), {
       minIntervalMs: store.options.progressFlushMs,
       heartbeatMs: store.options.heartbeatSeconds * 1000,
+      // The guard counts the holder's silence from the claim's stamp: so does the first heartbeat.
+      renewedAtMs: this.claimedAtMs,
       clock: store.clock,
       ...(this.deps.timers ? { timers: this.deps.timers } : {}),
       onOwnershipLost: (error) => this.controller.abort(error),
