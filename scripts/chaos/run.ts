@@ -126,7 +126,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
   log(`replay: ${replay}`);
   log(
     `plan: about ${plan.faults.length} faults over ${plan.faultWindowMs / 1000} s from the first running job (more while submissions go on), ${plan.waves.length} provider waves, ` +
-      `time limit ${plan.timeLimitMs / 1000} s; leases ${LEASE_MS / 1000} s, sweeper every ${SWEEP_EVERY_MS / 1000} s (one pass at a time)`,
+      `time limit ${plan.timeLimitMs / 1000} s; leases ${LEASE_MS / 1000} s, sweeper every ${SWEEP_EVERY_MS / 1000} s (one pass at a time of rules 1-4, and beside it one of stopped jobs' effects and retention)`,
   );
 
   // The in-process sweepers read the engine settings from this process's environment; the functions get them too.
@@ -542,6 +542,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     const lastSettle = settleReports.at(-1);
     const extra: [string, string][] = [
       ['sweeper passes / slower than 10 s / longest', `${sweeps.passes} / ${sweeps.slowPasses} / ${(sweeps.longestPassMs / 1000).toFixed(1)} s`],
+      ['  of them rules 1-4 (leases, lost tasks, waits)', `${sweeps.rulePasses} / ${sweeps.slowRulePasses} / ${(sweeps.longestRulePassMs / 1000).toFixed(1)} s`],
       ['sweeper: job / unit leases reclaimed, quarantined, resumed', `${sweeps.reclaimed} / ${sweeps.unitsReclaimed}, ${sweeps.quarantined}, ${sweeps.resumed}`],
       ['sweeper: stopped jobs with effects checked / settled', `${sweeps.stoppedChecked} / ${sweeps.stoppedSettled}`],
       [

@@ -1180,6 +1180,22 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/sweep-minute.test.ts'], names: "a frozen worker's job is reclaimed by the first pass" }],
   },
   {
+    name: 'sweep-minute-ended-jobs-beside-passes',
+    removes: "running a full sweep's slow part (stopped jobs' effect lookups, retention) beside the recovery passes (the passes wait behind it, and a frozen worker's expired lease waits with them)",
+    file: 'functions/src/engine/sweep-minute.ts',
+    search: '    (error: unknown) => ({ error }),\n  );\n',
+    replace: '    (error: unknown) => ({ error }),\n  );\n  await ended;\n',
+    tests: [{ files: ['test/emulator/sweep-minute.test.ts'], names: 'bug 46:' }],
+  },
+  {
+    name: 'stopped-effects-time-bound',
+    removes: "the stopped-effects pass's time bound (a run starts lookups past its minute's last slot, and runs on into the next one)",
+    file: 'functions/src/engine/settle-stopped.ts',
+    search: '  const pastBound = (): boolean => bounds.untilMs !== undefined && deps.store.clock.now() > bounds.untilMs;\n',
+    replace: '  const pastBound = (): boolean => bounds.untilMs === undefined && deps.store.clock.now() > Number.MAX_SAFE_INTEGER;\n',
+    tests: [{ files: ['test/emulator/sweep-minute.test.ts'], names: "starts no stopped job's lookup after the minute's last slot" }],
+  },
+  {
     name: 'sweep-minute-skips-past-slots',
     removes: 'skipping slots already behind the clock (a late run sweeps its whole minute at once, at times already past)',
     file: 'functions/src/engine/sweep-minute.ts',
