@@ -1188,6 +1188,14 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/sweep-minute.test.ts'], names: 'bug 46:' }],
   },
   {
+    name: 'late-run-looks-up-stopped-effects',
+    removes: "a late run's interval of stopped-effects lookups (a run delivered after its last slot starts none: runs always late would settle nothing)",
+    file: 'functions/src/engine/sweep-minute.ts',
+    search: '  const untilMs = Math.max(lastSlotMs, deps.clock.now() + intervalMs);\n',
+    replace: '  const untilMs = lastSlotMs;\n',
+    tests: [{ files: ['test/emulator/sweep-minute.test.ts'], names: 'a run delivered after its minute is over still looks up' }],
+  },
+  {
     name: 'stopped-effects-time-bound',
     removes: "the stopped-effects pass's time bound (a run starts lookups past its minute's last slot, and runs on into the next one)",
     file: 'functions/src/engine/settle-stopped.ts',

@@ -34,6 +34,41 @@ const minuteDeps = (wait: Wait = movesTheClock, stoppedEffects?: SweepMinuteDeps
   ...(stoppedEffects ? { stoppedEffects } : {}),
 });
 
+/**
+ * A job whose worker was sending an effect (`applying`) when its owner cancelled it: the effect is
+ * unknown, for the sweeper's stopped-effects pass to look up once the grace period is over. Its
+ * worker stays parked in the phase (its request open). Set `behaviour.first` to park it first.
+ */
+async function stoppedWithUnknownEffect(name: string): Promise<string> {
+  const jobId = await harness.submit('two-phase', { sections: 1 });
+  const [task] = harness.queue.drain();
+  void runStep(harness.deps(name, { timers: new ManualTimers() }), task!.task);
+  await waitUntil(async () => (await readJob(jobId)).lease?.worker === name);
+  const claim = { jobId, epoch: (await readJob(jobId)).epoch };
+  const ledger = firestoreEffectLedger({ db: harness.firestore.db, jobId, unit: null, epoch: claim.epoch, clock: harness.clock, signal: new AbortController().signal, commit: (decide) => harness.store.apply({ kind: 'job', claim }, decide) });
+  const [planned] = await ledger.plan([{ kind: 'email', identity: `welcome-${name}`, target: 'mailto:someone@example.com', payload: { subject: 'hello' } }]);
+  await ledger.transition(planned!.key, ['planned'], { state: 'applying', countAttempt: true, lastOutcome: 'sending' });
+  await cancelJob(harness.store, { jobId, owner: 'user-1', reason: 'not needed' });
+  return jobId;
+}
+
+/** A receiver whose every lookup runs `lookup` first and then finds nothing (the sweeper sends nothing). */
+function receiverLookingUp(lookup: () => Promise<void> | void = () => undefined): EffectAdapter {
+  return {
+    name: 'a slow receiver',
+    sendTimeoutMs: 1_000,
+    apply: () => Promise.reject(new Error('the sweeper sends nothing')),
+    lookup: async () => {
+      await lookup();
+      return { kind: 'not-found' };
+    },
+  };
+}
+
+const parkedInItsPhase = () => {
+  behaviour.first = () => neverReturns();
+};
+
 /** A job its frozen worker holds (its request open, its timers never firing, no task coming back); resolves once it holds the lease. */
 async function frozenHolder(name: string): Promise<{ jobId: string; renewedAtMs: number }> {
   const jobId = await harness.submit('two-phase', { sections: 1 });
@@ -131,29 +166,8 @@ test('a run delivered after its minute is over does its full sweep alone, and a 
 });
 
 test('bug 46: a full sweep slowed by a stopped job\'s effect lookup (40 s at its receiver) holds up no recovery pass: every slot of the minute runs, and a frozen worker\'s lease is reclaimed within 25 s of its last renewal', async () => {
-  // A job whose worker was sending an effect when its owner cancelled it: the effect is unknown, for the sweeper to look up.
-  const entered = gate();
-  behaviour.first = async () => {
-    entered.open();
-    return neverReturns();
-  };
-  const stoppedId = await harness.submit('two-phase', { sections: 1 });
-  const [stoppedTask] = harness.queue.drain();
-  void runStep(harness.deps('sender', { timers: new ManualTimers() }), stoppedTask!.task);
-  await entered.promise;
-  const claim = { jobId: stoppedId, epoch: (await readJob(stoppedId)).epoch };
-  const ledger = firestoreEffectLedger({
-    db: harness.firestore.db,
-    jobId: stoppedId,
-    unit: null,
-    epoch: claim.epoch,
-    clock: harness.clock,
-    signal: new AbortController().signal,
-    commit: (decide) => harness.store.apply({ kind: 'job', claim }, decide),
-  });
-  const [planned] = await ledger.plan([{ kind: 'email', identity: 'welcome', target: 'mailto:someone@example.com', payload: { subject: 'hello' } }]);
-  await ledger.transition(planned!.key, ['planned'], { state: 'applying', countAttempt: true, lastOutcome: 'sending' });
-  await cancelJob(harness.store, { jobId: stoppedId, owner: 'user-1', reason: 'not needed' });
+  parkedInItsPhase();
+  const stoppedId = await stoppedWithUnknownEffect('sender');
   harness.clock.advance(DEFAULT_SETTLE_GRACE_MS + 1_000);
 
   // The minute's own waits move the clock; the receiver answers a lookup once 40 s of that clock have passed.
@@ -171,18 +185,12 @@ test('bug 46: a full sweep slowed by a stopped job\'s effect lookup (40 s at its
   };
   const LOOKUP_MS = 40_000;
   let lookups = 0;
-  const slowReceiver: EffectAdapter = {
-    name: 'a slow receiver',
-    sendTimeoutMs: 1_000,
-    apply: () => Promise.reject(new Error('the sweeper sends nothing')),
-    lookup: async () => {
-      lookups += 1;
-      const answerAtMs = harness.clock.now() + LOOKUP_MS;
-      if (timelineRunning) await new Promise<void>((resolve) => clockWaiters.push({ atMs: answerAtMs, resolve }));
-      else harness.clock.advance(LOOKUP_MS);
-      return { kind: 'not-found' };
-    },
-  };
+  const slowReceiver = receiverLookingUp(async () => {
+    lookups += 1;
+    const answerAtMs = harness.clock.now() + LOOKUP_MS;
+    if (timelineRunning) await new Promise<void>((resolve) => clockWaiters.push({ atMs: answerAtMs, resolve }));
+    else harness.clock.advance(LOOKUP_MS);
+  });
 
   const { jobId, renewedAtMs } = await frozenHolder('frozen');
   const scheduledAtMs = harness.clock.now();
@@ -200,38 +208,14 @@ test('bug 46: a full sweep slowed by a stopped job\'s effect lookup (40 s at its
 });
 
 test('the slow part of a full sweep starts no stopped job\'s lookup after the minute\'s last slot: the jobs left stay due for the next run', async () => {
-  const entered = gate();
-  behaviour.first = async () => {
-    entered.open();
-    return neverReturns();
-  };
+  parkedInItsPhase();
   // One more than the pass checks at once (SETTLE_CONCURRENCY): the last job's turn comes once a lookup is over.
   const stoppedIds: string[] = [];
-  for (let index = 0; index <= SETTLE_CONCURRENCY; index += 1) {
-    const stoppedId = await harness.submit('two-phase', { sections: 1 });
-    const [task] = harness.queue.drain();
-    void runStep(harness.deps(`sender-${index}`, { timers: new ManualTimers() }), task!.task);
-    await waitUntil(async () => (await readJob(stoppedId)).lease?.worker === `sender-${index}`);
-    const claim = { jobId: stoppedId, epoch: (await readJob(stoppedId)).epoch };
-    const ledger = firestoreEffectLedger({ db: harness.firestore.db, jobId: stoppedId, unit: null, epoch: claim.epoch, clock: harness.clock, signal: new AbortController().signal, commit: (decide) => harness.store.apply({ kind: 'job', claim }, decide) });
-    const [planned] = await ledger.plan([{ kind: 'email', identity: `welcome-${index}`, target: 'mailto:someone@example.com', payload: { subject: 'hello' } }]);
-    await ledger.transition(planned!.key, ['planned'], { state: 'applying', countAttempt: true, lastOutcome: 'sending' });
-    await cancelJob(harness.store, { jobId: stoppedId, owner: 'user-1', reason: 'not needed' });
-    stoppedIds.push(stoppedId);
-  }
-  await entered.promise;
+  for (let index = 0; index <= SETTLE_CONCURRENCY; index += 1) stoppedIds.push(await stoppedWithUnknownEffect(`sender-${index}`));
   harness.clock.advance(DEFAULT_SETTLE_GRACE_MS + 1_000);
   // Each lookup takes the rest of the minute (the clock jumps past its last slot): the last job's turn comes after it.
   const scheduledAtMs = harness.clock.now();
-  const slowReceiver: EffectAdapter = {
-    name: 'a slow receiver',
-    sendTimeoutMs: 1_000,
-    apply: () => Promise.reject(new Error('the sweeper sends nothing')),
-    lookup: () => {
-      harness.clock.set(Math.max(harness.clock.now(), scheduledAtMs + 56_000));
-      return Promise.resolve({ kind: 'not-found' });
-    },
-  };
+  const slowReceiver = receiverLookingUp(() => harness.clock.set(Math.max(harness.clock.now(), scheduledAtMs + 56_000)));
   const { full } = await sweepMinute(minuteDeps(movesTheClock, { settlerFor: () => ({ adapter: slowReceiver }) }), scheduledAtMs);
   expect(full.stoppedEffects).toMatchObject({ checked: SETTLE_CONCURRENCY, settled: SETTLE_CONCURRENCY, carriedOver: 1 });
   // Its query and the two after it were not finished: the next run goes on with them.
@@ -239,4 +223,15 @@ test('the slow part of a full sweep starts no stopped job\'s lookup after the mi
   const due = await Promise.all(stoppedIds.map(async (id) => (await readJob(id)).effectsToSettleAtMs ?? null));
   expect(due.filter((atMs) => atMs === null)).toHaveLength(SETTLE_CONCURRENCY);
   expect(due.filter((atMs) => atMs !== null && atMs <= harness.clock.now())).toHaveLength(1);
+});
+
+test('a run delivered after its minute is over still looks up stopped jobs\' effects (for one interval)', async () => {
+  parkedInItsPhase();
+  const stoppedId = await stoppedWithUnknownEffect('sender');
+  // Scheduled past the job's grace period, delivered more than a minute later.
+  harness.clock.advance(DEFAULT_SETTLE_GRACE_MS + 1_000 + 61_000);
+  const { full, recovery } = await sweepMinute(minuteDeps(movesTheClock, { settlerFor: () => ({ adapter: receiverLookingUp() }) }), harness.clock.now() - 61_000);
+  expect(recovery).toEqual([]);
+  expect(full.stoppedEffects).toMatchObject({ checked: 1, settled: 1, carriedOver: 0 });
+  expect((await readJob(stoppedId)).effectsToSettleAtMs).toBeNull();
 });

@@ -14,8 +14,9 @@
  * The full sweep's slow part (rules 5 and 6: stopped jobs' effects looked up at their systems of
  * record, each lookup up to its adapter's deadline, then retention stamps) runs beside the recovery
  * passes, not in front of them: a backlog of lookups against a slow receiver never holds up the pass
- * that reclaims an expired lease (bug 46). It starts no further lookup after the run's last slot (the
- * jobs left stay due for the next run), and the run ends once it is done. Both sides decide every
+ * that reclaims an expired lease (bug 46). It starts no further lookup after the run's last slot (a
+ * late run: one interval after it began; the jobs left stay due for the next run), and the run ends
+ * once it is done. Both sides decide every
  * change from a fresh read and commit it conditioned on that read, so running them at once is as
  * safe as two overlapping runs.
  */
@@ -49,8 +50,10 @@ export async function sweepMinute(deps: SweepMinuteDeps, scheduledAtMs: number, 
   const recovery: RecoverySweepReport[] = [];
   // The last pass starts one interval before the next run's full sweep.
   const lastSlotMs = scheduledAtMs + periodMs - intervalMs;
-  // Beside the passes below, bounded by the last of them; its outcome (never a rejection left unheard) is awaited at the end.
-  const ended: Promise<{ readonly report: EndedJobsReport } | { readonly error: unknown }> = sweepEndedJobs(deps, scheduledAtMs, { untilMs: lastSlotMs }).then(
+  // Beside the passes below, bounded by the last of them (a run delivered after its slots still gets one interval of
+  // lookups, else a run always late would settle nothing); its outcome, never a rejection left unheard, is awaited at the end.
+  const untilMs = Math.max(lastSlotMs, deps.clock.now() + intervalMs);
+  const ended: Promise<{ readonly report: EndedJobsReport } | { readonly error: unknown }> = sweepEndedJobs(deps, scheduledAtMs, { untilMs }).then(
     (report) => ({ report }),
     (error: unknown) => ({ error }),
   );

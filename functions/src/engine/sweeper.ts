@@ -262,6 +262,7 @@ export type EndedJobsReport = Pick<SweepReport, 'stoppedEffects' | 'retention'>;
  * and the jobs left stay due for the next run. Never throws for a single job or query.
  */
 export async function sweepEndedJobs(deps: SweepDeps, nowMs: number, bounds: { readonly untilMs?: number } = {}): Promise<EndedJobsReport> {
+  // The store as a sweep logs through it (these passes dispatch no task, so none is counted).
   const { store } = new Sweep(deps, nowMs);
   const stoppedEffects = await settleStoppedEffects({ ...deps, store }, nowMs, bounds);
   // Last: the lookups above may end jobs' stories (their events are stamped as they are written).
