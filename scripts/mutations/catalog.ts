@@ -170,6 +170,14 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/claims.test.ts'], names: 'bug 45: (the step goes on|a hand-off|a fan-out start)' }],
   },
   {
+    name: 'lost-answer-submit-created',
+    removes: "the look for a submit's mark after its answer was lost (the job it created reads as an earlier request's: no first task, the sweeper dispatches it a grace period later)",
+    file: 'functions/src/store/job-store.ts',
+    search: '          if (sent !== null && snapshot.get(COMMIT_MARK_FIELD) === mark) return { created: true, job: sent };\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/claims.test.ts'], names: 'bug (27|45): the submit still created its job' }],
+  },
+  {
     name: 'lost-answer-unit-commit-confirmed',
     removes: "the look for a unit commit's mark after its answer was lost (a landed unit claim turns into a lost worker, a landed join dispatches nothing)",
     file: 'functions/src/store/job-store.ts',

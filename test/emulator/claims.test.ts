@@ -24,6 +24,7 @@ import { engineHarness, gate, type EngineHarness, engineSuite } from '../support
 import { behaviour, firstPhase, resetBehaviour, testPipelines, testPipeline } from '../support/test-pipeline';
 import { OwnershipLostError } from '../../functions/src/core/errors';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
+import { submitJob, type SubmitDeps } from '../../functions/src/engine/submit';
 import { JobStore } from '../../functions/src/store/job-store';
 import { heldUnitsPipeline, hold, unitFinished, type UnitInput } from '../support/held-units';
 import type { RecordedTask } from '../support/task-queue';
@@ -679,6 +680,19 @@ function lostAnswerCases(heard: LostAnswerHeard, bug: string): void {
         expect((await eventKinds(jobId)).filter((kind) => kind === 'reclaimed' || kind === 'quarantined')).toEqual([]);
         const units = await db().collection(`${JOBS}/${jobId}/units`).get();
         expect(units.docs.map((doc) => doc.get('staleReclaims') as unknown)).toEqual([0]);
+      });
+    });
+
+    describe('a submit whose answer is lost', () => {
+      test(`${bug} the submit still created its job, and enqueues its first task (no wait for the sweeper)`, async () => {
+        const logger = { warn: () => undefined, error: () => undefined };
+        answers.arm(1); // the job's creating commit
+        const outcome = await submitJob({ store: harness.store, queue: harness.queue, logger } satisfies SubmitDeps, { owner: 'user-1', pipeline: 'two-phase', input: { sections: 1 }, conversationId: null, idempotencyKey: 'lost-answer' });
+        expect(answers.lost()).toBe(1);
+        expect(outcome).toMatchObject({ kind: 'accepted', created: true });
+        const jobId = outcome.kind === 'accepted' ? outcome.job.id : '';
+        expect(harness.queue.tasks.map((queued) => queued.task)).toEqual([{ jobId, step: 0 }]);
+        expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
       });
     });
 

@@ -452,6 +452,9 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
       : this.db.collection(JOBS).doc();
     const fingerprint = requestFingerprint(request);
     const conversationRef = request.conversationId ? this.db.doc(conversationPath(request.conversationId)) : null;
+    // The job this call creates carries its mark: a create whose answer was lost (the SDK's retry of it hears ALREADY_EXISTS) is found to be ours.
+    const mark = randomUUID();
+    let sent: JobRecord | null = null;
     return this.retryingWrite(`submit of job ${ref.id}`, async () => {
       for (let attempt = 1; ; attempt += 1) {
         // One read time for the job, its conversation and what the admission decides from.
@@ -460,6 +463,7 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
         const conversation = conversationRef ? others.at(-1) : undefined;
         if (snapshot?.exists) {
           const existing = decodeJob(ref.id, snapshot.data());
+          if (sent !== null && snapshot.get(COMMIT_MARK_FIELD) === mark) return { created: true, job: sent };
           if (snapshot.get('requestFingerprint') !== fingerprint) return { conflict: true as const, job: existing };
           return { created: false, job: existing };
         }
@@ -481,13 +485,14 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
           nowMs,
         );
         const batch = this.db.batch();
-        batch.create(ref, { ...encodeJob(job), requestFingerprint: fingerprint });
+        batch.create(ref, { ...encodeJob(job), requestFingerprint: fingerprint, [COMMIT_MARK_FIELD]: mark });
         batch.create(this.db.doc(eventPath(ref.id, eventId(1))), eventDocument(job, { kind: 'submitted', message: `Submitted to ${job.pipeline}${job.pipelineVersion ? ` (version ${job.pipelineVersion})` : ''}` }, nowMs));
         if (conversationRef && !conversation?.exists) batch.create(conversationRef, { owner: request.owner, createdAtMs: nowMs });
         admitted?.admit(batch);
         try {
           await batch.commit();
         } catch (error) {
+          if (mayHaveLanded(error)) sent = job;
           if (!isFailedPrecondition(error) && !isAlreadyExists(error)) throw error;
           noteCommitPreconditionFailed();
           if (attempt >= MAX_SUBMIT_COMMIT_ATTEMPTS) throw new CheckpointWriteError(`submit of job ${ref.id}: its usage or documents kept changing under ${attempt} conditioned commits`, error);
