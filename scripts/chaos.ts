@@ -19,6 +19,9 @@
  *   --concurrency C     jobs in flight at once (default min(8, N))
  *   --time-limit S      seconds for the whole run, startup included (default 300 + 10 per job)
  *   --fault-window S    seconds of fault injection from the first submission (default 2.5 per job, 30 to 900)
+ *   --weight KIND=N     after the first round, draw that injected fault kind with weight N instead of its
+ *                       default (repeatable; e.g. --weight commit-answer-lost=20 for a focused run;
+ *                       without it the mix is the default one)
  *   --quiet             print only faults that found no target, submissions that failed, and the report
  *
  * The seed fixes the job mix, the fault schedule (times, kinds, parameters), the provider waves and

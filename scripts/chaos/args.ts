@@ -3,15 +3,16 @@ import { DEFAULT_ALLOWANCE_SECONDS, DEFAULT_KILL_ALL_LATENCY_MS, KILL_ALL_ENGINE
 import type { ChaosOptions } from './run';
 
 export const USAGE = [
-  'usage: npm run chaos -- [--jobs N] [--seed S] [--concurrency C] [--time-limit SECONDS] [--fault-window SECONDS] [--quiet]',
+  'usage: npm run chaos -- [--jobs N] [--seed S] [--concurrency C] [--time-limit SECONDS] [--fault-window SECONDS] [--weight KIND=N ...] [--quiet]',
   '       npm run chaos -- --kill-all-once [--seed S] [--latency-ms MS] [--engine-defaults] [--heartbeat-seconds S] [--stale-heartbeat-seconds S] [--allowance-seconds S] [--no-warm-up]',
 ].join('\n');
 
 export type ChaosCommand = { readonly mode: 'soak'; readonly options: ChaosOptions } | { readonly mode: 'kill-all-once'; readonly options: KillAllOptions } | { readonly help: true };
 
-/** `--flag value` and `--flag=value` pairs among `valued`, and the bare switches among `switches`. */
-function readFlags(argv: readonly string[], valued: readonly string[], switches: readonly string[]): { values: Map<string, string>; set: Set<string> } | { help: true } {
+/** `--flag value` and `--flag=value` pairs among `valued` (the last of a repeated flag in `values`, all in `repeated`), and the bare switches among `switches`. */
+function readFlags(argv: readonly string[], valued: readonly string[], switches: readonly string[]): { values: Map<string, string>; repeated: Map<string, string[]>; set: Set<string> } | { help: true } {
   const values = new Map<string, string>();
+  const repeated = new Map<string, string[]>();
   const set = new Set<string>();
   for (let index = 0; index < argv.length; index += 1) {
     const arg = argv[index] ?? '';
@@ -20,13 +21,15 @@ function readFlags(argv: readonly string[], valued: readonly string[], switches:
       set.add(arg);
       continue;
     }
-    const [flag = '', inline] = arg.split('=', 2);
+    const equals = arg.indexOf('=');
+    const [flag, inline] = equals < 0 ? [arg, undefined] : [arg.slice(0, equals), arg.slice(equals + 1)];
     if (!valued.includes(flag)) throw new Error(`unknown argument ${arg}\n${USAGE}`);
     const value = inline ?? argv[(index += 1)];
     if (value === undefined || value === '') throw new Error(`${flag} needs a value\n${USAGE}`);
     values.set(flag, value);
+    repeated.set(flag, [...(repeated.get(flag) ?? []), value]);
   }
-  return { values, set };
+  return { values, repeated, set };
 }
 
 function positive(values: ReadonlyMap<string, string>, flag: string, integer: boolean): number | undefined {
@@ -45,9 +48,10 @@ function seedOf(values: ReadonlyMap<string, string>): string {
 
 /** The soak's options. */
 export function parseChaosArgs(argv: readonly string[]): ChaosOptions | { readonly help: true } {
-  const flags = readFlags(argv, ['--jobs', '--seed', '--concurrency', '--time-limit', '--fault-window'], ['--quiet']);
+  const flags = readFlags(argv, ['--jobs', '--seed', '--concurrency', '--time-limit', '--fault-window', '--weight'], ['--quiet']);
   if ('help' in flags) return flags;
-  const { values, set } = flags;
+  const { values, repeated, set } = flags;
+  const faultWeights = weightsOf(repeated.get('--weight') ?? []);
   const concurrency = positive(values, '--concurrency', true);
   const timeLimitSeconds = positive(values, '--time-limit', false);
   const faultWindowSeconds = positive(values, '--fault-window', false);
@@ -59,7 +63,21 @@ export function parseChaosArgs(argv: readonly string[]): ChaosOptions | { readon
     ...(concurrency === undefined ? {} : { concurrency }),
     ...(timeLimitSeconds === undefined ? {} : { timeLimitSeconds }),
     ...(faultWindowSeconds === undefined ? {} : { faultWindowSeconds }),
+    ...(faultWeights === undefined ? {} : { faultWeights }),
   };
+}
+
+/** `--weight kind=N` (repeatable): that injected kind's weight after the first round (planRun checks the kinds). */
+function weightsOf(pairs: readonly string[]): Record<string, number> | undefined {
+  if (pairs.length === 0) return undefined;
+  const weights: Record<string, number> = {};
+  for (const pair of pairs) {
+    const [kind = '', raw = ''] = pair.split('=', 2);
+    const weight = Number(raw);
+    if (kind === '' || raw === '' || !Number.isFinite(weight) || weight < 0) throw new Error(`--weight wants KIND=N with N a number at least 0, got ${pair}`);
+    weights[kind] = weight;
+  }
+  return weights;
 }
 
 /** The kill-all-once check's options (`--kill-all-once` itself included). */

@@ -88,6 +88,8 @@ export interface RunPlan {
    */
   readonly faultWindowMs: number;
   readonly meanFaultGapMs: number;
+  /** Weights over the default mix's after the first round (none: the default mix). */
+  readonly faultWeights: FaultWeights;
   /** The faults of the window (the stream goes on after it; see `faultStream`). */
   readonly faults: readonly ScheduledFault[];
   /** Relative to the launch; they are meant to fall inside the fault window (see `WAVES_FROM_MS`). */
@@ -105,7 +107,12 @@ export interface PlanOptions {
   readonly faultWindowSeconds?: number;
   /** Mean gap between two faults in seconds (waves and submit retries not included); default 2. */
   readonly meanFaultGapSeconds?: number;
+  /** Weights for the faults after the first round, over the default mix's (a focused run: one kind weighted up). */
+  readonly faultWeights?: FaultWeights;
 }
+
+/** Weights of injected kinds, each replacing that kind's default weight after the first round. */
+export type FaultWeights = Readonly<Partial<Record<FaultSpec['kind'], number>>>;
 
 /**
  * The functions see the waves on the clock from the launch (the moment the stack is started): the
@@ -248,7 +255,8 @@ export const FIRST_ROUND_GAP_MS = 1_200;
  * order with the rolling deploy and then Firestore's pause last (they hold up everything for
  * seconds); after that, a Poisson process with kinds drawn by weight.
  */
-export function* faultStream(seed: string, meanGapMs: number): Generator<ScheduledFault, never> {
+export function* faultStream(seed: string, meanGapMs: number, weights: FaultWeights = {}): Generator<ScheduledFault, never> {
+  const mix = INJECTED_KINDS.map(([kind, weight]): readonly [FaultSpec['kind'], number] => [kind, weights[kind] ?? weight]);
   const rng = new Rng(`${seed}/faults`);
   const firstRound = INJECTED_KINDS.filter(([kind]) => !LAST_IN_FIRST_ROUND.includes(kind))
     .map(([kind]) => ({ kind, order: rng.next() }))
@@ -262,14 +270,14 @@ export function* faultStream(seed: string, meanGapMs: number): Generator<Schedul
   }
   for (;;) {
     atMs += rng.exponential(meanGapMs);
-    yield { atMs: Math.round(atMs), spec: faultOf(rng.weighted(INJECTED_KINDS), rng) };
+    yield { atMs: Math.round(atMs), spec: faultOf(rng.weighted(mix), rng) };
   }
 }
 
 /** The faults of the stream that fall inside a window. */
-export function planFaults(seed: string, windowMs: number, meanGapMs: number): ScheduledFault[] {
+export function planFaults(seed: string, windowMs: number, meanGapMs: number, weights: FaultWeights = {}): ScheduledFault[] {
   const faults: ScheduledFault[] = [];
-  for (const fault of faultStream(seed, meanGapMs)) {
+  for (const fault of faultStream(seed, meanGapMs, weights)) {
     if (fault.atMs >= windowMs) break;
     faults.push(fault);
   }
@@ -293,13 +301,18 @@ export function planRun(options: PlanOptions): RunPlan {
   if (!Number.isInteger(options.jobs) || options.jobs < 1) throw new Error(`--jobs must be a positive integer, got ${options.jobs}`);
   const faultWindowMs = (options.faultWindowSeconds ?? Math.min(900, Math.max(30, options.jobs * 2.5))) * 1000;
   const meanGapMs = (options.meanFaultGapSeconds ?? 2) * 1000;
+  for (const [kind, weight] of Object.entries(options.faultWeights ?? {})) {
+    if (!INJECTED_KINDS.some(([known]) => known === kind)) throw new Error(`--weight: no injected fault kind ${kind} (${INJECTED_KINDS.map(([known]) => known).join(', ')})`);
+    if (!(typeof weight === 'number' && Number.isFinite(weight) && weight >= 0)) throw new Error(`--weight ${kind} must be a number at least 0, got ${String(weight)}`);
+  }
   return {
     seed: options.seed,
     jobs: planJobs(options.seed, options.jobs),
     users: 3,
     faultWindowMs,
     meanFaultGapMs: meanGapMs,
-    faults: planFaults(options.seed, faultWindowMs, meanGapMs),
+    faultWeights: options.faultWeights ?? {},
+    faults: planFaults(options.seed, faultWindowMs, meanGapMs, options.faultWeights),
     waves: planWaves(options.seed, faultWindowMs),
     concurrency: options.concurrency ?? Math.min(8, options.jobs),
     timeLimitMs: (options.timeLimitSeconds ?? 300 + options.jobs * 10) * 1000,

@@ -29,7 +29,7 @@ import { startChaosSweeper, type ChaosSweeper } from './sweeper';
 import { checkInvariants, TERMINAL } from './invariants';
 import type { ReceiverView, Submission } from './model';
 import { readToolExecutions, watchToolResults, type ToolResultWatch } from './tool-calls';
-import { CHAOS_ENGINE_ENV, CHAOS_RECEIVER_ENV, FAULT_KINDS, faultStream, offlineSettings, planRun, type FaultKind, type JobPlan, type RunPlan } from './plan';
+import { CHAOS_ENGINE_ENV, CHAOS_RECEIVER_ENV, FAULT_KINDS, faultStream, offlineSettings, planRun, type FaultKind, type FaultWeights, type JobPlan, type RunPlan } from './plan';
 import { figures, recoveryByKind, type FaultRecord } from './recovery';
 import { descendants, isZombie, listProcesses, signal, STACK_COMMAND, stackProcesses, type ProcessRow } from './processes';
 import { Rng } from './random';
@@ -41,6 +41,8 @@ export interface ChaosOptions {
   readonly concurrency?: number;
   readonly timeLimitSeconds?: number;
   readonly faultWindowSeconds?: number;
+  /** Fault weights over the default mix's after the first round (`--weight kind=N`). */
+  readonly faultWeights?: FaultWeights;
   /** Print every fault and every job's end as it happens (default true). */
   readonly verbose?: boolean;
 }
@@ -77,6 +79,7 @@ function replayCommand(plan: RunPlan, options: ChaosOptions): string {
     options.concurrency === undefined ? '' : ` --concurrency ${options.concurrency}`,
     options.timeLimitSeconds === undefined ? '' : ` --time-limit ${options.timeLimitSeconds}`,
     options.faultWindowSeconds === undefined ? '' : ` --fault-window ${options.faultWindowSeconds}`,
+    ...Object.entries(options.faultWeights ?? {}).map(([kind, weight]) => ` --weight ${kind}=${weight}`),
   ].join('');
   return `npm run chaos -- --jobs ${plan.jobs.length} --seed ${plan.seed}${extra}`;
 }
@@ -112,6 +115,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
     ...(options.timeLimitSeconds === undefined ? {} : { timeLimitSeconds: options.timeLimitSeconds }),
     ...(options.faultWindowSeconds === undefined ? {} : { faultWindowSeconds: options.faultWindowSeconds }),
+    ...(options.faultWeights === undefined ? {} : { faultWeights: options.faultWeights }),
   });
   const replay = replayCommand(plan, options);
   const launchMs = Date.now();
@@ -122,7 +126,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
   log(`replay: ${replay}`);
   log(
     `plan: about ${plan.faults.length} faults over ${plan.faultWindowMs / 1000} s from the first running job (more while submissions go on), ${plan.waves.length} provider waves, ` +
-      `time limit ${plan.timeLimitMs / 1000} s; leases ${LEASE_MS / 1000} s, sweeper every ${SWEEP_EVERY_MS / 1000} s (one pass at a time)`,
+      `time limit ${plan.timeLimitMs / 1000} s; leases ${LEASE_MS / 1000} s, sweeper every ${SWEEP_EVERY_MS / 1000} s (one pass at a time of rules 1-4, and beside it one of stopped jobs' effects and retention)`,
   );
 
   // The in-process sweepers read the engine settings from this process's environment; the functions get them too.
@@ -412,7 +416,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     let lastDisruptionMs = 0;
     const faultRecords: FaultRecord[] = [];
     const windowOver = (): boolean => Date.now() >= faultClock + plan.faultWindowMs && flags.submitted;
-    for (const fault of faultStream(plan.seed, plan.meanFaultGapMs)) {
+    for (const fault of faultStream(plan.seed, plan.meanFaultGapMs, plan.faultWeights)) {
       while (Date.now() < faultClock + fault.atMs && !allSettled() && !overTime() && !windowOver()) await sleep(100);
       if (allSettled() || overTime() || windowOver()) break;
       const startedMs = Date.now();
@@ -539,6 +543,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     const lastSettle = settleReports.at(-1);
     const extra: [string, string][] = [
       ['sweeper passes / slower than 10 s / longest', `${sweeps.passes} / ${sweeps.slowPasses} / ${(sweeps.longestPassMs / 1000).toFixed(1)} s`],
+      ['  of them rules 1-4 (leases, lost tasks, waits)', `${sweeps.rulePasses} / ${sweeps.slowRulePasses} / ${(sweeps.longestRulePassMs / 1000).toFixed(1)} s`],
       ['sweeper: job / unit leases reclaimed, quarantined, resumed', `${sweeps.reclaimed} / ${sweeps.unitsReclaimed}, ${sweeps.quarantined}, ${sweeps.resumed}`],
       ['sweeper: stopped jobs with effects checked / settled', `${sweeps.stoppedChecked} / ${sweeps.stoppedSettled}`],
       [

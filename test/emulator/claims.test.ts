@@ -24,10 +24,11 @@ import { engineHarness, gate, type EngineHarness, engineSuite } from '../support
 import { behaviour, firstPhase, resetBehaviour, testPipelines, testPipeline } from '../support/test-pipeline';
 import { OwnershipLostError } from '../../functions/src/core/errors';
 import { cancelJob } from '../../functions/src/engine/owner-actions';
+import { submitJob, type SubmitDeps } from '../../functions/src/engine/submit';
 import { JobStore } from '../../functions/src/store/job-store';
 import { heldUnitsPipeline, hold, unitFinished, type UnitInput } from '../support/held-units';
 import type { RecordedTask } from '../support/task-queue';
-import { losingCommitAnswers, type LostCommitAnswers } from '../support/failures';
+import { losingCommitAnswers, type LostAnswerHeard, type LostCommitAnswers } from '../support/failures';
 import { takeoverAgeMs } from '../../functions/src/core/options';
 
 // ---- Two versions of one pipeline: version 2 of `items` refuses what version 1 recorded --------
@@ -599,125 +600,166 @@ describe('unit claims racing: the claim read, its commit and the slot', () => {
 });
 
 /**
- * Commits that land while their answer is lost (the client sees UNAVAILABLE and tries again): the
- * writer must find out that its commit is in and go on from it. A claim must not turn into a lost
- * worker at its redelivery, and a hand-off, a fan-out start or a join must still dispatch what it
- * started, not leave it to the sweeper minutes later.
+ * Commits that land while their answer is lost: the writer must find out that its commit is in and
+ * go on from it. A claim must not turn into a lost worker at its redelivery, and a hand-off, a
+ * fan-out start or a join must still dispatch what it started, not leave it to the sweeper a grace
+ * period later. Two ways the writer hears of it (LostAnswerHeard): the UNAVAILABLE itself (bug 27),
+ * or, as the Firestore SDK really answers a Commit whose connection was reset after it landed, its
+ * own retry's FAILED_PRECONDITION or ALREADY_EXISTS (bug 45: the commit-answer-lost fault's
+ * recoveries of 20 to 35 s in the soak, each a landed hand-off, fan-out start or join taken for a
+ * lost claim, its task left to the sweeper's lost-task grace).
  */
-describe('a claim or a commit whose answer is lost on its way back', () => {
-  const held = heldUnitsPipeline('lost-answer-units');
-  let answers: LostCommitAnswers;
+function lostAnswerCases(heard: LostAnswerHeard, bug: string): void {
+  describe(`a claim or a commit whose answer is lost on its way back (heard as ${heard})`, () => {
+    const held = heldUnitsPipeline(`lost-answer-units-${heard}`);
+    let answers: LostCommitAnswers;
 
-  const harness = engineSuite('lost-answers', pipelineRegistry(testPipeline, held.pipeline), {
-    beforeEach: () => {
-      held.turns.reset();
-      answers = losingCommitAnswers(harness.firestore.db);
-    },
-    afterEach: () => answers.restore(),
-  });
+    const harness = engineSuite(`lost-answers-${heard}`, pipelineRegistry(testPipeline, held.pipeline), {
+      beforeEach: () => {
+        held.turns.reset();
+        answers = losingCommitAnswers(harness.firestore.db, heard);
+      },
+      afterEach: () => answers.restore(),
+    });
 
-  const db = () => harness.firestore.db;
-  const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
-  const eventKinds = (jobId: string) => harness.eventKinds(jobId);
-  const kinds = (outcomes: readonly StepOutcome[]) => outcomes.map((outcome) => outcome.kind);
+    const db = () => harness.firestore.db;
+    const readJob = async (jobId: string) => decodeJob(jobId, (await db().doc(`${JOBS}/${jobId}`).get()).data());
+    const eventKinds = (jobId: string) => harness.eventKinds(jobId);
+    const kinds = (outcomes: readonly StepOutcome[]) => outcomes.map((outcome) => outcome.kind);
 
-  /** One task as Cloud Tasks delivers it: an answer "not yet due" is delivered again once that time has passed (a few times at most). */
-  async function deliver(task: StepTask): Promise<StepOutcome[]> {
-    const outcomes: StepOutcome[] = [];
-    for (let delivery = 0; delivery < 4; delivery += 1) {
-      const outcome = await runStep(harness.deps(`worker-${delivery}`), task);
-      outcomes.push(outcome);
-      if (outcome.kind !== 'not-yet-due') return outcomes;
-      harness.clock.advance(outcome.retryAfterMs);
-    }
-    return outcomes;
-  }
-
-  function nextTask(): StepTask {
-    const next = harness.queue.tasks.shift();
-    if (!next) throw new Error('no task was dispatched');
-    harness.clock.advance(next.delaySeconds * 1000);
-    return next.task;
-  }
-
-  describe('a claim whose answer is lost', () => {
-    test('bug 27: the step goes on under the claim it made; four in one section count no lost worker and do not quarantine the job', async () => {
-      let firstRuns = 0;
-      behaviour.first = (context): Promise<PhaseOutcome<{ sections: number }>> => {
-        firstRuns += 1;
-        return Promise.resolve(firstRuns <= 4 ? { kind: 'yield' } : { kind: 'done', state: { sections: context.input.sections } });
-      };
-      const jobId = await harness.submit('two-phase', { sections: 1 });
-      const deliveries: string[][] = [];
-      for (let step = 0; step < 4; step += 1) {
-        answers.arm(1); // the claim is the step's first commit
-        deliveries.push(kinds(await deliver(nextTask())));
+    /** One task as Cloud Tasks delivers it: an answer "not yet due" is delivered again once that time has passed (a few times at most). */
+    async function deliver(task: StepTask): Promise<StepOutcome[]> {
+      const outcomes: StepOutcome[] = [];
+      for (let delivery = 0; delivery < 4; delivery += 1) {
+        const outcome = await runStep(harness.deps(`worker-${delivery}`), task);
+        outcomes.push(outcome);
+        if (outcome.kind !== 'not-yet-due') return outcomes;
+        harness.clock.advance(outcome.retryAfterMs);
       }
-      expect(answers.lost()).toBe(4);
-      const afterFour = await readJob(jobId);
-      expect({ deliveries, status: afterFour.status, staleReclaims: afterFour.staleReclaims }).toEqual({
-        deliveries: [['handed-off'], ['handed-off'], ['handed-off'], ['handed-off']],
-        status: 'queued',
-        staleReclaims: 0,
+      return outcomes;
+    }
+
+    function nextTask(): StepTask {
+      const next = harness.queue.tasks.shift();
+      if (!next) throw new Error('no task was dispatched');
+      harness.clock.advance(next.delaySeconds * 1000);
+      return next.task;
+    }
+
+    describe('a claim whose answer is lost', () => {
+      test(`${bug} the step goes on under the claim it made; four in one section count no lost worker and do not quarantine the job`, async () => {
+        let firstRuns = 0;
+        behaviour.first = (context): Promise<PhaseOutcome<{ sections: number }>> => {
+          firstRuns += 1;
+          return Promise.resolve(firstRuns <= 4 ? { kind: 'yield' } : { kind: 'done', state: { sections: context.input.sections } });
+        };
+        const jobId = await harness.submit('two-phase', { sections: 1 });
+        const deliveries: string[][] = [];
+        for (let step = 0; step < 4; step += 1) {
+          answers.arm(1); // the claim is the step's first commit
+          deliveries.push(kinds(await deliver(nextTask())));
+        }
+        expect(answers.lost()).toBe(4);
+        const afterFour = await readJob(jobId);
+        expect({ deliveries, status: afterFour.status, staleReclaims: afterFour.staleReclaims }).toEqual({
+          deliveries: [['handed-off'], ['handed-off'], ['handed-off'], ['handed-off']],
+          status: 'queued',
+          staleReclaims: 0,
+        });
+        expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
+        expect((await eventKinds(jobId)).filter((kind) => kind === 'reclaimed' || kind === 'quarantined')).toEqual([]);
       });
-      expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
-      expect((await eventKinds(jobId)).filter((kind) => kind === 'reclaimed' || kind === 'quarantined')).toEqual([]);
+
+      test(`${bug} a unit's claim: the unit runs under the claim it made and counts no lost worker`, async () => {
+        const jobId = await harness.submit(`lost-answer-units-${heard}`, { units: 1 });
+        expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
+        answers.arm(1);
+        const unitTask = nextTask();
+        expect(kinds(await deliver(unitTask))).toEqual(['unit-done']);
+        expect(answers.lost()).toBe(1);
+        expect(kinds(await harness.drain())).toEqual(['completed']);
+        expect((await eventKinds(jobId)).filter((kind) => kind === 'reclaimed' || kind === 'quarantined')).toEqual([]);
+        const units = await db().collection(`${JOBS}/${jobId}/units`).get();
+        expect(units.docs.map((doc) => doc.get('staleReclaims') as unknown)).toEqual([0]);
+      });
     });
 
-    test("bug 27: a unit's claim: the unit runs under the claim it made and counts no lost worker", async () => {
-      const jobId = await harness.submit('lost-answer-units', { units: 1 });
-      expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
-      answers.arm(1);
-      const unitTask = nextTask();
-      expect(kinds(await deliver(unitTask))).toEqual(['unit-done']);
-      expect(answers.lost()).toBe(1);
-      expect(kinds(await harness.drain())).toEqual(['completed']);
-      expect((await eventKinds(jobId)).filter((kind) => kind === 'reclaimed' || kind === 'quarantined')).toEqual([]);
-      const units = await db().collection(`${JOBS}/${jobId}/units`).get();
-      expect(units.docs.map((doc) => doc.get('staleReclaims') as unknown)).toEqual([0]);
+    describe('a submit whose answer is lost', () => {
+      test(`${bug} the submit still created its job, and enqueues its first task (no wait for the sweeper)`, async () => {
+        const logger = { warn: () => undefined, error: () => undefined };
+        answers.arm(1); // the job's creating commit
+        const outcome = await submitJob({ store: harness.store, queue: harness.queue, logger } satisfies SubmitDeps, { owner: 'user-1', pipeline: 'two-phase', input: { sections: 1 }, conversationId: null, idempotencyKey: 'lost-answer' });
+        expect(answers.lost()).toBe(1);
+        expect(outcome).toMatchObject({ kind: 'accepted', created: true });
+        const jobId = outcome.kind === 'accepted' ? outcome.job.id : '';
+        expect(harness.queue.tasks.map((queued) => queued.task)).toEqual([{ jobId, step: 0 }]);
+        expect(kinds(await harness.drain())).toEqual(['handed-off', 'handed-off', 'completed']);
+      });
+    });
+
+    describe('a commit that starts the next task, whose answer is lost', () => {
+      test(`${bug} a hand-off still dispatches the next step (no wait for the sweeper)`, async () => {
+        behaviour.first = (context) => {
+          answers.arm(1); // the hand-off is the next commit of this step
+          return Promise.resolve({ kind: 'done', state: { sections: context.input.sections } });
+        };
+        const jobId = await harness.submit('two-phase', { sections: 1 });
+        expect(kinds(await deliver(nextTask()))).toEqual(['handed-off']);
+        expect(answers.lost()).toBe(1);
+        const job = await readJob(jobId);
+        expect(harness.queue.tasks.map((queued) => queued.id)).toEqual([stepTaskId(jobId, job.step, job.dispatch)]);
+        expect(kinds(await harness.drain())).toEqual(['handed-off', 'completed']);
+      });
+
+      test(`${bug} a fan-out start still dispatches its units`, async () => {
+        const jobId = await harness.submit(`lost-answer-units-${heard}`, { units: 2 });
+        answers.arm(2); // the claim, then the fan-out start
+        expect(kinds(await deliver(nextTask()))).toEqual(['fanned-out']);
+        expect(answers.lost()).toBe(1);
+        expect(harness.queue.tasks.map((queued) => queued.task.unit)).toEqual(['u0', 'u1']);
+        expect(kinds(await harness.drain())).toEqual(['unit-done', 'unit-done', 'completed']);
+        expect((await readJob(jobId)).status).toBe('completed');
+      });
+
+      test(`${bug} a join whose unit lease is due for renewal still dispatches the next step (a landed finish is not renewed as a lost race)`, async () => {
+        held.turns.run = () => {
+          // The finishing commit is the first of the unit since its claim a heartbeat ago: a lost race would renew the lease first.
+          harness.clock.advance(harness.options.heartbeatSeconds * 1000);
+          answers.arm(1);
+          return Promise.resolve(unitFinished);
+        };
+        const jobId = await harness.submit(`lost-answer-units-${heard}`, { units: 1 });
+        expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
+        expect(kinds(await deliver(nextTask()))).toEqual(['unit-done']);
+        expect(answers.lost()).toBe(1);
+        const job = await readJob(jobId);
+        expect({ status: job.status, fanout: job.fanout, tasks: harness.queue.tasks.map((queued) => queued.id) }).toEqual({
+          status: 'queued',
+          fanout: null,
+          tasks: [stepTaskId(jobId, job.step, job.dispatch)],
+        });
+      });
+
+    test(`${bug} a join still dispatches the next step`, async () => {
+        held.turns.run = () => {
+          answers.arm(1); // the unit's finishing commit, which joins, is its next commit
+          return Promise.resolve(unitFinished);
+        };
+        const jobId = await harness.submit(`lost-answer-units-${heard}`, { units: 1 });
+        expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
+        expect(kinds(await deliver(nextTask()))).toEqual(['unit-done']);
+        expect(answers.lost()).toBe(1);
+        const job = await readJob(jobId);
+        expect({ status: job.status, fanout: job.fanout, tasks: harness.queue.tasks.map((queued) => queued.id) }).toEqual({
+          status: 'queued',
+          fanout: null,
+          tasks: [stepTaskId(jobId, job.step, job.dispatch)],
+        });
+        expect(kinds(await harness.drain())).toEqual(['completed']);
+      });
     });
   });
+}
 
-  describe('a commit that starts the next task, whose answer is lost', () => {
-    test('bug 27: a hand-off still dispatches the next step (no wait for the sweeper)', async () => {
-      behaviour.first = (context) => {
-        answers.arm(1); // the hand-off is the next commit of this step
-        return Promise.resolve({ kind: 'done', state: { sections: context.input.sections } });
-      };
-      const jobId = await harness.submit('two-phase', { sections: 1 });
-      expect(kinds(await deliver(nextTask()))).toEqual(['handed-off']);
-      expect(answers.lost()).toBe(1);
-      const job = await readJob(jobId);
-      expect(harness.queue.tasks.map((queued) => queued.id)).toEqual([stepTaskId(jobId, job.step, job.dispatch)]);
-      expect(kinds(await harness.drain())).toEqual(['handed-off', 'completed']);
-    });
-
-    test('bug 27: a fan-out start still dispatches its units', async () => {
-      const jobId = await harness.submit('lost-answer-units', { units: 2 });
-      answers.arm(2); // the claim, then the fan-out start
-      expect(kinds(await deliver(nextTask()))).toEqual(['fanned-out']);
-      expect(answers.lost()).toBe(1);
-      expect(harness.queue.tasks.map((queued) => queued.task.unit)).toEqual(['u0', 'u1']);
-      expect(kinds(await harness.drain())).toEqual(['unit-done', 'unit-done', 'completed']);
-      expect((await readJob(jobId)).status).toBe('completed');
-    });
-
-    test('bug 27: a join still dispatches the next step', async () => {
-      held.turns.run = () => {
-        answers.arm(1); // the unit's finishing commit, which joins, is its next commit
-        return Promise.resolve(unitFinished);
-      };
-      const jobId = await harness.submit('lost-answer-units', { units: 1 });
-      expect(kinds(await harness.drain(1))).toEqual(['fanned-out']);
-      expect(kinds(await deliver(nextTask()))).toEqual(['unit-done']);
-      expect(answers.lost()).toBe(1);
-      const job = await readJob(jobId);
-      expect({ status: job.status, fanout: job.fanout, tasks: harness.queue.tasks.map((queued) => queued.id) }).toEqual({
-        status: 'queued',
-        fanout: null,
-        tasks: [stepTaskId(jobId, job.step, job.dispatch)],
-      });
-      expect(kinds(await harness.drain())).toEqual(['completed']);
-    });
-  });
-});
+lostAnswerCases('transient', 'bug 27:');
+lostAnswerCases('sdk-retry', 'bug 45:');

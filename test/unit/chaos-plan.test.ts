@@ -59,6 +59,20 @@ describe('chaos plan', () => {
     }
   });
 
+  test('a weighted kind: the first round and the default mix stay as they were, the later draws follow the weights', () => {
+    const plain = take(faultStream('weights', 2_000), 300);
+    expect(take(faultStream('weights', 2_000, {}), 300)).toEqual(plain);
+    const focused = take(faultStream('weights', 2_000, { 'commit-answer-lost': 1_000 }), 300);
+    expect(focused.slice(0, FIRST_ROUND_LENGTH)).toEqual(plain.slice(0, FIRST_ROUND_LENGTH));
+    const later = focused.slice(FIRST_ROUND_LENGTH);
+    expect(later.filter((fault) => fault.spec.kind === 'commit-answer-lost').length).toBeGreaterThan(later.length * 0.9);
+    expect(planRun({ jobs: 12, seed: 'w', faultWeights: { 'task-loss': 0 } }).faults.slice(FIRST_ROUND_LENGTH).some((fault) => fault.spec.kind === 'task-loss')).toBe(false);
+    expect(() => planRun({ jobs: 12, seed: 'w', faultWeights: { 'no-such-kind': 1 } as never })).toThrow('no injected fault kind no-such-kind');
+    expect(parseChaosArgs(['--weight', 'commit-answer-lost=20', '--weight=task-loss=0'])).toMatchObject({ faultWeights: { 'commit-answer-lost': 20, 'task-loss': 0 } });
+    expect(() => parseChaosArgs(['--weight', 'commit-answer-lost'])).toThrow('--weight wants KIND=N');
+    expect(parseChaosArgs([])).not.toHaveProperty('faultWeights');
+  });
+
   test('waves stay inside the window after the stack is up, and the functions accept the settings', () => {
     const waves = planWaves('w', 300_000);
     expect(waves.length).toBeGreaterThan(2);

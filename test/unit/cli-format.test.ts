@@ -242,6 +242,7 @@ describe('tables', () => {
         effectsNotApplied: 0,
         skipped: 0,
         errors: 1,
+        carriedOver: 0,
         queryPages: 3,
         queryDocuments: 5,
         truncated: [],

@@ -64,6 +64,8 @@ export interface SettleStoppedReport {
   readonly skipped: number;
   /** Jobs that could not be handled (logged); each is checked again later. */
   readonly errors: number;
+  /** Jobs found due but left for the next run: the pass was past its time bound (`untilMs`) when their turn came. */
+  readonly carriedOver: number;
   readonly queryPages: number;
   readonly queryDocuments: number;
   /** Queries that stopped at the page limit with more to do: the next run continues. */
@@ -88,7 +90,12 @@ type Triage = { readonly action: 'settled' | 'deferred' } | { readonly action: '
  * One pass at `nowMs`. Without `effects` (no adapters wired) it does nothing: the deployed trigger
  * and the local stack always wire them. Never throws for a single job or query: see the report.
  */
-export async function settleStoppedEffects(deps: { readonly store: JobStore; readonly stoppedEffects?: StoppedEffectsDeps; readonly log?: Log }, nowMs: number): Promise<SettleStoppedReport> {
+export async function settleStoppedEffects(
+  deps: { readonly store: JobStore; readonly stoppedEffects?: StoppedEffectsDeps; readonly log?: Log },
+  nowMs: number,
+  /** `untilMs`: on the store's clock, when the pass starts no further job's check (those left are still due: the next run checks them). */
+  bounds: { readonly untilMs?: number } = {},
+): Promise<SettleStoppedReport> {
   const counts: Record<Counter, number> = {
     checked: 0,
     settled: 0,
@@ -98,10 +105,12 @@ export async function settleStoppedEffects(deps: { readonly store: JobStore; rea
     effectsNotApplied: 0,
     skipped: 0,
     errors: 0,
+    carriedOver: 0,
     queryPages: 0,
     queryDocuments: 0,
   };
   const truncated: SweepQueryName[] = [];
+  const pastBound = (): boolean => bounds.untilMs !== undefined && deps.store.clock.now() > bounds.untilMs;
   const effects = deps.stoppedEffects;
   if (!effects) return { ...counts, truncated };
   const { store } = deps;
@@ -167,6 +176,11 @@ export async function settleStoppedEffects(deps: { readonly store: JobStore; rea
   };
 
   const settleOne = async (name: SweepQueryName, doc: QueryDocumentSnapshot): Promise<void> => {
+    if (pastBound()) {
+      // Untouched, so still due: the next run's query finds it again.
+      counts.carriedOver += 1;
+      return;
+    }
     try {
       await handle(doc);
     } catch (error) {
@@ -182,7 +196,9 @@ export async function settleStoppedEffects(deps: { readonly store: JobStore; rea
   for (const name of SETTLE_QUERIES) {
     let cursor: PageCursor | null = null;
     let finished = false;
+    const carriedBefore = counts.carriedOver;
     for (let page = 0; page < SETTLE_MAX_PAGES && !finished; page += 1) {
+      if (pastBound()) break;
       const found = await readPassPage(store, name, nowMs, batch, cursor, { counts, log, message: 'settling stopped effects: query failed' });
       if (found === null) {
         finished = true;
@@ -194,7 +210,7 @@ export async function settleStoppedEffects(deps: { readonly store: JobStore; rea
       if (found.next) cursor = found.next;
       else finished = true;
     }
-    if (!finished) truncated.push(name);
+    if (!finished || counts.carriedOver > carriedBefore) truncated.push(name);
   }
   return { ...counts, truncated };
 }

@@ -243,15 +243,37 @@ export async function sweepRecovery(deps: SweepDeps, nowMs: number): Promise<Rec
   return run.report();
 }
 
-/** Runs one sweep at `nowMs`. Never throws for a single document, query or enqueue: see the report. */
-export async function sweep(deps: SweepDeps, nowMs: number): Promise<SweepReport> {
+/** Rules 1 to 4 at `nowMs`: the recovery rules, then provider waits that are over. Index-backed queries only; never throws for one document. */
+export async function sweepRules(deps: SweepDeps, nowMs: number): Promise<RecoverySweepReport> {
   const run = new Sweep(deps, nowMs);
   await recoverLostWork(run, nowMs);
   await run.scan('waitsOver', nowMs, (doc) => resumeWait(run, doc), byDocument);
-  const stoppedEffects = await settleStoppedEffects({ ...deps, store: run.store }, nowMs);
-  // Last: the passes above may end jobs' stories (their events are stamped as they are written).
-  const retention = await stampEndedJobs({ ...deps, store: run.store }, nowMs);
-  return { ...run.report(), stoppedEffects, retention };
+  return run.report();
+}
+
+/** What the passes over stopped and ended jobs (rules 5 and 6) did. */
+export type EndedJobsReport = Pick<SweepReport, 'stoppedEffects' | 'retention'>;
+
+/**
+ * Rules 5 and 6 at `nowMs`: stopped jobs' effects looked up at their systems of record, then ended
+ * jobs' retention stamps. The slow part of a full sweep (a lookup waits on its target, up to the
+ * adapter's deadline), so sweepMinute runs it beside the recovery passes, never in front of them;
+ * with `untilMs` (on the store's clock) it starts no further stopped job's check past that time,
+ * and the jobs left stay due for the next run. Never throws for a single job or query.
+ */
+export async function sweepEndedJobs(deps: SweepDeps, nowMs: number, bounds: { readonly untilMs?: number } = {}): Promise<EndedJobsReport> {
+  // The store as a sweep logs through it (these passes dispatch no task, so none is counted).
+  const { store } = new Sweep(deps, nowMs);
+  const stoppedEffects = await settleStoppedEffects({ ...deps, store }, nowMs, bounds);
+  // Last: the lookups above may end jobs' stories (their events are stamped as they are written).
+  const retention = await stampEndedJobs({ ...deps, store }, nowMs);
+  return { stoppedEffects, retention };
+}
+
+/** Runs one sweep at `nowMs`, every rule in turn (sweepMinute runs the same rules on a minute's timeline). Never throws for a single document, query or enqueue: see the report. */
+export async function sweep(deps: SweepDeps, nowMs: number): Promise<SweepReport> {
+  const rules = await sweepRules(deps, nowMs);
+  return { ...rules, ...(await sweepEndedJobs(deps, nowMs)) };
 }
 
 

@@ -126,17 +126,32 @@ const MAX_OWNER_VIEWS = 1_000;
  */
 export const COMMIT_MARK_FIELD = 'commitMark';
 
-/** A commit that may have landed while its answer was lost: the next try reads its record first and, if the mark is there, goes on from it. */
+/**
+ * A commit that may have landed while its answer was lost: the next try reads its record first and,
+ * if the mark is there, goes on from it. Not only a transient failure leaves one: the Firestore SDK
+ * retries a Commit that failed UNAVAILABLE by itself (its gapic config), and when the first one had
+ * landed, the same writes sent again fail their own precondition (or `create`): a FAILED_PRECONDITION
+ * or ALREADY_EXISTS may be this commit's own too, and only the mark tells.
+ */
 interface UnconfirmedCommit<T> {
   readonly mark: string;
   readonly value: T;
   readonly writer: object;
 }
 
+/** A commit that failed so may have landed all the same (see UnconfirmedCommit): only its mark tells. */
+function mayHaveLanded(error: unknown): boolean {
+  return isTransientFirestoreError(error) || isFailedPrecondition(error) || isAlreadyExists(error);
+}
+
 /** How a unit's conditioned commit behaves while it keeps losing races. */
 export interface UnitCommitOptions {
-  /** Runs after a failed attempt, before the next one, with the unit as that attempt read it (e.g. to renew its lease). */
-  readonly beforeRetry?: (unit: UnitRecord) => Promise<void>;
+  /**
+   * Runs after a lost race, before the next attempt decides, with the unit as the lost attempt read
+   * it (e.g. to renew its lease); resolves to whether it wrote (the next attempt then reads again).
+   * Not run when the lost race was this commit's own (it had landed, its answer lost).
+   */
+  readonly beforeRetry?: (unit: UnitRecord) => Promise<boolean>;
 }
 
 /** The records any owner's `decide` may get (CurrentOf narrows it per owner). */
@@ -309,7 +324,9 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
     const renew = whileRacing
       ? async (unit: UnitRecord) => {
           const renewed = whileRacing(unit);
-          if (renewed !== null) await this.commitHeldUnit({ kind: 'unit', claim }, () => ({ nextUnit: renewed, value: undefined }));
+          if (renewed === null) return false;
+          await this.commitHeldUnit({ kind: 'unit', claim }, () => ({ nextUnit: renewed, value: undefined }));
+          return true;
         }
       : undefined;
     const committed = await this.commitUnitChange(
@@ -435,6 +452,9 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
       : this.db.collection(JOBS).doc();
     const fingerprint = requestFingerprint(request);
     const conversationRef = request.conversationId ? this.db.doc(conversationPath(request.conversationId)) : null;
+    // The job this call creates carries its mark: a create whose answer was lost (the SDK's retry of it hears ALREADY_EXISTS) is found to be ours.
+    const mark = randomUUID();
+    let sent: JobRecord | null = null;
     return this.retryingWrite(`submit of job ${ref.id}`, async () => {
       for (let attempt = 1; ; attempt += 1) {
         // One read time for the job, its conversation and what the admission decides from.
@@ -443,6 +463,7 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
         const conversation = conversationRef ? others.at(-1) : undefined;
         if (snapshot?.exists) {
           const existing = decodeJob(ref.id, snapshot.data());
+          if (sent !== null && snapshot.get(COMMIT_MARK_FIELD) === mark) return { created: true, job: sent };
           if (snapshot.get('requestFingerprint') !== fingerprint) return { conflict: true as const, job: existing };
           return { created: false, job: existing };
         }
@@ -464,13 +485,14 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
           nowMs,
         );
         const batch = this.db.batch();
-        batch.create(ref, { ...encodeJob(job), requestFingerprint: fingerprint });
+        batch.create(ref, { ...encodeJob(job), requestFingerprint: fingerprint, [COMMIT_MARK_FIELD]: mark });
         batch.create(this.db.doc(eventPath(ref.id, eventId(1))), eventDocument(job, { kind: 'submitted', message: `Submitted to ${job.pipeline}${job.pipelineVersion ? ` (version ${job.pipelineVersion})` : ''}` }, nowMs));
         if (conversationRef && !conversation?.exists) batch.create(conversationRef, { owner: request.owner, createdAtMs: nowMs });
         admitted?.admit(batch);
         try {
           await batch.commit();
         } catch (error) {
+          if (mayHaveLanded(error)) sent = job;
           if (!isFailedPrecondition(error) && !isAlreadyExists(error)) throw error;
           noteCommitPreconditionFailed();
           if (attempt >= MAX_SUBMIT_COMMIT_ATTEMPTS) throw new CheckpointWriteError(`submit of job ${ref.id}: its usage or documents kept changing under ${attempt} conditioned commits`, error);
@@ -529,8 +551,9 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
           results = await writer.batch.commit();
         } catch (error) {
           this.forgetOwnerView(jobId, view.updateTime);
-          // No answer is not no commit: the next try (retryingWrite) first looks for this commit's mark.
-          if (isTransientFirestoreError(error)) unconfirmed = { mark: this.commitMark(writer), value, writer, before: view.record };
+          // No answer is not no commit, and a lost race may be our own commit met by the SDK's retry of it (UnconfirmedCommit):
+          // the next try (here, or retryingWrite's) reads the job first and looks for this commit's mark.
+          if (mayHaveLanded(error)) unconfirmed = { mark: this.commitMark(writer), value, writer, before: view.record };
           // A document the commit creates appeared since the decision (someone else acted): decided again, like a changed job.
           if (!isFailedPrecondition(error) && !isAlreadyExists(error)) throw error;
           noteCommitPreconditionFailed();
@@ -689,7 +712,7 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
     const jobRef = this.jobRef(ids.jobId);
     const unitRef = this.unitRef(ids.jobId, ids.phase, ids.unit);
     const slotRef = this.claimSlotRef(ids.jobId, unitClaimSlot(ids.phase, ids.unit));
-    let unconfirmed: (UnconfirmedCommit<T> & { readonly wroteJob: boolean }) | null = null;
+    let unconfirmed: (UnconfirmedCommit<T> & { readonly wroteJob: boolean; readonly raced?: UnitRecord; readonly refused?: Error }) | null = null;
     return this.retryingWrite(`unit ${ids.jobId}/${ids.unit}`, async () => {
       for (let attempt = 1; ; attempt += 1) {
         const [snapshot, unitSnapshot, slotSnapshot] = await this.db.getAll(jobRef, unitRef, slotRef);
@@ -704,6 +727,11 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
             // The slot's update time as written is not known: a session of this claim reads it first.
             return { value: pending.value, slotUpdateTime: null };
           }
+          this.endedFanOuts.delete(pending.writer);
+          // Not ours: a document the commit creates was there already (nothing landed), as the caller hears it.
+          if (pending.refused !== undefined) throw pending.refused;
+          // A race really lost: what runs between tries runs now (not when the race was our own commit).
+          if (pending.raced !== undefined && (await options.beforeRetry?.(pending.raced))) continue;
         }
         const job = decodeJob(ids.jobId, snapshot.data());
         const unit = decodeUnit(unitRef.path, unitSnapshot.data());
@@ -727,16 +755,24 @@ export class JobStore extends FirestoreHandle implements JobCommit, UnitCommit {
         try {
           results = await writer.batch.commit();
         } catch (error) {
-          // No answer is not no commit: the next try (retryingWrite) first looks for this commit's mark on the unit.
-          if (isTransientFirestoreError(error)) unconfirmed = { mark: this.commitMark(writer), value, writer, wroteJob: next !== undefined };
-          else this.endedFanOuts.delete(writer);
+          if (!mayHaveLanded(error)) {
+            this.endedFanOuts.delete(writer);
+            throw error;
+          }
           // A slot that was missing at the read and is there now was made by another commit: read again, as for a precondition.
-          if (!isFailedPrecondition(error) && !(isAlreadyExists(error) && !slotSnapshot.exists)) throw error;
+          const raced = isFailedPrecondition(error) || (isAlreadyExists(error) && !slotSnapshot.exists);
+          // No answer is not no commit, and a lost race may be our own commit met by the SDK's retry of it (UnconfirmedCommit):
+          // the next try (here, or retryingWrite's) reads the unit first and looks for this commit's mark.
+          const mark = this.commitMark(writer);
+          unconfirmed = { mark, value, writer, wroteJob: next !== undefined, ...(isTransientFirestoreError(error) ? {} : raced ? { raced: unit } : { refused: error instanceof Error ? error : new Error(String(error)) }) };
+          if (!raced) {
+            if (isTransientFirestoreError(error)) throw error;
+            continue;
+          }
           noteCommitPreconditionFailed();
           // Every unit of a fan-out may finish at once, each writing the job: each round one of them lands, so the last may need a try per sibling.
           const allowed = MAX_JOB_COMMIT_ATTEMPTS + 2 * (job.fanout?.units ?? 0);
           if (attempt >= allowed) throw new CheckpointWriteError(`unit ${ids.jobId}/${ids.unit} kept changing under ${attempt} conditioned commits`, error);
-          await options.beforeRetry?.(unit);
           // A short random pause spreads the racers out, so they do not collide again in lockstep.
           await new Promise((resolve) => setTimeout(resolve, Math.floor(Math.random() * Math.min(UNIT_RACE_PAUSE_CAP_MS, UNIT_RACE_PAUSE_STEP_MS * attempt))));
           continue;
