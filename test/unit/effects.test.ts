@@ -167,6 +167,9 @@ class MemoryLedger implements EffectLedger {
   plan() {
     return Promise.resolve([this.current]);
   }
+  find() {
+    return Promise.resolve(this.current);
+  }
   transition(key: string, from: readonly EffectState[], change: EffectChange) {
     if (key !== this.current.key || !from.includes(this.current.state)) return Promise.reject(new EffectStateConflictError(`not ${from.join('/')}`));
     this.current = applyChange(this.current, change, 2, 1_000);

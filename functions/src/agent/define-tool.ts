@@ -8,15 +8,18 @@
  * card) says so with `effect`. Its call then goes through the step's effect ledger
  * (core/effect-ledger.ts, effects/protocol.ts): the intent is recorded before `execute` runs, under
  * an idempotency key derived from the job, the unit and what the effect is, and `execute` is handed
- * that key. What the effect is: `effect.identity(input)` when the tool gives one, else the section,
- * the tool and the call's arguments with their keys sorted, never the call ID or the thread. So the
- * same call with the same arguments in a section is one effect whichever thread (a warm retry, a
- * clean one after a cold retry) or worker makes it, and two identical calls in one section are one
- * effect too unless `identity` tells them apart. A call whose key already holds an effect recorded
- * with other arguments is refused (a tool error the model reads; nothing is applied for it). A call
- * whose result is on record is never executed again; one whose outcome is unknown (a crash, a
- * timeout) is looked up with `effect.lookup` and recorded as applied when found, retried under the
- * same key only when the target says it has nothing, and otherwise waited on, never blindly re-sent.
+ * that key. What the effect is: `effect.identity(input)` when the tool gives one, else the phase,
+ * the section, the tool and the call's arguments with their keys sorted, never the call ID or the
+ * thread. So the same call with the same arguments in a section is one effect whichever thread (a
+ * warm retry, a clean one after a cold retry) or worker makes it, and two identical calls in one
+ * section are one effect too unless `identity` tells them apart. A call whose key already holds an
+ * effect recorded with other arguments is refused with a tool error the model reads: this call
+ * applies nothing, and the recorded effect is first settled as its own call would settle it (an
+ * unknown outcome looked up, an unsent one sent under its recorded arguments, a wait when its
+ * target cannot answer), so the refusal can say what it did. A call whose result is on record is
+ * never executed again; one whose outcome is unknown (a crash, a timeout) is looked up with
+ * `effect.lookup` and recorded as applied when found, retried under the same key only when the
+ * target says it has nothing, and otherwise waited on, never blindly re-sent.
  */
 import { createHash } from 'node:crypto';
 import type { z } from 'zod';
@@ -62,9 +65,10 @@ export interface ToolEffect<TInput> {
    * A call whose arguments differ from those first recorded under its identity is refused with a
    * tool error naming the recorded call, never answered with that call's result as its own.
    *
-   * Without it, the identity is the section, the tool and the arguments (keys sorted): the same call
-   * in the same section is one effect across warm and cold retries and workers, and two identical
-   * calls in one section are one effect (the second gets the first's result). Give one when another
+   * Without it, the identity is the phase, the section, the tool and the arguments (keys sorted):
+   * the same call in the same section is one effect across warm and cold retries and workers, and
+   * two identical calls in one section are one effect (the second gets the first's result); the
+   * same section ID in another phase is another section, with effects of its own. Give one when another
    * thread may word the same effect differently (a clean thread's model rephrasing a summary), or
    * when two identical calls must be two effects (put what tells them apart in the input).
    */
@@ -185,21 +189,28 @@ class DefinedToolbox implements Toolbox {
       throw new Error(`Tool ${tool.name} has an external effect: it runs only inside a step, through runAgentSection (which records it in the effect ledger)`);
     }
     const effect = tool.effect;
-    const intent = effectIntent(tool, input, context.call, place);
-    let planned: EffectEntry | undefined;
-    try {
-      [planned] = await step.effects.plan([intent]);
-    } catch (error) {
-      if (!(error instanceof EffectIntentConflictError)) throw error;
-      planned = sameCallRecordedEarlier(intent, error);
-      if (planned === undefined) return conflictResult(tool, error);
+    const intent = effectIntent(tool, input, context.call, step, place);
+    // An entry recorded for this very call under the call-ID identity of revisions before the arguments keyed it: one document read more per call (callIdIdentity says when it can go).
+    let planned: EffectEntry | undefined = effect.identity === undefined ? ((await step.effects.find(callIdIdentity(intent, context.call, place))) ?? undefined) : undefined;
+    // True when the recorded effect under this call's key has other arguments: it is settled as its own call would settle it, then this call is refused.
+    let refused = false;
+    if (planned === undefined) {
+      try {
+        [planned] = await step.effects.plan([intent]);
+      } catch (error) {
+        if (!(error instanceof EffectIntentConflictError)) throw error;
+        const recorded = error.conflicts[0]?.recorded;
+        if (recorded === undefined || error.conflicts.length !== 1) throw error;
+        refused = !sameCallRecordedEarlier(intent, recorded);
+        planned = recorded;
+      }
     }
     if (planned === undefined) throw new Error(`The effect ledger recorded nothing for ${tool.name}`);
     const target = effect.target ?? tool.name;
     const adapter: EffectAdapter = {
       name: target,
       ...(effect.sendTimeoutMs === undefined ? {} : { sendTimeoutMs: effect.sendTimeoutMs }),
-      // The recorded intent is applied: the plan refused any that differs from this call's.
+      // The recorded intent is applied, never this call's arguments: a call meeting an entry recorded with other ones settles that entry, then is refused.
       apply: (recorded, idempotencyKey, signal) => tool.execute(recordedInput(tool, recorded), { ...context, signal, idempotencyKey }),
       lookup: (idempotencyKey, signal) => effect.lookup(idempotencyKey, signal),
     };
@@ -214,6 +225,8 @@ class DefinedToolbox implements Toolbox {
     });
     const nowMs = step.clock.now();
     const retryAtMs = nowMs + (effect.retryAfterMs ?? DEFAULT_RETRY_AFTER_MS);
+    // A refusal names the recorded effect once it is resolved; one still unknown, or not sent yet, is waited on below as for its own call.
+    if (refused && (settled.kind === 'applied' || settled.kind === 'failed')) return conflictResult(tool, settled.entry);
     switch (settled.kind) {
       case 'applied': {
         const evidence = settled.entry.evidence ?? {};
@@ -241,57 +254,78 @@ class DefinedToolbox implements Toolbox {
  * arguments as recorded. Both use the arguments with their keys sorted, so the same call written in
  * another key order is the same effect with the same intent.
  */
-function effectIntent(tool: EffectToolDefinition<unknown>, input: unknown, call: ToolCall, place: ToolCallPlace): EffectIntent {
+function effectIntent(tool: EffectToolDefinition<unknown>, input: unknown, call: ToolCall, step: ToolStep, place: ToolCallPlace): EffectIntent {
   // Parsed as JSON already (toolArguments): this cannot throw.
   const raw: unknown = JSON.parse(call.arguments);
   // Not the call ID nor the thread's generation: a clean thread making the same call after a cold retry must meet the same key.
-  const named = tool.effect.identity?.(input) ?? canonicalJson({ section: place.sectionId, tool: tool.name, arguments: raw });
+  // The phase: a section ID names a section only within its phase (the unit is part of every key already).
+  const named = tool.effect.identity?.(input) ?? canonicalJson({ phase: step.phase, section: place.sectionId, tool: tool.name, arguments: raw });
   // An empty identity would make every such call one effect: refused, not guessed at.
   if (named.trim() === '') throw new Error(`Tool ${tool.name}: effect.identity gave an empty identity for ${call.id}`);
-  const identity = named.length <= MAX_IDENTITY_CHARS ? named : `sha256:${createHash('sha256').update(named).digest('hex')}`;
   return {
     kind: effectKind(tool.name),
-    identity,
+    identity: boundedIdentity(named),
     target: tool.effect.target ?? tool.name,
     payload: { tool: tool.name, arguments: canonicalJson(raw) },
   };
 }
 
+/** An identity the ledger's field can hold: as it is when short enough, else its SHA-256. */
+function boundedIdentity(named: string): string {
+  return named.length <= MAX_IDENTITY_CHARS ? named : `sha256:${createHash('sha256').update(named).digest('hex')}`;
+}
+
 /**
- * The recorded entry when the conflict is only the order of the arguments' keys: entries planned
- * before arguments were recorded sorted (an effect in flight across the deploy that sorted them)
- * hash differently for the same call, and are the same effect.
+ * The identity revisions before the arguments keyed an effect gave a tool without `identity`
+ * (section, thread and call ID). An effect such a revision recorded for this very call (in flight
+ * across the deploy: applied with its result not yet in the transcript, or unknown) is this call's
+ * effect, and planning under the new identity would apply it again. Looking it up costs one document
+ * read per effectful call of a tool without `identity`; the look-up can be removed once no job that
+ * started before that change (4f0a48c) can still be in flight.
  */
-function sameCallRecordedEarlier(intent: EffectIntent, error: EffectIntentConflictError): EffectEntry | undefined {
-  const recorded = error.conflicts[0]?.recorded;
-  if (recorded === undefined || error.conflicts.length !== 1) return undefined;
+function callIdIdentity(intent: EffectIntent, call: ToolCall, place: ToolCallPlace): Pick<EffectIntent, 'kind' | 'identity'> {
+  return { kind: intent.kind, identity: boundedIdentity(`${place.sectionId}/g${place.generation}/${call.id}`) };
+}
+
+/**
+ * True when the conflict is only the order of the arguments' keys: entries planned before arguments
+ * were recorded sorted (an effect in flight across the deploy that sorted them) hash differently for
+ * the same call, and are the same effect.
+ */
+function sameCallRecordedEarlier(intent: EffectIntent, recorded: EffectEntry): boolean {
   const before = recorded.intent;
   const argumentsText = before.payload.arguments;
-  if (typeof argumentsText !== 'string' || before.kind !== intent.kind || before.identity !== intent.identity || before.target !== intent.target) return undefined;
-  if (before.payload.tool !== intent.payload.tool) return undefined;
+  if (typeof argumentsText !== 'string' || before.kind !== intent.kind || before.identity !== intent.identity || before.target !== intent.target) return false;
+  if (before.payload.tool !== intent.payload.tool) return false;
   let sorted: string;
   try {
     sorted = canonicalJson(JSON.parse(argumentsText));
   } catch {
-    return undefined;
+    return false;
   }
-  return sorted === intent.payload.arguments ? recorded : undefined;
+  return sorted === intent.payload.arguments;
 }
 
 /**
  * What the model reads when its call names an effect already recorded with other arguments (a key
- * reused with other parameters): a refusal naming the recorded call and where it stands, so it is
- * not mistaken for this call's own result. Nothing was applied for this call.
+ * reused with other parameters), once that recorded effect is resolved: a refusal saying this call
+ * applied nothing, and naming the recorded call, its state and what it did, so the recorded result
+ * is not mistaken for this call's own.
  */
-function conflictResult(tool: EffectToolDefinition<unknown>, error: EffectIntentConflictError): ToolResult {
-  const recorded = error.conflicts[0]?.recorded;
-  if (recorded === undefined) throw error;
+function conflictResult(tool: EffectToolDefinition<unknown>, recorded: EffectEntry): ToolResult {
   const text = recorded.intent.payload.arguments;
-  const applied = recorded.state === 'applied' ? { recordedResult: tool.effect.describe ? tool.effect.describe(recorded.evidence ?? {}) : (recorded.evidence ?? {}) } : {};
+  const applied = recorded.state === 'applied';
+  const result = applied ? (tool.effect.describe ? tool.effect.describe(recorded.evidence ?? {}) : (recorded.evidence ?? {})) : null;
+  const outcome = recorded.lastOutcome ?? 'no reason recorded';
   return toolError(
-    `Refused, nothing applied: this effect (${recorded.intent.identity}) was already recorded by a ${tool.name} call with other arguments, and one effect is not applied twice with different parameters. ` +
-      'The recorded call stands as it is; do not repeat this call unchanged.',
-    { recordedArguments: typeof text === 'string' ? (JSON.parse(text) as unknown) : null, recordedState: recorded.state, ...applied },
+    `Refused: this call applied nothing. Its effect (${recorded.intent.identity}) was already recorded by a ${tool.name} call with other arguments, and one effect is not applied twice with different parameters. ` +
+      (applied ? `The recorded call was applied: ${typeof result === 'string' ? result : JSON.stringify(result)}. ` : `The recorded call was not applied (${outcome}). `) +
+      'Do not repeat this call unchanged.',
+    {
+      recordedArguments: typeof text === 'string' ? (JSON.parse(text) as unknown) : null,
+      recordedState: recorded.state,
+      ...(applied ? { recordedResult: result } : { recordedOutcome: outcome }),
+    },
   );
 }
 

@@ -135,7 +135,7 @@ export async function runAgentSection<TInput>(context: StepContext<TInput>, agen
     return { kind: 'provider-wait', untilMs: circuit.untilMs, question: `Provider ${agent.provider.name} unavailable; resuming automatically` };
   }
   const toolbox =
-    agent.toolbox.forStep?.({ jobId: context.jobId, unit: context.unit, effects: context.effects, signal: context.signal, clock: context.clock, note: (kind, message) => context.note(kind, message) }) ??
+    agent.toolbox.forStep?.({ jobId: context.jobId, phase: context.phase, unit: context.unit, effects: context.effects, signal: context.signal, clock: context.clock, note: (kind, message) => context.note(kind, message) }) ??
     agent.toolbox.forJob?.(context.jobId) ??
     agent.toolbox;
   try {

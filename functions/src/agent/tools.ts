@@ -23,7 +23,11 @@ export interface ToolResult {
   }[];
 }
 
-/** Where in a job's work a tool call sits: the section and the thread (generation) that made it. */
+/**
+ * Where in a job's work a tool call sits: the section and the thread (generation) that made it, in
+ * the phase and unit of the step it runs in (ToolStep). Section IDs are unique only within a phase
+ * and unit (sections and transcripts are keyed by all three), so a call's place is all of them.
+ */
 export interface ToolCallPlace {
   readonly sectionId: string;
   /** 0 for a section's first thread; each clean-thread (cold) reconstruction adds one. */
@@ -36,6 +40,8 @@ export interface ToolCallPlace {
  */
 export interface ToolStep {
   readonly jobId: string;
+  /** The phase the step runs: a section ID names a section only within its phase (and unit). */
+  readonly phase: string;
   readonly unit: string | null;
   readonly effects: EffectLedger;
   readonly signal: AbortSignal;

@@ -160,6 +160,8 @@ export interface EffectLedger {
    * entries in the order of `intents`.
    */
   plan(intents: readonly EffectIntent[]): Promise<EffectEntry[]>;
+  /** The entry recorded under the key of this kind and identity (in this job and unit), or null; one document read, nothing written. */
+  find(intent: Pick<EffectIntent, 'kind' | 'identity'>): Promise<EffectEntry | null>;
   /** Moves one entry from one of `from` to a new state; EffectStateConflictError if it is in another. */
   transition(key: string, from: readonly EffectState[], change: EffectChange): Promise<EffectEntry>;
 }
@@ -195,7 +197,7 @@ export class EffectIntentConflictError extends TerminalError {
 /** For contexts that may not touch the ledger (fan-out coordinators, joins, publication). */
 export function refusingEffectLedger(who: string): EffectLedger {
   const refuse = () => Promise.reject(new Error(`${who} records no effects`));
-  return { entries: refuse, plan: refuse, transition: refuse };
+  return { entries: refuse, plan: refuse, find: refuse, transition: refuse };
 }
 
 export type EffectCounts = Readonly<Record<EffectState, number>>;

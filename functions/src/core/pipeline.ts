@@ -33,6 +33,8 @@ export interface StepContext<TInput> {
   readonly signal: AbortSignal;
   readonly clock: Clock;
   readonly random: RandomSource;
+  /** The name of the phase this step runs. */
+  readonly phase: string;
   /** The unit this step runs, inside a fan-out. */
   readonly unit: string | null;
   /** Answers a person gave to earlier questions, by question ID. */

@@ -60,6 +60,7 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
     signal: parts.signal,
     clock: parts.clock,
     random: parts.random,
+    phase: parts.phase.name,
     unit: parts.unit,
     decisions: parts.decisions,
     checkpoint<TState>(phase: PhaseDefinition<TInput, TState>): TState {

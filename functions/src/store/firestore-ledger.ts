@@ -129,6 +129,12 @@ export function firestoreEffectLedger(parts: FirestoreLedgerParts): EffectLedger
       return stored;
     },
 
+    async find(intent) {
+      signal.throwIfAborted();
+      const snapshot = await ref(deriveEffectKey(jobId, unit, intent)).get();
+      return snapshot.exists ? parseEffectEntry(snapshot.ref.path, snapshot.data()) : null;
+    },
+
     async transition(key, from, change) {
       signal.throwIfAborted();
       const moved = await commit(async ({ job }) => {
