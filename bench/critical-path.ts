@@ -7,7 +7,10 @@
  * the fan-out's slowest unit, with its model time, its bookkeeping time and the round trips that
  * ran where no model call of their task was running (the ones the job waited for).
  *
- *   npx tsx bench/critical-path.ts [--latency 200] [--rpc-delay 0] [--input 0] [--quiet]
+ *   npx tsx bench/critical-path.ts [--latency 200] [--rpc-delay 0] [--input 0] [--quiet] [--unmetered]
+ *
+ * `--unmetered` runs the job without the owner's spend cap (a ledger that reads and writes nothing):
+ * what the cap's check before every model call costs is the difference.
  *
  * Times move with the machine's load. `--rpc-delay 50` holds every RPC back that long before it is
  * sent, like a slow network: the emulator's own time (and the machine's load) then hardly matters,
@@ -19,10 +22,19 @@ import { resolveEngineOptions } from '../functions/src/core/options';
 import { firestoreCircuit } from '../functions/src/store/provider-circuit';
 import type { ChatRequest } from '../functions/src/agent/provider';
 import type { StepTask } from '../functions/src/core/job';
+import type { RunnerDeps } from '../functions/src/engine/step/deps';
+import type { SpendLedger } from '../functions/src/store/quota-documents';
 import { currentWorkerName, promptIdOf } from './lib/faults';
 import { openProject, startBenchFirestore } from './lib/firestore';
 import { PhaselineDriver } from './lib/phaseline-driver';
 import { RESEARCH_INPUTS, researchKit } from './lib/workload';
+
+/** A spend ledger with no cap: every check allows the call, no read and no write. */
+const NO_CAP = {
+  firstCheck: () => Promise.resolve({ facts: { anonymous: false, override: null, copySeen: 'none' }, today: { spentUsd: 0, capUsd: Number.POSITIVE_INFINITY } }),
+  today: () => Promise.resolve({ spentUsd: 0, capUsd: Number.POSITIVE_INFINITY, landed: new Set<string>() }),
+  charge: () => Promise.resolve(),
+} as unknown as SpendLedger;
 
 process.env.METADATA_SERVER_DETECTION ??= 'none';
 process.setSourceMapsEnabled(false);
@@ -78,6 +90,7 @@ async function main(): Promise<void> {
   const input = RESEARCH_INPUTS[Number(option('--input') ?? 0)];
   if (input === undefined) throw new Error('no such input');
   const quiet = process.argv.includes('--quiet');
+  const unmetered = process.argv.includes('--unmetered');
   const rpcDelayMs = Number(option('--rpc-delay') ?? 0);
   const held = (): Promise<void> => (rpcDelayMs > 0 ? new Promise((resolve) => setTimeout(resolve, rpcDelayMs)) : Promise.resolve());
   const firestore = await startBenchFirestore();
@@ -116,6 +129,11 @@ async function main(): Promise<void> {
       rpcs.length = 0;
       calls.length = 0;
       const driver = new PhaselineDriver(project, resolveEngineOptions());
+      if (unmetered) {
+        // The driver's own deps, with a spend ledger that allows every call and writes nothing.
+        const deps = (driver as unknown as { deps: (...args: unknown[]) => RunnerDeps }).deps.bind(driver);
+        (driver as unknown as { deps: (...args: unknown[]) => RunnerDeps }).deps = (...args) => ({ ...deps(...args), spendLedger: NO_CAP });
+      }
       const tasks: StepTask[] = [];
       const takeDue = driver.queue.takeDue.bind(driver.queue);
       driver.queue.takeDue = (nowMs) => {
