@@ -63,11 +63,14 @@ function memoryDurable(): DurableWrites {
   const transcripts = new Map<string, unknown>();
   return {
     ...noDurableWrites('an in-memory baseline'),
-    writeSection: () => Promise.resolve(true),
+    writeSection: () => Promise.resolve(),
     loadTranscript: (sectionId) => Promise.resolve(transcripts.get(sectionId) ?? null),
     saveTranscript: (sectionId, transcript) => {
       transcripts.set(sectionId, transcript);
       return Promise.resolve();
+    },
+    saveTranscriptBehind: (sectionId, transcript) => {
+      transcripts.set(sectionId, transcript);
     },
   };
 }

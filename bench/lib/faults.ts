@@ -55,6 +55,11 @@ export function runAsWorker<T>(worker: Worker, work: () => Promise<T>): Promise<
   return currentWorker.run(worker, work);
 }
 
+/** The name of the worker the calling code runs in (what started it, for work it left running), if any. */
+export function currentWorkerName(): string | undefined {
+  return currentWorker.getStore()?.name;
+}
+
 export interface WorkerHandle extends Worker {
   /** Settles with the kind of fault once the worker is gone. */
   readonly down: Promise<'crash' | 'stall'>;

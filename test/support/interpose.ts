@@ -80,6 +80,24 @@ export function beforeFirstGet(db: Firestore, path: string, during: () => Promis
  * Transactions commit by another path and are left alone.
  */
 export function answerLostAfterFirstCommit(matches: (paths: readonly string[]) => boolean): Interposed {
+  let ran = false;
+  const around = aroundCommitsWriting(async (paths, commit) => {
+    const results = await commit();
+    if (!ran && matches(paths)) {
+      ran = true;
+      throw Object.assign(new Error('4 DEADLINE_EXCEEDED: the commit landed; its answer was lost'), { code: 4 });
+    }
+    return results;
+  });
+  return { restore: () => around.restore(), ran: () => ran };
+}
+
+/**
+ * Every write batch's commit (a batch, or a single document's `set`/`create`/`update`), with the
+ * paths of the documents it writes: `around` gets them and the commit, to run it, hold it, or throw
+ * instead (nothing lands then). Transactions commit by another path and are left alone.
+ */
+export function aroundCommitsWriting(around: (paths: readonly string[], commit: () => Promise<WriteResult[]>) => Promise<WriteResult[]>): Interposed {
   type Write = (this: WriteBatch, ref: DocumentReference, ...rest: unknown[]) => WriteBatch;
   const prototype = WriteBatch.prototype as unknown as { set: Write; create: Write; update: Write; commit: (this: WriteBatch) => Promise<WriteResult[]> };
   const paths = new WeakMap<WriteBatch, string[]>();
@@ -94,13 +112,9 @@ export function answerLostAfterFirstCommit(matches: (paths: readonly string[]) =
     jest.spyOn(prototype, 'set').mockImplementation(recording(set)),
     jest.spyOn(prototype, 'create').mockImplementation(recording(create)),
     jest.spyOn(prototype, 'update').mockImplementation(recording(update)),
-    jest.spyOn(prototype, 'commit').mockImplementation(async function (this: WriteBatch) {
-      const results = await commit.call(this);
-      if (!ran && matches(paths.get(this) ?? [])) {
-        ran = true;
-        throw Object.assign(new Error('4 DEADLINE_EXCEEDED: the commit landed; its answer was lost'), { code: 4 });
-      }
-      return results;
+    jest.spyOn(prototype, 'commit').mockImplementation(function (this: WriteBatch) {
+      ran = true;
+      return around(paths.get(this) ?? [], () => commit.call(this));
     }),
   ];
   return { restore: () => spies.forEach((spy) => spy.mockRestore()), ran: () => ran };

@@ -76,12 +76,20 @@ function rig(provider: (clock: ManualClock) => ModelProvider, clock = new Manual
         budgetMs: STEP_MS,
         limits: { maxServerDelayMs: CAP_MS },
         durable: {
-          writeSection: () => Promise.resolve(true),
+          writeSection: () => Promise.resolve(),
           loadTranscript: (sectionId) => Promise.resolve(transcripts.get(sectionId) ?? null),
           saveTranscript: (sectionId, transcript) => {
             transcripts.set(sectionId, structuredClone(transcript));
             return Promise.resolve();
           },
+          saveTranscriptBehind: (sectionId, transcript) => {
+            transcripts.set(sectionId, structuredClone(transcript));
+          },
+          refuse: (error) => {
+            throw error;
+          },
+          afterWrites: (report) => report(),
+          drain: () => Promise.resolve(),
           effects: refusingEffectLedger('test'),
         },
       });

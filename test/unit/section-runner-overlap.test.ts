@@ -257,3 +257,31 @@ test('only tools without an effect are repeatable: defined tools say so per tool
   // The offline corpus toolbox does not say: the bench's fault runs count any re-run call ID, so its calls keep waiting for their answer.
   expect('repeatable' in createCorpusToolbox()).toBe(false);
 });
+
+test("with a port that makes saves behind the work, the final answer's save is handed to it after every save before it, and the section returns without waiting for it", async () => {
+  const transcripts = new DeferredTranscripts();
+  const behind: StoredTranscript[] = [];
+  const port: TranscriptPort = {
+    load: () => transcripts.load(),
+    save: (id, transcript) => transcripts.save(id, transcript),
+    saveBehind: (_id, transcript) => {
+      transcripts.log.push(`save ${describe(transcript)} behind`);
+      behind.push(transcript);
+    },
+  };
+  const model = new DeferredModel(transcripts.log);
+  const run = runSection(spec, { ...deps(transcripts, model), transcripts: port });
+
+  await model.answer(toolTurn('a'));
+  (await transcripts.next('calls')).land();
+  const resultA = await transcripts.next('result a');
+  await model.answer(answer);
+  await tick();
+  // The answer is not used (nor handed over) before the save it overlapped landed.
+  expect(transcripts.log).not.toContain('save answer behind');
+  resultA.land();
+  expect(await run).toMatchObject({ kind: 'written', text: 'Done.' });
+  expect(transcripts.log).toEqual(['model call', 'model answered', 'save calls started', 'save calls landed', 'tool a', 'save result a started', 'model call', 'model answered', 'save result a landed', 'save answer behind']);
+  expect(behind).toHaveLength(1);
+  expect(behind[0]?.messages.at(-1)).toMatchObject({ role: 'assistant', content: 'Done.' });
+});

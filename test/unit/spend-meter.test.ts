@@ -209,3 +209,59 @@ test('bug 22: a write tried again after a lost answer is the same write (its ID 
   ]);
   expect(ledger.spent).toBeCloseTo(0.75, 9);
 });
+
+describe('a check read ahead (readAhead: beside the saves and tool calls before the next call)', () => {
+  test('is the next call\'s check: one read of the day, not two, and it refuses a call past the cap', async () => {
+    const ledger = new MemoryLedger(1);
+    const meter = meterOver(ledger);
+    meter.readAhead();
+    meter.readAhead();
+    await meter.beforeCall();
+    expect(ledger.factsReads).toBe(1);
+    expect(ledger.todayReads).toBe(1);
+    meter.charge(0.4);
+    meter.readAhead();
+    ledger.spent += 0.7; // another worker's charges, landed before the read
+    await expect(meter.beforeCall()).rejects.toMatchObject({ spentUsd: 1.1, capUsd: 1 });
+    expect(ledger.todayReads).toBe(2);
+  });
+
+  test('waits for the charges before it, like any check', async () => {
+    const ledger = new MemoryLedger(1);
+    ledger.holdCharges = true;
+    const meter = meterOver(ledger);
+    await meter.beforeCall();
+    meter.charge(2);
+    meter.readAhead();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(ledger.todayReads).toBe(1);
+    ledger.held.shift()?.();
+    await expect(meter.beforeCall()).rejects.toMatchObject({ spentUsd: 2 });
+  });
+
+  test('a charge made after it started drops it: the call\'s check is read again and counts that charge', async () => {
+    const ledger = new MemoryLedger(1);
+    const meter = meterOver(ledger);
+    await meter.beforeCall();
+    meter.readAhead();
+    await new Promise((resolve) => setImmediate(resolve));
+    // The read-ahead has read the day; this charge lands after it, so that read does not count it.
+    meter.charge(1.5);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(ledger.spent).toBe(1.5);
+    await expect(meter.beforeCall()).rejects.toMatchObject({ spentUsd: 1.5 });
+    expect(ledger.todayReads).toBe(3);
+  });
+
+  test('read on the spend day before the call\'s is read again on the call\'s day', async () => {
+    const dayClock = new ManualClock(Date.UTC(2026, 11, 1, 23, 59, 59));
+    const ledger = new MemoryLedger(1);
+    const meter = new StepSpendMeter(ledger as unknown as SpendLedger, 'user-1', dayClock, { sleep: () => Promise.resolve() });
+    await meter.beforeCall();
+    meter.readAhead();
+    await new Promise((resolve) => setImmediate(resolve));
+    dayClock.advance(2_000);
+    await meter.beforeCall();
+    expect(ledger.todayReads).toBe(3);
+  });
+});

@@ -5,8 +5,11 @@
  *   that may have an effect runs (a call the toolbox calls repeatable runs while it is saved), and
  *   every tool result is saved as soon as it exists and is on record before the next call runs, so
  *   a recorded result is never lost or re-executed. The save of a group's last result overlaps the
- *   next model call and is on record before that call's answer is used; a crash before a save lands
- *   re-runs only calls whose results were never recorded.
+ *   next model call and is on record before that call's answer is used; the final answer's save is
+ *   handed to a port that can make it behind the work (`saveBehind`: the step keeps it on record
+ *   before anything after it), else waited for. A crash before a save lands re-runs only calls whose
+ *   results were never recorded. The spend check before a call is read ahead, beside the saves and
+ *   tool calls before it (docs/agent-toolkit.md lists what overlaps what).
  * - A stored transcript found at start is a crash: it is repaired and the same thread continues
  *   (no prompt re-sent, no recorded tool call repeated). When the worker died between the tool
  *   calls of one model turn, the results it saved are kept and only the calls without a result run
@@ -123,6 +126,12 @@ export interface TranscriptPort {
   load(sectionId: string): Promise<StoredTranscript | null>;
   /** Must resolve only once the transcript is durable; a rejection stops the section and is thrown as is. */
   save(sectionId: string, transcript: StoredTranscript): Promise<void>;
+  /**
+   * Takes a save to make behind the work, for the final answer's: the section returns at once, and
+   * the port keeps the save on record before anything that comes after it (the step's next write,
+   * its end) and fails the step if it cannot be made. Without it, the final answer's save is waited for.
+   */
+  saveBehind?(sectionId: string, transcript: StoredTranscript): void;
 }
 
 /** One section to write: its ID, prompt, system text, the context for a cold rebuild and the tool-round budget of an attempt. */
@@ -337,6 +346,8 @@ class SectionRun {
 
   private async runThread(): Promise<SectionOutcome> {
     this.signal.throwIfAborted();
+    // A model call follows (unless the stored transcript holds the answer): its spend check is read beside the transcript.
+    this.deps.spend?.readAhead?.();
     const stored = await this.deps.transcripts.load(this.spec.sectionId);
     if (stored === null) {
       // Not saved yet: a first thread is the prompt alone, made again the same way if this worker dies before the first answer.
@@ -407,7 +418,7 @@ class SectionRun {
           throw new SectionAttemptError('the model gave an empty answer');
         }
         this.append(message, cost);
-        await this.save();
+        await this.saveAnswer();
         return text;
       }
 
@@ -425,6 +436,8 @@ class SectionRun {
       // Saved at once; runOpenCalls waits for it before any call that may have an effect, so a crash from here on leaves a repairable transcript.
       this.append(message, cost);
       this.saveInBackground();
+      // The next model call comes after these tool calls: its spend check is read now, beside their saves and runs.
+      this.deps.spend?.readAhead?.();
     }
   }
 
@@ -731,10 +744,27 @@ class SectionRun {
   }
 
   private async save(): Promise<void> {
-    const transcript = { generation: this.generation, messages: [...this.messages], attempts: { ...this.attempts }, tally: this.tally };
+    const transcript = this.snapshot();
     // One save at a time: each appends to the log as the one before left it.
     await this.settleSave();
     await this.deps.transcripts.save(this.spec.sectionId, transcript);
+  }
+
+  /**
+   * The final answer's save: handed to the port to make behind the work when it can (the section
+   * returns while it commits, and the port keeps it on record before anything after it), else
+   * waited for. Either way after every save before it.
+   */
+  private async saveAnswer(): Promise<void> {
+    const { transcripts } = this.deps;
+    if (transcripts.saveBehind === undefined) return this.save();
+    const transcript = this.snapshot();
+    await this.settleSave();
+    transcripts.saveBehind(this.spec.sectionId, transcript);
+  }
+
+  private snapshot(): StoredTranscript {
+    return { generation: this.generation, messages: [...this.messages], attempts: { ...this.attempts }, tally: this.tally };
   }
 
   private written(text: string): SectionOutcome {

@@ -4,7 +4,10 @@
  * back, cost is flushed live, every model call is bounded by the step's remaining time, tools are
  * bound to the step (an effectful tool goes through its ledger), and the shared provider circuit is
  * consulted before and informed after. A provider that asks for a delay longer than the engine's
- * cap (`maxServerDelayMs`) is treated as down: the job waits, resuming at the cap.
+ * cap (`maxServerDelayMs`) is treated as down: the job waits, resuming at the cap. The section's
+ * opening reads (the circuit, its stored transcript, the first call's spend check) run side by side,
+ * and its final answer's save is made behind the work where the step context can
+ * (`saveTranscriptBehind`): the step keeps it on record before anything that depends on it.
  */
 import type { CircuitState, ProviderCircuit } from '../core/circuit';
 import { describeError, PhaselineError } from '../core/errors';
@@ -12,7 +15,7 @@ import type { Timers } from '../core/flusher';
 import type { PhaseOutcome, StepContext, UnitOutcome } from '../core/pipeline';
 import { capServerDelay } from '../core/server-delay';
 import { isProviderOutage, type ModelProvider } from './provider';
-import { runSection, type CostTally, type SectionOutcome, type SectionPolicy, type SectionSpec, type UsageEntry } from './section-runner';
+import { runSection, type CostTally, type SectionOutcome, type SectionPolicy, type SectionSpec, type StoredTranscript, type UsageEntry } from './section-runner';
 import { ToolWaitError, type Toolbox } from './tools';
 import { parseStoredTranscript, storableTranscript } from './transcript-schema';
 
@@ -130,10 +133,17 @@ function circuitForStep(signal: AbortSignal, circuit: ProviderCircuit): StepCirc
 export async function runAgentSection<TInput>(context: StepContext<TInput>, agent: AgentDeps, spec: SectionSpec): Promise<AgentSectionOutcome> {
   const nowMs = context.clock.now();
   const stepCircuit = agent.circuit ? circuitForStep(context.signal, agent.circuit) : null;
-  const circuit = await stepCircuit?.check(nowMs);
+  // Reads, side by side: the circuit, the section's stored transcript and the first call's spend check.
+  // None depends on another; when the circuit turns out open, the other two are dropped unused.
+  const checking = stepCircuit?.check(nowMs);
+  const loading = context.loadTranscript(spec.sectionId);
+  loading.catch(() => undefined);
+  context.spend.readAhead?.();
+  const circuit = await checking;
   if (circuit?.open && circuit.untilMs !== null) {
     return { kind: 'provider-wait', untilMs: circuit.untilMs, question: `Provider ${agent.provider.name} unavailable; resuming automatically` };
   }
+  let preloaded: Promise<unknown> | null = loading;
   const toolbox =
     agent.toolbox.forStep?.({ jobId: context.jobId, phase: context.phase, unit: context.unit, effects: context.effects, signal: context.signal, clock: context.clock, note: (kind, message) => context.note(kind, message) }) ??
     agent.toolbox.forJob?.(context.jobId) ??
@@ -149,7 +159,9 @@ export async function runAgentSection<TInput>(context: StepContext<TInput>, agen
       ...(agent.timers ? { timers: agent.timers } : {}),
       transcripts: {
         load: async (sectionId) => {
-          const stored = await context.loadTranscript(sectionId);
+          const read = preloaded !== null && sectionId === spec.sectionId ? preloaded : context.loadTranscript(sectionId);
+          preloaded = null;
+          const stored = await read;
           if (stored === null) return null;
           const parsed = parseStoredTranscript(stored);
           if (parsed.ok) return parsed.transcript;
@@ -158,6 +170,8 @@ export async function runAgentSection<TInput>(context: StepContext<TInput>, agen
           return null;
         },
         save: (sectionId, transcript) => context.saveTranscript(sectionId, storableTranscript(transcript)),
+        // The final answer's save is made behind, where the step can: the next section's first call does not wait for it.
+        ...(context.saveTranscriptBehind ? { saveBehind: (sectionId: string, transcript: StoredTranscript) => context.saveTranscriptBehind?.(sectionId, storableTranscript(transcript)) } : {}),
       },
       onUsage: (entry) => context.addCost(costIncrements(entry)),
       onDraft: (text) => context.showDraft(spec.sectionId, text),

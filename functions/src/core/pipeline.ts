@@ -41,9 +41,16 @@ export interface StepContext<TInput> {
   readonly decisions: Readonly<Record<string, string>>;
   /** The validated checkpoint of an earlier phase this phase declared in `needs`. */
   checkpoint<TState>(phase: PhaseDefinition<TInput, TState>): TState;
-  /** Sections already durably recorded by this phase (and unit), in recording order. */
+  /** Sections recorded by this phase (and unit), in recording order: those this step recorded are on record by its end. */
   sections(): readonly SectionRecord[];
-  /** Makes a finished section durable. Owner-checked; throws if this worker no longer owns the claim. */
+  /**
+   * Records a finished section: owner-checked, resolves once it is durable, rejects if it cannot be
+   * (this worker no longer owns the claim, the write failed). A phase need not wait for it: the
+   * engine keeps it on record before any later write of the step, before progress or notes reported
+   * after it reach the job, and before the step ends, and a record that cannot be written fails the
+   * step (nothing after it lands). So `void context.recordSection(...)` starts the next section's
+   * model call while the record commits; `sections()` includes it at once.
+   */
   recordSection(id: string, data: unknown): Promise<void>;
   /** Absolute progress figures (counts); coalesced into at most about one job write a second. */
   reportProgress(values: Readonly<Record<string, number>>): void;
@@ -53,6 +60,12 @@ export interface StepContext<TInput> {
   loadTranscript(sectionId: string): Promise<unknown>;
   /** Persists a section's working state. Owner-checked; throws if this worker no longer owns the claim. */
   saveTranscript(sectionId: string, transcript: unknown): Promise<void>;
+  /**
+   * Persists a section's working state behind the work, as `recordSection` writes a section: the
+   * step goes on at once, and the save is on record before any later write of the step and its end.
+   * Absent where nothing is written behind (then `saveTranscript`).
+   */
+  saveTranscriptBehind?(sectionId: string, transcript: unknown): void;
   /** Appends a line to the job's timeline with the next coalesced write. */
   note(kind: string, message: string): void;
   /**
@@ -77,13 +90,20 @@ export interface StepContext<TInput> {
 
 /**
  * The owner's daily model spend cap as a step sees it. The check reads what every worker of the
- * owner charged, so the cap is passed by at most the calls already in flight when it was reached.
+ * owner charged, so the cap is passed by at most one call per worker: the one running, or about to
+ * start on a check already read, when it was reached.
  */
 export interface SpendMeter {
   /** Throws SpendLimitReachedError when the owner's spend today reached their cap: start no call then. */
   beforeCall(): Promise<void>;
   /** Charges one call's cost (its answer used or thrown away) to the owner's day. */
   charge(usd: number): void;
+  /**
+   * Starts reading the next call's check now, so that the call does not wait for it: call it when a
+   * model call is sure to follow (after an answer whose tool calls run first, at a section's start).
+   * The next `beforeCall` decides on that read unless something was charged since.
+   */
+  readAhead?(): void;
 }
 
 /** No cap: for contexts that make no model calls, and for tests. */

@@ -35,16 +35,45 @@ export interface ContextParts<TInput> {
 
 /** The owner-checked writes a context can make; absent for coordinator, join and publish contexts. */
 export interface DurableWrites {
-  /** Writes one section durably; resolves false when it was recorded already. */
-  writeSection(section: SectionRecord): Promise<boolean>;
+  /**
+   * Leaves one section to be written behind the work (first write wins: one recorded already stays
+   * as it is). It lands before any later write of the step, before what is reported after it
+   * (`afterWrites`) and before the step's end (`drain`); if it fails, the step fails with it. The
+   * promise says when it landed; the step goes on without waiting for it where it can.
+   */
+  writeSection(section: SectionRecord): Promise<void>;
   loadTranscript(sectionId: string): Promise<unknown>;
+  /** Saves a transcript, after the writes left behind; resolves once it is durable. */
   saveTranscript(sectionId: string, transcript: unknown): Promise<void>;
+  /** Leaves a transcript's save to be written behind the work, like `writeSection`. */
+  saveTranscriptBehind(sectionId: string, transcript: unknown): void;
+  /** A write the step meant to leave behind could not even be made (its data refused): the step fails with it, as with a write that failed. */
+  refuse(error: unknown): void;
+  /** Runs `report` once the writes left behind so far landed (at once when none is in flight); never when one failed. */
+  afterWrites(report: () => void): void;
+  /** Resolves once every write left behind landed; rejects with the first that failed. */
+  drain(): Promise<void>;
   readonly effects: EffectLedger;
 }
 
 export function noDurableWrites(who: string): DurableWrites {
-  const refuse = () => Promise.reject(new Error(`${who} records no sections or transcripts`));
-  return { writeSection: refuse, loadTranscript: refuse, saveTranscript: refuse, effects: refusingEffectLedger(who) };
+  const refusal = () => new Error(`${who} records no sections or transcripts`);
+  const refuse = () => Promise.reject(refusal());
+  const refuseNow = (): never => {
+    throw refusal();
+  };
+  return {
+    writeSection: refuse,
+    loadTranscript: refuse,
+    saveTranscript: refuse,
+    saveTranscriptBehind: refuseNow,
+    refuse: (error) => {
+      throw error;
+    },
+    afterWrites: (report) => report(),
+    drain: () => Promise.resolve(),
+    effects: refusingEffectLedger(who),
+  };
 }
 
 /** Share of the step budget after which a phase should stop starting new sections. */
@@ -69,22 +98,36 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
       return parts.states.get(phase.name) as TState;
     },
     sections: () => parts.sections,
-    async recordSection(id, data) {
-      claimSignal.throwIfAborted();
-      if (parts.sections.some((section) => section.id === id)) return;
-      const validated = parts.phase.section ? parts.phase.section.parse(data) : data;
-      const section: SectionRecord = {
-        id,
-        phase: parts.phase.name,
-        unit: parts.unit,
-        data: validated,
-        seq: parts.sections.length,
-        recordedAtMs: parts.clock.now(),
-        version: phaseVersion(parts.phase),
-      };
-      await parts.durable.writeSection(section);
-      parts.sections.push(section);
-      progressed();
+    recordSection(id, data) {
+      const recording = (async () => {
+        claimSignal.throwIfAborted();
+        if (parts.sections.some((section) => section.id === id)) return;
+        let validated: unknown;
+        try {
+          validated = parts.phase.section ? parts.phase.section.parse(data) : data;
+        } catch (error) {
+          // A phase that does not wait for the record fails all the same: the refusal is the step's failure.
+          parts.durable.refuse(error);
+          throw error;
+        }
+        const section: SectionRecord = {
+          id,
+          phase: parts.phase.name,
+          unit: parts.unit,
+          data: validated,
+          seq: parts.sections.length,
+          recordedAtMs: parts.clock.now(),
+          version: phaseVersion(parts.phase),
+        };
+        // Written behind the work: a phase that does not wait for it goes on (its next model call) while it commits.
+        const landed = parts.durable.writeSection(section);
+        parts.sections.push(section);
+        progressed();
+        await landed;
+      })();
+      // The engine sees its failure whether or not the phase waits for it (the step fails): never an unhandled rejection.
+      recording.catch(() => undefined);
+      return recording;
     },
     loadTranscript: (sectionId) => parts.durable.loadTranscript(sectionId),
     saveTranscript: async (sectionId, transcript) => {
@@ -92,9 +135,15 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
       await parts.durable.saveTranscript(sectionId, transcript);
       progressed();
     },
+    saveTranscriptBehind: (sectionId, transcript) => {
+      claimSignal.throwIfAborted();
+      parts.durable.saveTranscriptBehind(sectionId, transcript);
+      progressed();
+    },
+    // Progress and notes reach the job only once the writes left before them landed: nothing is reported done before it is durable.
     reportProgress: (values) => {
       progressed();
-      parts.flusher?.reportProgress(values);
+      parts.durable.afterWrites(() => parts.flusher?.reportProgress(values));
     },
     addCost: (increments) => {
       progressed();
@@ -102,7 +151,7 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
     },
     note: (kind, message) => {
       progressed();
-      parts.flusher?.note(kind, message);
+      parts.durable.afterWrites(() => parts.flusher?.note(kind, message));
     },
     showDraft: (sectionId, text) => parts.drafts?.show(sectionId, text),
     shouldYield: () => parts.clock.now() >= parts.deadlineMs - parts.budgetMs * (1 - YIELD_AT_BUDGET_SHARE),

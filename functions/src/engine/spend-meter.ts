@@ -2,11 +2,17 @@
  * The owner's daily spend cap inside one step (core/quota.ts decides, store/quota-documents.ts
  * reads and charges). Its first check reads the kind of account, the operator's override and the
  * day's spend in one round trip; every check reads what every worker of the owner charged today
- * and the cap in force (an operator's cut made with `setUserLimits` applies from the next call),
+ * and the cap in force (an operator's cut made with `setUserLimits` applies from the next check read),
  * plus what this step charged and has not seen written; after each call it charges the call's cost. Charges are
  * written one after another, and a check waits for the writes before it, so this step never checks
- * against less than it spent: the cap is passed by at most the calls that were already in flight
- * (this one's and other workers') when it was reached.
+ * against less than it spent: the cap is passed by at most one call per worker of the owner (the
+ * one running, or about to start on a check already read, when the cap was reached).
+ *
+ * A check may be read ahead (`readAhead`): started as soon as the call before it ended, beside the
+ * saves and tool calls that come between two model calls, instead of after them. It is then the
+ * check the next call starts on, as if read at that moment: nothing this step charges can come
+ * between (no call ends in between; a charge made all the same drops the read-ahead, and the check
+ * is read again), and a read from an earlier spend day is read again too.
  *
  * Each write has an identity (the step's scope and the write's sequence number) and is tried
  * again as it was, never merged into a later one: a write whose commit landed but whose answer was
@@ -57,6 +63,10 @@ export class StepSpendMeter implements SpendMeter {
   private pending: PendingWrite[] = [];
   private sequence = 0;
   private readonly scope: string;
+  /** A check read ahead for the next call, with the charge count it was started at (see readAhead). */
+  private ahead: { readonly read: Promise<SpendToday>; readonly atMs: number; readonly charges: number } | null = null;
+  /** Charges made so far: a read-ahead started before one is not the next call's check. */
+  private charges = 0;
 
   constructor(
     private readonly ledger: SpendLedger,
@@ -68,21 +78,14 @@ export class StepSpendMeter implements SpendMeter {
   }
 
   async beforeCall(): Promise<void> {
-    await this.writes;
     const nowMs = this.clock.now();
+    const ahead = this.ahead;
+    this.ahead = null;
+    // A read-ahead is this call's check when nothing was charged since it started and the spend day has not turned.
+    const usable = ahead !== null && ahead.charges === this.charges && nextSpendResetMs(ahead.atMs) > nowMs;
     let today: SpendToday;
     try {
-      if (this.facts === null) {
-        const first = await this.ledger.firstCheck(this.owner, nowMs);
-        this.facts = first.facts;
-        today = first.today;
-      } else {
-        // Writes that failed may have landed all the same (their answer lost): the same read tells.
-        const asked = [...this.pending];
-        const read = await this.ledger.today(this.owner, this.facts, nowMs, asked);
-        this.settled(asked.filter((write) => read.landed.has(write.id)));
-        today = read;
-      }
+      today = await (usable ? ahead.read : this.read(nowMs));
     } catch (error) {
       if (!(error instanceof UnreadableSpendRecordError)) throw error;
       // Nothing is spent against a record nobody can read; the job waits for it to be repaired, it does not fail.
@@ -95,8 +98,38 @@ export class StepSpendMeter implements SpendMeter {
     }
   }
 
+  /**
+   * Starts reading the next call's check now, beside whatever comes before that call (the saves of
+   * the answer before it, its tool calls), so that the call does not wait for it. Call it only when a
+   * model call will follow (its read is wasted otherwise); a second one before that call does nothing.
+   */
+  readAhead(): void {
+    if (this.ahead !== null && this.ahead.charges === this.charges) return;
+    const atMs = this.clock.now();
+    const read = this.read(atMs);
+    // Awaited by the next beforeCall, which reports its failure; dropped unread, it must not be an unhandled rejection.
+    read.catch(() => undefined);
+    this.ahead = { read, atMs, charges: this.charges };
+  }
+
+  /** What the owner spent today and the cap in force, once this step's charges before it are written. */
+  private async read(nowMs: number): Promise<SpendToday> {
+    await this.writes;
+    if (this.facts === null) {
+      const first = await this.ledger.firstCheck(this.owner, nowMs);
+      this.facts = first.facts;
+      return first.today;
+    }
+    // Writes that failed may have landed all the same (their answer lost): the same read tells.
+    const asked = [...this.pending];
+    const read = await this.ledger.today(this.owner, this.facts, nowMs, asked);
+    this.settled(asked.filter((write) => read.landed.has(write.id)));
+    return read;
+  }
+
   charge(usd: number): void {
     if (!(usd > 0)) return;
+    this.charges += 1;
     this.newUsd += usd;
     this.newCalls += 1;
     this.writeInTurn();

@@ -343,7 +343,7 @@ export class SpendLedger {
   /**
    * A later check: one read of today's spend day. The cap follows `userLimits` as the step's first
    * check read it, unless the day's copy of the override changed since (`setUserLimits` ran during
-   * the step: an operator's cut applies from the next call); a `userLimits` document edited by other
+   * the step: an operator's cut applies from the next check read); a `userLimits` document edited by other
    * means, with no new copy, applies from the next step.
    */
   async today(uid: string, facts: SpendFacts, nowMs: number, unsettled: readonly UnsettledCharge[] = []): Promise<SpendTodayAndLanded> {

@@ -16,7 +16,7 @@ import { writeDraft } from '../../store/drafts';
 import { JOB_CLAIM_SLOT, unitClaimSlot } from '../../store/paths';
 import { defaultSpendLedger } from '../../store/quota-documents';
 import { annotateStep } from '../../telemetry/scope';
-import { createStepContext, noDurableWrites, type ContextParts } from '../context';
+import { createStepContext, noDurableWrites, type ContextParts, type DurableWrites } from '../context';
 import { StepSpendMeter, stepChargeScope } from '../spend-meter';
 import type { RunnerDeps, StepOutcome } from './deps';
 import { durableWrites } from './durable-writes';
@@ -112,20 +112,35 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
 
   /**
    * The one run-and-stop sequence: starts the flusher and drafts, runs `work` with the working
-   * context until it settles or the claim is lost (or the step stalls), stops them, then settles
-   * whatever stopped the work (a stall, a lost claim, the owner's spend cap, an error). Only a
-   * finished work comes back for the step to decide on, with what the flusher had not written.
+   * context until it settles or the claim is lost (or the step stalls), waits for the writes the work
+   * left behind (durable-writes.ts: a section record it did not wait for, a final answer's save; one
+   * that failed is the step's failure), stops them, then settles whatever stopped the work (a stall, a
+   * lost claim, the owner's spend cap, an error). Only a finished work whose writes all landed comes
+   * back for the step to decide on, with what the flusher had not written.
    */
   async run<R>(parts: WorkParts, work: (context: StepContext<unknown>) => Promise<R>): Promise<Ran<R>> {
     const flusher = this.startFlusher();
     const drafts = this.startDrafts(parts.phase.name);
-    const context = this.workingContext(parts, flusher, drafts);
+    const durable = durableWrites(this, parts.phase.name, parts.resumed);
+    const context = this.workingContext(parts, flusher, drafts, durable);
     let finished: { value: R } | null = null;
     let failure: unknown = null;
     try {
       finished = { value: await untilAborted(work(context), this.controller.signal) };
     } catch (error) {
       failure = error;
+    }
+    // What the work left behind (its last section records, a final answer's save) is on record before anything is
+    // decided from it, and before the flusher's last write, which carries what was reported after it.
+    const drained = durable.drain();
+    // A lost claim or a stall does not wait for it (its writes are fenced anyway): then nobody else sees its failure.
+    drained.catch(() => undefined);
+    try {
+      await untilAborted(drained, this.controller.signal);
+    } catch (error) {
+      // A write that failed fails the step, unless the work had failed first (then it is what the step reports).
+      if (finished !== null) failure = error;
+      finished = null;
     }
     drafts.stop();
     const pending = await flusher.stop();
@@ -156,6 +171,11 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
       return { settled: await settle(this, pending, waitDecision(this, waiting, { notes: this.notes, message: `${this.unit ?? ''}: ${failure.message}` })) };
     }
     return { settled: await settle(this, pending, errorDecision(this, toPhaselineError(failure), this.notes)) };
+  }
+
+  /** A write the work left behind failed (not a lost claim, which the claim's signal stops): its calls stop, and the step fails with it. */
+  stopCalls(reason: unknown): void {
+    this.calls.abort(reason);
   }
 
   freshLease(): Lease {
@@ -257,7 +277,7 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
   }
 
   /** The context a working phase or unit runs with: the step's time budget from now, and a progress hook that keeps the lease alive. */
-  private workingContext(parts: WorkParts, flusher: CoalescingFlusher, drafts: DraftThrottle): StepContext<unknown> {
+  private workingContext(parts: WorkParts, flusher: CoalescingFlusher, drafts: DraftThrottle, durable: DurableWrites): StepContext<unknown> {
     const { store } = this.deps;
     const budgetMs = store.options.stepBudgetSeconds * 1000;
     // The phase this step works on, for its log lines and spans (telemetry): a new job's claimed record names none yet.
@@ -270,7 +290,7 @@ export class ClaimScope<H extends JobHolder | UnitHolder = JobHolder | UnitHolde
       sections: parts.sections,
       flusher,
       drafts,
-      durable: durableWrites(this, parts.phase.name, parts.resumed),
+      durable,
       deadlineMs: store.clock.now() + budgetMs,
       budgetMs,
       spend: this.spend,

@@ -19,6 +19,79 @@ export interface DurableWritesScope {
   readonly unit: string | null;
   readonly staleReclaimsAtClaim: number;
   readonly controller: AbortController;
+  /** Stops the step's model and tool calls with `reason` (a write left behind failed): the step then fails with it. */
+  stopCalls?(reason: unknown): void;
+}
+
+/**
+ * The writes a holder leaves behind (a section record, a final answer's save): made one after
+ * another in the order they were left, while the step goes on. Every later write of the step waits
+ * for them (`settled`), so the holder's writes land in the order it made them; what the step
+ * reports after them (progress, notes) is let through only once they landed (`after`), and never
+ * if one failed. A failure is kept: no later write is made, and `settled` rejects with it.
+ */
+export class WritesBehind {
+  private tail: Promise<void> = Promise.resolve();
+  private failure: { readonly error: unknown } | null = null;
+  /** Writes and reports queued and not yet done. */
+  private open = 0;
+
+  constructor(private readonly onFailure: (error: unknown) => void) {}
+
+  /**
+   * Makes `write` once the writes left before it landed. The promise tells when it did (or rejects
+   * with why it was not made); nobody needs to wait for it: every later write waits anyway.
+   */
+  add(write: () => Promise<unknown>): Promise<void> {
+    let landed!: () => void;
+    let failed!: (error: unknown) => void;
+    const done = new Promise<void>((resolve, reject) => {
+      landed = resolve;
+      failed = reject;
+    });
+    // The step learns of a failure through `settled` and `onFailure`: a caller that does not wait must not make it an unhandled rejection.
+    done.catch(() => undefined);
+    this.queue(
+      async () => {
+        try {
+          await write();
+          landed();
+        } catch (error) {
+          this.failure = { error };
+          failed(error);
+          this.onFailure(error);
+        }
+      },
+      () => failed((this.failure as { readonly error: unknown }).error),
+    );
+    return done;
+  }
+
+  /** Runs `report` once every write left so far landed: at once when none is in flight, never when one failed. */
+  after(report: () => void): void {
+    if (this.failure !== null) return;
+    if (this.open === 0) report();
+    else this.queue(() => report());
+  }
+
+  /** Resolves once every write left so far landed; rejects with the first that failed. */
+  async settled(): Promise<void> {
+    await this.tail;
+    if (this.failure !== null) throw this.failure.error;
+  }
+
+  /** Runs `step` after everything queued before it; `skipped` instead when one of those failed. */
+  private queue(step: () => void | Promise<void>, skipped: () => void = () => undefined): void {
+    this.open += 1;
+    this.tail = this.tail.then(async () => {
+      try {
+        if (this.failure === null) await step();
+        else skipped();
+      } finally {
+        this.open -= 1;
+      }
+    });
+  }
 }
 
 export const PROGRESS_RESETS_POISON: EventDraft = {
@@ -37,6 +110,14 @@ export const PROGRESS_RESETS_POISON: EventDraft = {
  * recorded, each section's log is read on its own, so finished sections' logs are not read again.
  * A log's offloaded contents (big tool results) are fetched from the job's artifacts only for the
  * section being loaded.
+ *
+ * Sections, and a final answer's transcript save, are written behind the work (`WritesBehind`): the
+ * step goes on (its next model call) while they commit. They are made one after another in the order
+ * they were left; every later write (a transcript save, an effect's ledger move) starts after them;
+ * what the step reports after them reaches the flusher once they landed (`afterWrites`); and the
+ * claim scope drains them before it settles the step (`drain`). One that fails is kept: nothing left
+ * after it is written, a lost claim aborts the step through the claim's signal, any other failure
+ * stops the step's calls (`stopCalls`) and is the error the step settles with.
  */
 export function durableWrites(scope: DurableWritesScope, phase: string, resumed: boolean): DurableWrites {
   const { store } = scope.deps;
@@ -45,6 +126,10 @@ export function durableWrites(scope: DurableWritesScope, phase: string, resumed:
   const { unit } = scope;
   const artifacts = artifactStoreOf(store);
   let poisonCountToReset = scope.staleReclaimsAtClaim > 0;
+  // A write left behind that fails stops the step: a lost claim through the claim's signal (below), anything else through its calls.
+  const behind = new WritesBehind((error) => {
+    if (!(error instanceof OwnershipLostError)) scope.stopCalls?.(error);
+  });
   const stopOnLoss = async <T>(write: Promise<T>): Promise<T> => {
     try {
       return await write;
@@ -116,33 +201,42 @@ export function durableWrites(scope: DurableWritesScope, phase: string, resumed:
   };
   /** Where each section's log stands, as this holder last read or wrote it: the next save appends to it. */
   const logStates = new Map<string, SectionLogState>();
+  const saveTranscript = async (sectionId: string, transcript: unknown): Promise<void> => {
+    const previous = logStates.get(sectionId) ?? (await readLog(sectionId)).state;
+    // Built once from the state before this save: a retried commit writes the same save.
+    const encoded = encodeSave(previous, transcript);
+    // Big contents go to the job's artifacts before the conditioned commit, outside it. That is
+    // safe: artifacts are content-addressed (a second put of the same bytes writes nothing), so
+    // if this commit then fails or the claim is lost, what was put is an orphan no save refers
+    // to, harmless, and a retry puts the same bytes under the same name.
+    const document = await offloadLargeContents(encoded.document, artifacts, jobId);
+    const save: DocumentWrite = {
+      kind: 'transcript-save',
+      phase,
+      unit,
+      id: sectionId,
+      save: encoded.next.save,
+      document: { ...document, phase, unit, id: sectionId, epoch, savedAtMs: store.clock.now() },
+    };
+    await stopOnLoss(store.apply({ kind: 'slot', holder }, () => ({ documents: [save], value: undefined })));
+    logStates.set(sectionId, encoded.next);
+  };
   return {
-    writeSection,
+    writeSection: (section) => behind.add(() => writeSection(section)),
     loadTranscript: async (sectionId) => {
       const loaded = await readLog(sectionId);
       logStates.set(sectionId, loaded.state);
       return loaded.transcript;
     },
     saveTranscript: async (sectionId, transcript) => {
-      const previous = logStates.get(sectionId) ?? (await readLog(sectionId)).state;
-      // Built once from the state before this save: a retried commit writes the same save.
-      const encoded = encodeSave(previous, transcript);
-      // Big contents go to the job's artifacts before the conditioned commit, outside it. That is
-      // safe: artifacts are content-addressed (a second put of the same bytes writes nothing), so
-      // if this commit then fails or the claim is lost, what was put is an orphan no save refers
-      // to, harmless, and a retry puts the same bytes under the same name.
-      const document = await offloadLargeContents(encoded.document, artifacts, jobId);
-      const save: DocumentWrite = {
-        kind: 'transcript-save',
-        phase,
-        unit,
-        id: sectionId,
-        save: encoded.next.save,
-        document: { ...document, phase, unit, id: sectionId, epoch, savedAtMs: store.clock.now() },
-      };
-      await stopOnLoss(store.apply({ kind: 'slot', holder }, () => ({ documents: [save], value: undefined })));
-      logStates.set(sectionId, encoded.next);
+      // After the writes left behind: the holder's writes land in the order it made them.
+      await behind.settled();
+      await saveTranscript(sectionId, transcript);
     },
+    saveTranscriptBehind: (sectionId, transcript) => void behind.add(() => saveTranscript(sectionId, transcript)),
+    refuse: (error) => void behind.add(() => Promise.reject(error instanceof Error ? error : new Error(String(error)))),
+    afterWrites: (report) => behind.after(report),
+    drain: () => behind.settled(),
     effects: effectLedgerOf(store, {
       jobId,
       unit,
@@ -150,7 +244,11 @@ export function durableWrites(scope: DurableWritesScope, phase: string, resumed:
       clock: store.clock,
       signal: scope.controller.signal,
       // Through the door as the holder: a cancelled job (or a claim taken over) moves no entry and starts no new effect.
-      commit: (decide) => store.apply(holder, decide),
+      // After the writes left behind, like every write of the holder.
+      commit: async (decide) => {
+        await behind.settled();
+        return store.apply(holder, decide);
+      },
     }),
   };
 }

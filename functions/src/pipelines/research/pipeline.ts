@@ -4,7 +4,9 @@
  * section by section → publication. Every section is a checkpoint; a section that fails all its
  * attempts is recorded as skipped and named in the report, which then completes as partial.
  *
- * Built on the agent toolkit (agent/index.ts): each section is one `runAgentSection`.
+ * Built on the agent toolkit (agent/index.ts): each section is one `runAgentSection`. A section's
+ * record is not waited for: the next section's first model call starts while it commits, and the
+ * engine keeps it on record before the progress reported after it and before the step ends.
  * Citations: each section records the sources it cites (agent/citations.ts); a final section is shown
  * its experts' notes with their sources numbered, and the report numbers every source once and
  * ends with reference definitions.
@@ -162,7 +164,8 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
             outcome.kind === 'written'
               ? { skipped: false, headingId: heading.id, ...citeSection(outcome.text, outcome.sources) }
               : { skipped: true, headingId: heading.id, reason: outcome.reason };
-          await context.recordSection(heading.id, section);
+          // Not waited for: the next section's model call starts while it commits (the engine keeps it on record first).
+          void context.recordSection(heading.id, section);
           if (section.skipped) context.note('section-skipped', `${expert.name} · ${heading.heading}: skipped after every retry (${section.reason})`);
           const done = recorded();
           context.reportProgress({ sectionsDone: done.length, sectionsTotal: headings.length, sectionsSkipped: done.filter((item) => item.skipped).length });
@@ -231,7 +234,8 @@ export function createResearchPipeline(resolveDeps: () => ResearchDeps) {
             record = { headingId: heading.id, heading: heading.heading, ...citeSection(fallback, notes.references), missing: false, note: `synthesis skipped: ${outcome.reason}` };
           }
         }
-        await context.recordSection(heading.id, record);
+        // Not waited for: the next section's model call starts while it commits (the engine keeps it on record first).
+        void context.recordSection(heading.id, record);
         context.reportProgress({ documentSectionsDone: context.sections().length, sectionsTotal: total });
       }
       return { kind: 'done', state: { sections: context.sections().map((section) => section.data as FinalSection) } };
