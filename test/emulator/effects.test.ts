@@ -20,6 +20,7 @@ import { gate } from '../support/engine';
 import { applyRequestsFor, eventually, httpAdapter, messagesPerRecipient, notifySuite } from '../support/receiver';
 import { hangForever } from '../support/research';
 import { behaviour, testPipeline } from '../support/test-pipeline';
+import { takeoverAgeMs } from '../../functions/src/core/options';
 
 const { harness, notify, receiver } = notifySuite('effects', { others: pipelineRegistry(testPipeline) });
 
@@ -278,8 +279,8 @@ describe('a live holder inside a slow send is taken over', () => {
     const sendStartedMs = (await entry(jobId, first)).updatedAtMs;
     expect((await entry(jobId, first)).state).toBe('applying');
 
-    // No heartbeat for 11 s (past the 10 s threshold): the redelivered task takes over and must wait the send out.
-    harness.clock.advance(11_000);
+    // No heartbeat past the takeover age (12 s on the defaults): the redelivered task takes over and must wait the send out.
+    harness.clock.advance(takeoverAgeMs(harness.options) + 1_000);
     const takerB = await runStep(harness.deps('worker-b'), task!.task);
     const graceEndsMs = sendStartedMs + 30_000 + IN_FLIGHT_MARGIN_MS;
     const whileInFlight = {
