@@ -1256,6 +1256,14 @@ export const MUTANTS: readonly Mutant[] = [
     ],
   },
   {
+    name: 'repeated-section-record-waits-landing',
+    removes: "a repeated recordSection of the same ID waiting for the first record's landing (it resolves at once, before the section is durable, or after its write failed)",
+    file: 'functions/src/engine/context.ts',
+    search: '      if (earlier !== undefined) return earlier;\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/writes-behind.test.ts'], names: 'bug 50: ' }],
+  },
+  {
     name: 'tool-conflict-key-order-only',
     removes: 'taking an entry recorded with the same arguments in another key order as the same effect (an effect in flight across the deploy that sorted arguments is refused as a conflict)',
     file: 'functions/src/agent/define-tool.ts',

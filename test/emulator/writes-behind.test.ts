@@ -8,7 +8,7 @@
  */
 import type { WriteResult } from 'firebase-admin/firestore';
 import { JOBS } from '../../functions/src/store/paths';
-import { engineSuite } from '../support/engine';
+import { engineSuite, gate } from '../support/engine';
 import { aroundCommitsWriting, whileInterposed } from '../support/interpose';
 import { behaviour, testPipelines } from '../support/test-pipeline';
 
@@ -130,4 +130,54 @@ test('a phase that waits for its section record gets it durable, as before', asy
   };
   expect((await harness.drain(1)).map((outcome) => outcome.kind)).toEqual(['handed-off']);
   expect(existedWhenResolved).toBe(true);
+});
+
+describe('bug 50: recording a section again waits for the first record to land', () => {
+  test('a section left behind, then awaited again while its commit is slow: the await resolves only once it is on record', async () => {
+    const jobId = await atSecondPhase(1);
+    const hold = gate();
+    let onRecordWhenResolved: boolean | null = null;
+    behaviour.second = async (context) => {
+      void context.recordSection('s0', { value: 1 });
+      // The phase waits for "its" record before acting on it, as recordSection's contract allows.
+      await context.recordSection('s0', { value: 1 });
+      onRecordWhenResolved = (await db().doc(`${JOBS}/${jobId}/sections/second~-~s0`).get()).exists;
+      hold.open();
+      return { kind: 'done', state: { total: 1 } };
+    };
+    const outcomes = await whileInterposed(
+      aroundCommitsWriting(async (paths, commit) => {
+        // The section's commit lands only after the phase has looked, unless the phase waited for it.
+        if (paths.some(isSection)) await Promise.race([hold.promise, new Promise((resolve) => setTimeout(resolve, 2_000))]);
+        const results: WriteResult[] = await commit();
+        return results;
+      }),
+      () => harness.drain(1),
+    );
+    expect(outcomes.map((outcome) => outcome.kind)).toEqual(['handed-off']);
+    expect(onRecordWhenResolved).toBe(true);
+  });
+
+  test('a section left behind whose write failed, then awaited again: the await rejects, and nothing is checkpointed', async () => {
+    const jobId = await atSecondPhase(1);
+    let awaited: 'resolved' | 'rejected' | null = null;
+    const failed = gate();
+    behaviour.second = async (context) => {
+      void context.recordSection('s0', { value: 1 }).catch(() => failed.open());
+      await failed.promise;
+      await context.recordSection('s0', { value: 1 }).then(
+        () => (awaited = 'resolved'),
+        () => (awaited = 'rejected'),
+      );
+      return { kind: 'done', state: { total: 1 } };
+    };
+    const outcomes = await whileInterposed(
+      aroundCommitsWriting((paths, commit) => (paths.some(isSection) ? Promise.reject(unavailable()) : commit())),
+      () => harness.drain(1),
+    );
+    expect(awaited).toBe('rejected');
+    expect(outcomes.map((outcome) => outcome.kind)).not.toContain('handed-off');
+    expect(await sectionIds(jobId)).toEqual([]);
+    expect((await db().collection(`${JOBS}/${jobId}/checkpoints`).get()).docs.map((doc) => doc.id)).not.toContain('second');
+  });
 });

@@ -83,6 +83,8 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
   const progressed = () => parts.onProgress?.();
   const claimSignal = parts.claimSignal ?? parts.signal;
   const needs = new Set([...(parts.phase.needs ?? []).map((phase) => phase.name)]);
+  /** Each section this step recorded, by ID: the record's landing (sections loaded from the store are on record already). */
+  const landings = new Map<string, Promise<void>>();
   return {
     jobId: parts.jobId,
     input: parts.input,
@@ -99,6 +101,9 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
     },
     sections: () => parts.sections,
     recordSection(id, data) {
+      // The same ID again is the same record: its caller waits for that record's own landing, never for less.
+      const earlier = landings.get(id);
+      if (earlier !== undefined) return earlier;
       const recording = (async () => {
         claimSignal.throwIfAborted();
         if (parts.sections.some((section) => section.id === id)) return;
@@ -127,6 +132,7 @@ export function createStepContext<TInput>(parts: ContextParts<TInput>): StepCont
       })();
       // The engine sees its failure whether or not the phase waits for it (the step fails): never an unhandled rejection.
       recording.catch(() => undefined);
+      landings.set(id, recording);
       return recording;
     },
     loadTranscript: (sectionId) => parts.durable.loadTranscript(sectionId),
