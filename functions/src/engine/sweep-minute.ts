@@ -2,7 +2,7 @@
  * One scheduled run of the sweeper. Cloud Scheduler fires at most once a minute, and a 20 s lease
  * wants a finer look than that: the run sweeps in full (every rule) at its schedule time, then looks
  * again for expired leases and lost tasks (sweepRecovery) every `sweepIntervalSeconds` until its
- * minute is over, and returns before the next run is due.
+ * minute is over. Its recovery passes end before the next run's begin; its slow part may not (below).
  *
  * Pass k's "now" is the schedule time plus k intervals (the scheduler's time, never the wall clock),
  * and the run waits on its clock until then. A slot already behind the clock when its turn comes (a
@@ -16,9 +16,11 @@
  * passes, not in front of them: a backlog of lookups against a slow receiver never holds up the pass
  * that reclaims an expired lease (bug 46). It starts no further lookup after the run's last slot (a
  * late run: one interval after it began; the jobs left stay due for the next run), and the run ends
- * once it is done. Both sides decide every
+ * once it is done. A lookup already under way at the last slot runs to its own deadline, and
+ * retention after it, so a run can still be settling when the next one starts, and both may look the
+ * same stopped job up (a lookup changes nothing at the system of record). Both sides decide every
  * change from a fresh read and commit it conditioned on that read, so running them at once is as
- * safe as two overlapping runs.
+ * safe as two overlapping runs: a job is settled by one commit, whichever lands first.
  */
 import type { Clock } from '../core/clock';
 import { sweepEndedJobs, sweepRecovery, sweepRules, type EndedJobsReport, type RecoverySweepReport, type SweepDeps, type SweepReport } from './sweeper';
