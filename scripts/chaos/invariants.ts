@@ -607,8 +607,11 @@ function checkNeverSent(observed: Observed): Violation[] {
   const applied = new Set(observed.receiver.applications.map((application) => application.key));
   for (const { id, job, effects } of observed.jobs) {
     if (job.status !== 'completed') continue;
+    // notify logs a message to the customer's record only once it was sent: an item whose send failed keeps its record planned, by design.
+    const failedSends = new Set(effects.filter((effect) => effect.kind === 'message' && effect.state === 'failed').map((effect) => effect.identity));
     for (const effect of effects) {
       if (effect.state === 'applied' || applied.has(effect.idempotencyKey)) continue;
+      if (effect.kind === 'record' && effect.state === 'planned' && failedSends.has(effect.identity)) continue;
       const failed = effect.state === 'failed';
       const writtenOff = failed && failedBecauseStopped({ state: 'failed', resolution: effect.resolution });
       // Settled as not applied with its reason recorded: refused by the receiver, given up on, or stopped by a person.

@@ -579,6 +579,21 @@ describe('chaos: fan-outs, cost, retention stamps and effects, over every job', 
       receiver: withoutFxD,
     };
     expect(broken(cancelled)).toEqual({});
+    // An item whose send the receiver refused: its record is never logged, by design (the job completes partial, naming it).
+    const withoutItem: ReceiverView = {
+      applications: base.receiver.applications.filter((item) => item.key !== 'fx_c' && item.key !== 'fx_d'),
+      requests: [...base.receiver.requests.filter((item) => item.key !== 'fx_c' && item.key !== 'fx_d'), { op: 'apply', key: 'fx_c', outcome: 422 }],
+    };
+    const sendRefused = (recordState: string): Observed => ({
+      ...withJob('job-n', (job) => ({
+        ...job,
+        effects: job.effects.map((item) => (item.key === 'fx_c' ? { ...item, state: 'failed', lastOutcome: refused, resolution: refused } : item.key === 'fx_d' ? { ...item, state: recordState } : item)),
+      })),
+      receiver: withoutItem,
+    });
+    expect(broken(sendRefused('planned'))).toEqual({});
+    // Only a record left planned is explained by its failed send: one left applying or unknown was started, and nobody settled it.
+    expect(broken(sendRefused('unknown'))).toEqual({ effectsNeverSent: 1 });
   });
 });
 
