@@ -379,7 +379,7 @@ export const MUTANTS: readonly Mutant[] = [
   },
   {
     name: 'failed-heartbeat-retried-soon',
-    removes: 'trying a failed heartbeat again within a second (the lease stays silent a whole interval more, and a duplicate task takes a live worker\'s unit)',
+    removes: 'trying a failed heartbeat again within a second (the lease stays silent a whole interval more: a live holder reaches its own stop age on one failed renewal)',
     file: 'functions/src/core/flusher.ts',
     search: '    const dueInMs = this.lastWriteFailed\n',
     replace: '    const dueInMs = (false as boolean)\n',

@@ -393,6 +393,8 @@ describe('a unit heartbeat: what it flushes and when', () => {
         const until = Date.now() + 10_000;
         while (timersA.size === 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 5));
         const [rearmMs = heartbeatMs] = timersA.pendingDelays;
+        // Tried again within a second, not a whole interval later: silent that long, a live holder would reach its own stop age (the stale age).
+        expect(rearmMs).toBeLessThanOrEqual(1_000);
         const nextBeatAt = failAt + failedFlushMs + rearmMs;
 
         // A duplicate delivery of the same task (Cloud Tasks is at-least-once) arrives a second later: told to come back when the holder would be silent past the threshold.
