@@ -309,29 +309,7 @@ test('bug 44: a call under an identity already recorded with other arguments is 
 test('an effect planned before arguments were recorded with sorted keys (in flight across that deploy) is the same effect: looked up and found, neither refused nor applied again', async () => {
   const jobId = await harness.submit('refunds', { sections: ['s1'] });
   // Recorded by the earlier revision, its arguments in the model's own key order; its apply's answer was lost.
-  const intent = { kind: 'tool-refund-order', identity: 'refund:o-1', target: 'the test payments', payload: { tool: 'refund_order', arguments: '{"order":"o-1","amountCents":500}' } };
-  const key = deriveEffectKey(jobId, null, intent);
-  const nowMs = harness.clock.now();
-  await harness.firestore.db.doc(`${effectsPath(jobId)}/${key}`).create(effectEntrySchema.parse({
-    key,
-    idempotencyKey: key,
-    jobId,
-    unit: null,
-    intent,
-    intentHash: intentFingerprint(intent),
-    state: 'unknown',
-    attempts: 1,
-    unknowns: 1,
-    lookups: 0,
-    evidence: null,
-    reconciled: false,
-    lastOutcome: null,
-    question: null,
-    resolution: null,
-    epoch: 1,
-    createdAtMs: nowMs,
-    updatedAtMs: nowMs,
-  }));
+  const key = await seedEntry(jobId, { ...REFUND_O1_500, payload: { tool: 'refund_order', arguments: '{"order":"o-1","amountCents":500}' } }, 'unknown');
   payments.refunds.set(key, { order: 'o-1', amountCents: 500, refundId: 'R-7' });
   let answer: string | undefined;
   script = (thread) => {
