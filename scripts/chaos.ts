@@ -22,6 +22,8 @@
  *   --weight KIND=N     after the first round, draw that injected fault kind with weight N instead of its
  *                       default (repeatable; e.g. --weight commit-answer-lost=20 for a focused run;
  *                       without it the mix is the default one)
+ *   --keep DIR          keep the run's evidence in DIR: run.json (plan, faults with their targets, each
+ *                       fault's recovery, every collected job) and the emulators' and toolbox's logs
  *   --quiet             print only faults that found no target, submissions that failed, and the report
  *
  * The seed fixes the job mix, the fault schedule (times, kinds, parameters), the provider waves and

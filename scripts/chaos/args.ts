@@ -3,7 +3,7 @@ import { DEFAULT_ALLOWANCE_SECONDS, DEFAULT_KILL_ALL_LATENCY_MS, KILL_ALL_ENGINE
 import type { ChaosOptions } from './run';
 
 export const USAGE = [
-  'usage: npm run chaos -- [--jobs N] [--seed S] [--concurrency C] [--time-limit SECONDS] [--fault-window SECONDS] [--weight KIND=N ...] [--quiet]',
+  'usage: npm run chaos -- [--jobs N] [--seed S] [--concurrency C] [--time-limit SECONDS] [--fault-window SECONDS] [--weight KIND=N ...] [--keep DIR] [--quiet]',
   '       npm run chaos -- --kill-all-once [--seed S] [--latency-ms MS] [--engine-defaults] [--heartbeat-seconds S] [--stale-heartbeat-seconds S] [--allowance-seconds S] [--no-warm-up]',
 ].join('\n');
 
@@ -48,7 +48,7 @@ function seedOf(values: ReadonlyMap<string, string>): string {
 
 /** The soak's options. */
 export function parseChaosArgs(argv: readonly string[]): ChaosOptions | { readonly help: true } {
-  const flags = readFlags(argv, ['--jobs', '--seed', '--concurrency', '--time-limit', '--fault-window', '--weight'], ['--quiet']);
+  const flags = readFlags(argv, ['--jobs', '--seed', '--concurrency', '--time-limit', '--fault-window', '--weight', '--keep'], ['--quiet']);
   if ('help' in flags) return flags;
   const { values, repeated, set } = flags;
   const faultWeights = weightsOf(repeated.get('--weight') ?? []);
@@ -56,6 +56,7 @@ export function parseChaosArgs(argv: readonly string[]): ChaosOptions | { readon
   const timeLimitSeconds = positive(values, '--time-limit', false);
   const faultWindowSeconds = positive(values, '--fault-window', false);
   const seed = seedOf(values);
+  const keepDir = values.get('--keep');
   return {
     jobs: positive(values, '--jobs', true) ?? 20,
     seed,
@@ -64,6 +65,7 @@ export function parseChaosArgs(argv: readonly string[]): ChaosOptions | { readon
     ...(timeLimitSeconds === undefined ? {} : { timeLimitSeconds }),
     ...(faultWindowSeconds === undefined ? {} : { faultWindowSeconds }),
     ...(faultWeights === undefined ? {} : { faultWeights }),
+    ...(keepDir === undefined ? {} : { keepDir }),
   };
 }
 

@@ -6,9 +6,9 @@
  * and the offline toolbox's execution log hold. Everything it started is stopped, and checked to
  * be gone.
  */
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { deleteApp, initializeApp, type App } from 'firebase-admin/app';
 import { getFirestore, type Firestore } from 'firebase-admin/firestore';
 import { getFunctions } from 'firebase-admin/functions';
@@ -43,6 +43,11 @@ export interface ChaosOptions {
   readonly faultWindowSeconds?: number;
   /** Fault weights over the default mix's after the first round (`--weight kind=N`). */
   readonly faultWeights?: FaultWeights;
+  /**
+   * Where to keep the run's evidence for reading afterwards (`--keep DIR`): the faults with their
+   * targets, every collected job, each fault's recovery, and the emulators' log.
+   */
+  readonly keepDir?: string;
   /** Print every fault and every job's end as it happens (default true). */
   readonly verbose?: boolean;
 }
@@ -538,6 +543,10 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     for (const kind of recovery) {
       for (const missed of kind.notRecovered) log(`recovery: fault #${missed.fault.index} ${kind.kind}: job ${missed.jobId} committed no progress after it`);
     }
+    if (options.keepDir !== undefined) {
+      await keepEvidence(options.keepDir, { plan, launchMs, faults: faultRecords, recovery, jobs }, [stack.logFile, toolExecutionLog]);
+      log(`evidence kept in ${options.keepDir}`);
+    }
     const deploys = faultTally.get('rolling-deploy')?.injected ?? 0;
     const reloads = await functionReloads(stack.logFile);
     const lastSettle = settleReports.at(-1);
@@ -577,6 +586,13 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     removeSignalHandlers();
     process.removeListener('unhandledRejection', onUnexpected);
   }
+}
+
+/** The run's evidence as files: `run.json` (plan, faults, recovery, collected jobs) and copies of the logs named. */
+async function keepEvidence(dir: string, evidence: Readonly<Record<string, unknown>>, logs: readonly string[]): Promise<void> {
+  await mkdir(dir, { recursive: true });
+  await writeFile(join(dir, 'run.json'), JSON.stringify(evidence));
+  for (const file of logs) await copyFile(file, join(dir, basename(file))).catch(() => undefined);
 }
 
 /** Faults that can leave a worker's transaction open (its lock held) or a worker stopped. */
