@@ -9,11 +9,16 @@
  *
  * Which progress counts depends on what the fault hit:
  *   - a claim (a worker killed, frozen or fenced by an expired lease; a task lost under a running
- *     step): the first progress committed after the fault in that claim's scope (the job, or the
- *     fan-out unit) by a later claim (a higher epoch in that scope). When no later claim of that
- *     scope ever appears (an expired lease its owner renewed before the sweeper came), the hit
- *     claim was not stopped, and its own next progress counts. The job's terminal event counts
- *     in every case (the job moved on without that claim).
+ *     step; a commit's answer lost): the first progress committed after the fault in that claim's
+ *     scope (the job, or the fan-out unit) by a later claim (a higher epoch in that scope), or the
+ *     unit's finish (a `unit-done` event naming it) once the hit claim was reclaimed. The hit claim's
+ *     own next progress counts instead when it came before anything showed a later claim of its
+ *     scope (the claim was not stopped: an expired lease its owner renewed before the sweeper came,
+ *     a commit whose lost answer its worker checked and went on from), except after a fault that
+ *     stopped its worker (`HOLDER_STOPPED`: a killed or frozen worker's commit still in flight can
+ *     land after the fault, and is not a recovery). The job's terminal event counts in every case
+ *     (the job moved on without that claim). A later claim the job got long after (once a person
+ *     answered its question, say) does not make the hit claim's own progress not count.
  *   - a job, not a claim (a duplicate task, a receiver outage during its send phase, Firestore
  *     stalled or cut while it ran, a commit whose answer was lost): the job's first progress
  *     committed after the fault, by any claim, in any scope.
@@ -56,10 +61,15 @@ export interface ProgressMark {
   readonly commitUs: number;
   readonly what: string;
   readonly terminal: boolean;
+  /** A `unit-done` event: the unit it names (a job event, written by whichever claim finished the unit). */
+  readonly finishedUnit?: string;
 }
 
 /** Events that record recovery bookkeeping, not progress. */
 const BOOKKEEPING_EVENTS: ReadonlySet<string> = new Set(['claimed', 'reclaimed', 'redispatched']);
+
+/** Faults that stop the hit claim's worker (SIGKILL, SIGSTOP): its own commits after them are leftovers in flight. */
+export const HOLDER_STOPPED: ReadonlySet<string> = new Set(['worker-kill', 'worker-freeze', 'task-loss']);
 
 /** Every commit of a job's work, in commit order. */
 export function progressMarks(job: CollectedJob): ProgressMark[] {
@@ -74,29 +84,58 @@ export function progressMarks(job: CollectedJob): ProgressMark[] {
     const unit = UNIT_EVENT_ID.exec(event.id);
     const scope = unit?.[1] !== undefined && unit[2] !== undefined ? `${unit[1]}~${unit[2]}` : null;
     const epoch = unit?.[3] !== undefined ? Number(unit[3]) : event.epoch;
-    marks.push({ scope, epoch, commitUs: event.commitUs, what: `events/${event.id} (${event.kind})`, terminal: TERMINAL.has(event.kind) });
+    const finishedUnit = unit === null && event.kind === 'unit-done' && event.unit !== null ? { finishedUnit: event.unit } : {};
+    marks.push({ scope, epoch, commitUs: event.commitUs, what: `events/${event.id} (${event.kind})`, terminal: TERMINAL.has(event.kind), ...finishedUnit });
   }
   return marks.filter((mark) => Number.isFinite(mark.commitUs)).sort((a, b) => a.commitUs - b.commitUs);
 }
 
-/** Whether anything proves a claim of `scope` above `epoch`: a write at a higher epoch, or the job's claimed event. */
-function superseded(job: CollectedJob, marks: readonly ProgressMark[], scope: string | null, epoch: number): boolean {
-  if (marks.some((mark) => mark.scope === scope && mark.epoch > epoch)) return true;
-  if (scope === null) return job.events.some((event) => event.kind === 'claimed' && event.unit === null && event.epoch > epoch);
-  return job.events.some((event) => {
+/** The unit name of a unit scope key (`{phase}~{unit}`). */
+const unitName = (scope: string): string => scope.slice(scope.indexOf('~') + 1);
+
+/**
+ * When something first showed a claim of `scope` later than `epoch`, at or after `fromUs`: a write at
+ * a higher epoch, the job's claimed event (job scope), a unit event from a higher unit epoch, or a
+ * reclaim of the claim (the job's `reclaimed` event at that epoch; for a unit, a `reclaimed` event
+ * naming it, which carries the job's epoch, not the unit's). Infinity when nothing did.
+ */
+function supersededAtUs(job: CollectedJob, marks: readonly ProgressMark[], scope: string | null, epoch: number, fromUs: number): number {
+  const times: number[] = marks.filter((mark) => mark.scope === scope && mark.epoch > epoch).map((mark) => mark.commitUs);
+  for (const event of job.events) {
+    if (event.commitUs < fromUs) continue;
     const unit = UNIT_EVENT_ID.exec(event.id);
-    return unit?.[1] !== undefined && `${unit[1]}~${unit[2] ?? ''}` === scope && Number(unit[3]) > epoch;
-  });
+    if (scope === null) {
+      if (unit === null && ((event.kind === 'claimed' && event.epoch > epoch) || (event.kind === 'reclaimed' && event.epoch === epoch))) times.push(event.commitUs);
+    } else if (unit !== null) {
+      if (`${unit[1] ?? ''}~${unit[2] ?? ''}` === scope && Number(unit[3]) > epoch) times.push(event.commitUs);
+    } else if (event.kind === 'reclaimed' && event.unit === unitName(scope)) {
+      times.push(event.commitUs);
+    }
+  }
+  return times.filter((time) => time >= fromUs).reduce((first, time) => Math.min(first, time), Number.POSITIVE_INFINITY);
 }
 
-/** The first progress of `target`'s job that counts as its recovery from a fault at `atMs`, or null. */
-export function progressAfter(job: CollectedJob, target: FaultTarget, atMs: number): ProgressMark | null {
+/**
+ * The first progress of `target`'s job that counts as its recovery from a fault at `atMs`, or null.
+ * `holderStopped`: the fault stopped the hit claim's worker (see HOLDER_STOPPED).
+ */
+export function progressAfter(job: CollectedJob, target: FaultTarget, atMs: number, holderStopped = true): ProgressMark | null {
   const marks = progressMarks(job);
-  const after = marks.filter((mark) => mark.commitUs > atMs * 1000);
+  const fromUs = atMs * 1000;
+  const after = marks.filter((mark) => mark.commitUs > fromUs);
   if (target.epoch === null) return after[0] ?? null;
   const { epoch, unit } = target;
-  const later = superseded(job, marks, unit, epoch);
-  return after.find((mark) => mark.terminal || (mark.scope === unit && (later ? mark.epoch > epoch : mark.epoch >= epoch))) ?? null;
+  const supersededUs = supersededAtUs(job, marks, unit, epoch, fromUs);
+  const finishes = (mark: ProgressMark): boolean => unit !== null && mark.finishedUnit === unitName(unit) && mark.commitUs > supersededUs;
+  return (
+    after.find((mark) => {
+      if (mark.terminal || finishes(mark)) return true;
+      if (mark.scope !== unit) return false;
+      if (mark.epoch > epoch) return true;
+      // The hit claim's own work: it was not stopped, unless its worker was or a later claim showed first.
+      return mark.epoch === epoch && (supersededUs === Number.POSITIVE_INFINITY || (!holderStopped && mark.commitUs < supersededUs));
+    }) ?? null
+  );
 }
 
 export interface Recovered {
@@ -138,7 +177,7 @@ export function recoveryByKind(faults: readonly FaultRecord[], jobs: readonly Co
       let missing: string | null = null;
       for (const target of fault.targets) {
         const job = byId.get(target.jobId);
-        const mark = job ? progressAfter(job, target, fault.atMs) : null;
+        const mark = job ? progressAfter(job, target, fault.atMs, HOLDER_STOPPED.has(kind)) : null;
         if (mark === null) {
           missing ??= target.jobId;
           continue;

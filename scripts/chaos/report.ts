@@ -112,8 +112,9 @@ export function formatReport(input: ReportInput): string {
     ...wrap(
       'recovery: per fault that hit something, seconds from the fault to the next commit of the hit job\'s work (a section, checkpoint, ' +
         'transcript save, effect entry, unit or job event; not a claim, reclaim or redispatch): for a hit claim (a worker killed, frozen, ' +
-        'fenced, its task lost, an answer lost) the first by a later claim of the same job or unit (or by the same claim when no later one ' +
-        'came), or the job\'s end; for a hit job, its first by any claim. A fault that hit several jobs counts its slowest. p50/p95/p99 are ' +
+        'fenced, its task lost, an answer lost) the first by a later claim of the same job or unit, the unit\'s finish once the claim was ' +
+        'reclaimed, or the job\'s end; the hit claim\'s own next work counts when nothing showed a later claim before it, except after a kill, ' +
+        'a freeze or a lost task (a stopped worker\'s commit still in flight is no recovery); for a hit job, its first by any claim. A fault that hit several jobs counts its slowest. p50/p95/p99 are ' +
         'nearest-rank (under 100 faults the p99 is the worst); none: faults with a job that never progressed after them; ovl: recoveries ' +
         'during which another fault hit the same job (counted, but their figure holds that fault\'s delay too).',
       76,

@@ -539,10 +539,10 @@ export const MUTANTS: readonly Mutant[] = [
   },
   {
     name: 'calls-recorded-before-run',
-    removes: "the section runner's wait for an answer with tool calls to be on record before its calls run (an effectful call plans under a key from a call ID that may never be recorded)",
+    removes: "the section runner's wait for an answer with tool calls to be on record before its calls that may have an effect run (an effectful call plans under a key from a call ID that may never be recorded)",
     file: 'functions/src/agent/section-runner.ts',
-    search: '      if (index > 0 || !this.repeatable(call)) await this.settleSave();\n',
-    replace: '      if (index > 0) await this.settleSave();\n',
+    search: '      if (!this.repeatable(call)) await this.settleSave();\n',
+    replace: '      if ((false as boolean)) await this.settleSave();\n',
     tests: [
       { files: ['test/unit/section-runner-overlap.test.ts'], names: "the last tool result's save overlaps the next model call" },
       { files: ['test/unit/agent-section-runner.test.ts'], names: 'after its call was recorded' },
@@ -630,11 +630,22 @@ export const MUTANTS: readonly Mutant[] = [
   },
   {
     name: 'result-saved-before-next-tool',
-    removes: "the section runner's wait for a tool result's save before the next tool call runs",
+    removes: "the section runner's wait for the saves in flight before a tool call that may have an effect (a result or the answer asking for it lost by a crash after the effect)",
     file: 'functions/src/agent/section-runner.ts',
-    search: '      if (index > 0 || !this.repeatable(call)) await this.settleSave();\n',
+    search: '      if (!this.repeatable(call)) await this.settleSave();\n',
     replace: '',
-    tests: [{ files: ['test/unit/agent-section-runner.test.ts'], names: 'a tool result is on record before the next tool runs|bug 3: killed after result 2 of 3' }],
+    tests: [
+      { files: ['test/unit/agent-section-runner.test.ts'], names: 'a tool result is on record before the next tool runs|bug 3: killed after result 2 of 3' },
+      { files: ['test/unit/section-runner-overlap.test.ts'], names: 'a call that may have an effect waits for the answer and every result before it' },
+    ],
+  },
+  {
+    name: 'superseded-save-left-to-newer',
+    removes: "the section runner's leaving of a save still waiting for its turn to the newer one asked for meanwhile (two commits where one holds both)",
+    file: 'functions/src/agent/section-runner.ts',
+    search: '    if (asked !== this.savesAsked) return;\n',
+    replace: '',
+    tests: [{ files: ['test/unit/section-runner-overlap.test.ts'], names: 'a save still waiting for its turn is left to the newer one' }],
   },
   {
     name: 'spend-charged',

@@ -111,6 +111,39 @@ describe('chaos recovery: the next durable progress after a fault', () => {
     expect(progressAfter(fanned, { jobId: 'job-u', unit: null, epoch: null }, 2_000)?.what).toBe('transcripts/tb1');
   });
 
+  test("a claim whose worker lived on recovers at its own next work, though the job got a later claim long after; a stopped worker's own commit in flight does not count", () => {
+    // Epoch 3's commit answer is lost at 2 000; it checks, goes on, asks a person at 5 000; epoch 4 claims once the person answered (600 000).
+    const answered = job('job-a', {
+      events: [event('e1', 'claimed', 3, 0), event('e2', 'waiting', 3, 5_000), event('e3', 'claimed', 4, 600_000)],
+      transcripts: [transcript('t1', 3, 1_000), transcript('t2', 4, 601_000)],
+    });
+    expect(progressAfter(answered, claim('job-a', 3), 2_000, false)?.what).toBe('events/e2 (waiting)');
+    const [row] = recoveryByKind([{ index: 1, kind: 'commit-answer-lost', atMs: 2_000, targets: [claim('job-a', 3)] }], [answered], ['commit-answer-lost']).map(figures);
+    expect(row?.worstMs).toBe(3_000);
+    // Killed at 2 500, its save in flight lands at 2 600, before the reclaim: a leftover, not a recovery.
+    const leftover = job('job-l', {
+      events: [event('e1', 'claimed', 1, 0), event('e2', 'reclaimed', 1, 10_000), event('e3', 'claimed', 2, 10_200)],
+      transcripts: [transcript('t1', 1, 2_600), transcript('t2', 2, 11_000)],
+    });
+    expect(progressAfter(leftover, claim('job-l', 1), 2_500, true)?.what).toBe('transcripts/t2');
+    expect(recoveryByKind([{ index: 2, kind: 'worker-kill', atMs: 2_500, targets: [claim('job-l', 1)] }], [leftover], ['worker-kill']).map(figures)[0]?.worstMs).toBe(8_500);
+    // The same timeline after a fault whose worker lived: its own save before the reclaim is its progress.
+    expect(progressAfter(leftover, claim('job-l', 1), 2_500, false)?.what).toBe('transcripts/t1');
+  });
+
+  test("a reclaimed unit recovers when a later claim finishes it, though that claim wrote nothing else in the unit's scope", () => {
+    const unitDone: EventDoc = { ...event('e4', 'unit-done', 5, 8_500), unit: 'a' };
+    const reclaimed: EventDoc = { ...event('e3', 'reclaimed', 5, 8_100), unit: 'a' };
+    const finished = job('job-f', {
+      events: [event('e1', 'claimed', 5, 0), unitEvent('claimed', 'experts', 'a', 1, 100, 5), reclaimed, unitDone, event('e5', 'completed', 6, 90_000)],
+      transcripts: [transcript('ta1', 1, 1_000, 'a', 'experts')],
+    });
+    expect(progressAfter(finished, claim('job-f', 1, 'experts~a'), 2_000)?.what).toBe('events/e4 (unit-done)');
+    // Not reclaimed: the unit's finish may be the hit claim's own commit in flight, and the job's end is what counts.
+    const notReclaimed = job('job-g', { events: [event('e1', 'claimed', 5, 0), unitEvent('claimed', 'experts', 'a', 1, 100, 5), { ...unitDone, id: 'e2' }, event('e5', 'completed', 6, 90_000)] });
+    expect(progressAfter(notReclaimed, claim('job-g', 1, 'experts~a'), 2_000, true)?.what).toBe('events/e5 (completed)');
+  });
+
   test('no progress after the fault: not recovered, and named apart', () => {
     const stuck = job('job-s', { events: [event('e1', 'claimed', 1, 0)], transcripts: [transcript('t1', 1, 1_000)] });
     const faults: FaultRecord[] = [{ index: 4, kind: 'worker-freeze', atMs: 2_000, targets: [claim('job-s', 1)] }];

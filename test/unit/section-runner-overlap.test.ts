@@ -3,16 +3,18 @@
  * a transcript port whose saves land only when the test says so.
  *
  * Overlaps: the save of a tool group's last result runs while the spend check and the next model
- * call do; it is settled when that call ends. Still waited for: the assistant message with calls
- * before any of them runs, a result before the next call runs, the final answer before the section
- * returns. A failed overlapped save cuts the call short and is the error the section reports.
+ * call do; it is settled when that call ends. A repeatable call (no external effect) runs beside
+ * the saves before it. Still waited for: everything before a call that may have an effect, the
+ * final answer before the section returns. Saves never overlap each other; one still waiting for
+ * its turn when a newer one is asked for is left to the newer. A failed overlapped save cuts the
+ * call short and is the error the section reports.
  */
 import { ProviderUnavailableError, type ChatRequest, type ChatResponse, type ModelProvider, type ToolCall } from '../../functions/src/agent/provider';
 import { runSection, type SectionDeps, type SectionSpec, type StoredTranscript, type TranscriptPort } from '../../functions/src/agent/section-runner';
 import type { Toolbox, ToolResult } from '../../functions/src/agent/tools';
 import { z } from 'zod';
 import { createToolbox, defineTool, tracedToolbox } from '../../functions/src/agent';
-import { createCorpusToolbox } from '../../functions/src/providers/offline/toolbox';
+import { createCorpusToolbox, READ_TOOL, SEARCH_TOOL } from '../../functions/src/providers/offline/toolbox';
 import { unhandledRejections } from '../support/failures';
 
 
@@ -32,6 +34,8 @@ function describe(transcript: StoredTranscript): string {
 /** Each save waits until the test lands or fails it; `log` shows the order things happened in. */
 class DeferredTranscripts implements TranscriptPort {
   readonly log: string[] = [];
+  /** Every transcript a save was started with, in order. */
+  readonly saved: StoredTranscript[] = [];
   private readonly waiting: { what: string; land: () => void; fail: (error: Error) => void }[] = [];
   load(): Promise<StoredTranscript | null> {
     return Promise.resolve(null);
@@ -39,6 +43,7 @@ class DeferredTranscripts implements TranscriptPort {
   save(_id: string, transcript: StoredTranscript): Promise<void> {
     const what = describe(transcript);
     this.log.push(`save ${what} started`);
+    this.saved.push(transcript);
     return new Promise<void>((resolve, reject) => {
       this.waiting.push({
         what,
@@ -90,15 +95,21 @@ class DeferredModel implements ModelProvider {
   }
 }
 
-/** `repeatable`: the toolbox says its tools have no effect (a defined tool without `effect`); absent, every call counts as effectful. */
-function deps(transcripts: DeferredTranscripts, provider: ModelProvider, extra: Partial<SectionDeps> = {}, repeatable = false): SectionDeps {
+/**
+ * `repeatable`: the toolbox says its tools have no effect (a defined tool without `effect`), or
+ * which of them have none; absent, every call counts as effectful.
+ */
+function deps(transcripts: DeferredTranscripts, provider: ModelProvider, extra: Partial<SectionDeps> = {}, repeatable: boolean | ((name: string) => boolean) = false): SectionDeps {
   const toolbox: Toolbox = {
-    specs: [{ name: 'search', description: 'd', parameters: { type: 'object' } }],
+    specs: [
+      { name: 'search', description: 'd', parameters: { type: 'object' } },
+      { name: 'send', description: 'd', parameters: { type: 'object' } },
+    ],
     execute: (c: ToolCall): Promise<ToolResult> => {
       transcripts.log.push(`tool ${c.id}`);
       return Promise.resolve({ ok: true, content: 'r' });
     },
-    ...(repeatable ? { repeatable: () => true } : {}),
+    ...(repeatable === false ? {} : { repeatable: repeatable === true ? () => true : repeatable }),
   };
   return { provider, toolbox, transcripts, signal: new AbortController().signal, random: () => 0.5, ...extra };
 }
@@ -201,28 +212,57 @@ test('a spend refusal while the last result is being saved: the save is settled 
   expect(transcripts.log.at(-1)).toBe('save result a landed');
 });
 
-test('repeatable calls run while the answer that asked for them is saved; the next call still waits for the result before it', async () => {
+test('repeatable calls run beside the saves before them; a save still waiting for its turn is left to the newer one, which holds it', async () => {
   const transcripts = new DeferredTranscripts();
   const model = new DeferredModel(transcripts.log);
   const run = runSection(spec, deps(transcripts, model, {}, true));
 
   await model.answer(toolTurn('a', 'b'));
   const calls = await transcripts.next('calls');
-  for (let i = 0; i < 20 && !transcripts.log.includes('tool a'); i += 1) await tick();
-  // Tool a ran while its answer was in flight; its result's save queues behind that one (saves never overlap each other).
-  expect(transcripts.log).toContain('tool a');
-  expect(transcripts.log).not.toContain('save calls landed');
+  for (let i = 0; i < 20 && model.signals.length < 2; i += 1) await tick();
+  // Both tools ran, and the next model call started, while the answer that asked for them was still in flight.
+  expect(transcripts.log.filter((entry) => entry !== 'save calls started')).toEqual(['model call', 'model answered', 'tool a', 'tool b', 'model call']);
+  expect(transcripts.log).toContain('save calls started');
+  calls.land();
+  // Result a's save was still waiting for its turn when result b's was asked for: one save holds both.
+  const results = await transcripts.next('result b');
   expect(transcripts.log).not.toContain('save result a started');
+  expect(transcripts.saved.at(-1)?.messages.filter((message) => message.role === 'tool').map((message) => message.toolCallId)).toEqual(['a', 'b']);
+  await model.answer(answer);
+  await tick();
+  // The overlapped save is still on record before the answer is used.
+  expect(transcripts.log).not.toContain('save answer started');
+  results.land();
+  (await transcripts.next('answer')).land();
+  expect(await run).toMatchObject({ kind: 'written', text: 'Done.' });
+  expect(transcripts.log.filter((entry) => entry.startsWith('tool '))).toEqual(['tool a', 'tool b']);
+  expect(transcripts.log.filter((entry) => entry.endsWith(' started'))).toEqual(['save calls started', 'save result b started', 'save answer started']);
+});
+
+test('a call that may have an effect waits for the answer and every result before it, even when those calls were repeatable', async () => {
+  const transcripts = new DeferredTranscripts();
+  const model = new DeferredModel(transcripts.log);
+  const run = runSection(spec, deps(transcripts, model, {}, (name) => name === 'search'));
+  const turn = toolTurn('a', 'b');
+  const [search, send] = turn.message.role === 'assistant' ? (turn.message.toolCalls ?? []) : [];
+  const mixed: ChatResponse = { ...turn, message: { role: 'assistant', content: null, toolCalls: [search as ToolCall, { ...(send as ToolCall), name: 'send' }] } };
+
+  await model.answer(mixed);
+  const calls = await transcripts.next('calls');
+  for (let i = 0; i < 20 && !transcripts.log.includes('tool a'); i += 1) await tick();
+  expect(transcripts.log).toContain('tool a');
   calls.land();
   const resultA = await transcripts.next('result a');
   await tick();
+  await tick();
+  // The effectful call waits for the repeatable one's result to be on record.
   expect(transcripts.log).not.toContain('tool b');
   resultA.land();
   (await transcripts.next('result b')).land();
   await model.answer(answer);
   (await transcripts.next('answer')).land();
   expect(await run).toMatchObject({ kind: 'written', text: 'Done.' });
-  expect(transcripts.log.filter((entry) => entry.startsWith('tool '))).toEqual(['tool a', 'tool b']);
+  expect(transcripts.log.indexOf('save result a landed')).toBeLessThan(transcripts.log.indexOf('tool b'));
 });
 
 test("a save that fails after the model answered stops the section before any of that answer's repeatable calls runs", async () => {
@@ -254,8 +294,8 @@ test('only tools without an effect are repeatable: defined tools say so per tool
   });
   const toolbox = tracedToolbox(createToolbox([search, send]));
   expect(['search', 'send_note', 'no_such_tool'].map((name) => toolbox.repeatable?.(name))).toEqual([true, false, false]);
-  // The offline corpus toolbox does not say: the bench's fault runs count any re-run call ID, so its calls keep waiting for their answer.
-  expect('repeatable' in createCorpusToolbox()).toBe(false);
+  // The offline corpus toolbox searches a bundled corpus: every call is repeatable.
+  expect([SEARCH_TOOL, READ_TOOL].map((name) => createCorpusToolbox().repeatable?.(name))).toEqual([true, true]);
 });
 
 test("with a port that makes saves behind the work, the final answer's save is handed to it after every save before it, and the section returns without waiting for it", async () => {

@@ -1,10 +1,13 @@
 /**
  * Runs one section (one bounded unit of agent output) with recovery.
  *
- * - Every model answer is saved as soon as it exists and is on record before any of its tool calls
- *   that may have an effect runs (a call the toolbox calls repeatable runs while it is saved), and
- *   every tool result is saved as soon as it exists and is on record before the next call runs, so
- *   a recorded result is never lost or re-executed. The save of a group's last result overlaps the
+ * - Every model answer and every tool result is saved as soon as it exists, and everything before a
+ *   tool call that may have an effect is on record before that call runs; a call the toolbox calls
+ *   repeatable (no external effect) runs while the saves before it are still in flight. A recorded
+ *   result is never lost or re-executed; a crash re-runs only repeatable calls whose results had not
+ *   landed yet. Saves are made one after another in the order asked, and one still waiting for its
+ *   turn when a newer one is asked for is left to the newer (it holds all of it): one commit, not
+ *   two. The save of a group's last result overlaps the
  *   next model call and is on record before that call's answer is used; the final answer's save is
  *   handed to a port that can make it behind the work (`saveBehind`: the step keeps it on record
  *   before anything after it), else waited for. A crash before a save lands re-runs only calls whose
@@ -318,6 +321,8 @@ class SectionRun {
   private tally: CostTally = EMPTY_TALLY;
   /** A tool result's save still in flight (see saveInBackground). */
   private pendingSave: Promise<void> | null = null;
+  /** Saves asked for so far (the final answer's included): a save that is no longer the newest when its turn comes writes nothing. */
+  private savesAsked = 0;
   /** What each model answer made in this process cost, so discarding it can count the waste exactly. */
   private readonly costs = new WeakMap<ChatMessage, CallCost>();
 
@@ -442,8 +447,9 @@ class SectionRun {
   }
 
   /**
-   * Runs the calls of the thread's last group that have no recorded result, saving each result
-   * before the next call starts: a result on record is never produced again. Calls past the
+   * Runs the calls of the thread's last group that have no recorded result, saving each result as
+   * it comes, on record before the next call that may have an effect starts: a result on record is
+   * never produced again. Calls past the
    * policy's bound for one answer are answered with a tool error instead, after the allowed ones
    * and without running (also when a resumed group still has them open), so every call has its
    * result and the model reads why.
@@ -452,9 +458,9 @@ class SectionRun {
     const asked = trailingAnswerCalls(this.messages);
     const allowed = new Set(asked.slice(0, this.policy.maxToolCallsPerAnswer).map((call) => call.id));
     const open = openToolCalls(this.messages);
-    for (const [index, call] of open.filter((entry) => allowed.has(entry.id)).entries()) {
-      // The result before this one is on record before this call runs; so is the answer that asked for it, unless the call can just run again after a crash.
-      if (index > 0 || !this.repeatable(call)) await this.settleSave();
+    for (const call of open.filter((entry) => allowed.has(entry.id))) {
+      // A call that may have an effect runs only once the answer that asked for it and every result before it are on record; one that can just run again after a crash runs beside their saves.
+      if (!this.repeatable(call)) await this.settleSave();
       this.signal.throwIfAborted();
       let result: ToolResult;
       try {
@@ -745,8 +751,11 @@ class SectionRun {
 
   private async save(): Promise<void> {
     const transcript = this.snapshot();
+    const asked = (this.savesAsked += 1);
     // One save at a time: each appends to the log as the one before left it.
     await this.settleSave();
+    // A newer save was asked for while this one waited its turn: that one holds all of this one and is the one waited for.
+    if (asked !== this.savesAsked) return;
     await this.deps.transcripts.save(this.spec.sectionId, transcript);
   }
 
@@ -759,6 +768,7 @@ class SectionRun {
     const { transcripts } = this.deps;
     if (transcripts.saveBehind === undefined) return this.save();
     const transcript = this.snapshot();
+    this.savesAsked += 1;
     await this.settleSave();
     transcripts.saveBehind(this.spec.sectionId, transcript);
   }

@@ -205,6 +205,11 @@ class CorpusToolboxImpl implements CorpusToolbox {
     this.index = new CorpusIndex(documents);
   }
 
+  /** Its tools search a bundled corpus: no call has an external effect, so any may run again after a crash. */
+  repeatable(): boolean {
+    return true;
+  }
+
   execute(call: ToolCall, signal: AbortSignal): Promise<ToolResult> {
     return Promise.resolve().then(() => this.run(call, signal));
   }
