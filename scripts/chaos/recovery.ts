@@ -210,6 +210,8 @@ export interface KindFigures {
   readonly notRecovered: number;
   /** Recoveries during which another fault hit the same job (their figure holds its delay too). */
   readonly overlapped: number;
+  /** The p99 over the recoveries no other fault overlapped: this kind's own cost, apart from compounding faults. */
+  readonly aloneP99Ms: number;
 }
 
 export function figures(recovery: KindRecovery): KindFigures {
@@ -225,6 +227,10 @@ export function figures(recovery: KindRecovery): KindFigures {
     worst: worst && { jobId: worst.jobId, fault: worst.fault.index, what: worst.what },
     notRecovered: recovery.notRecovered.length,
     overlapped: recovery.recovered.filter((item) => item.overlapped).length,
+    aloneP99Ms: percentile(
+      recovery.recovered.filter((item) => !item.overlapped).map((item) => item.ms),
+      99,
+    ),
   };
 }
 
@@ -234,10 +240,10 @@ const padLeft = (text: string, width: number): string => (text.length >= width ?
 
 /** The report's table: one row per kind, seconds. */
 export function formatRecovery(rows: readonly KindFigures[]): string[] {
-  const lines = [`${pad('Recovery: fault to next durable progress (s)', 46)}${['n', 'p50', 'p95', 'p99', 'worst', 'none', 'ovl'].map((head) => padLeft(head, 7)).join('')}  worst: job (fault #)`];
+  const lines = [`${pad('Recovery: fault to next durable progress (s)', 46)}${['n', 'p50', 'p95', 'p99', 'worst', 'none', 'ovl', 'alone'].map((head) => padLeft(head, 7)).join('')}  worst: job (fault #)`];
   if (rows.length === 0) lines.push('  (no fault hit a job)');
   for (const row of rows) {
-    const cells = [String(row.n), seconds(row.p50Ms), seconds(row.p95Ms), seconds(row.p99Ms), seconds(row.worstMs), String(row.notRecovered), String(row.overlapped)];
+    const cells = [String(row.n), seconds(row.p50Ms), seconds(row.p95Ms), seconds(row.p99Ms), seconds(row.worstMs), String(row.notRecovered), String(row.overlapped), seconds(row.aloneP99Ms)];
     lines.push(`  ${pad(row.kind, 44)}${cells.map((cell) => padLeft(cell, 7)).join('')}  ${row.worst ? `${row.worst.jobId} (#${row.worst.fault})` : ''}`);
   }
   return lines;

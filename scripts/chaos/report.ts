@@ -116,7 +116,8 @@ export function formatReport(input: ReportInput): string {
         'reclaimed, or the job\'s end; the hit claim\'s own next work counts when nothing showed a later claim before it, except after a kill, ' +
         'a freeze or a lost task (a stopped worker\'s commit still in flight is no recovery); for a hit job, its first by any claim. A fault that hit several jobs counts its slowest. p50/p95/p99 are ' +
         'nearest-rank (under 100 faults the p99 is the worst); none: faults with a job that never progressed after them; ovl: recoveries ' +
-        'during which another fault hit the same job (counted, but their figure holds that fault\'s delay too).',
+        'during which another fault hit the same job (counted, but their figure holds that fault\'s delay too); alone: the p99 over the ' +
+        'recoveries no other fault overlapped.',
       76,
       '  ',
       '    ',

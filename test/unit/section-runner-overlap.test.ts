@@ -243,9 +243,7 @@ test('a call that may have an effect waits for the answer and every result befor
   const transcripts = new DeferredTranscripts();
   const model = new DeferredModel(transcripts.log);
   const run = runSection(spec, deps(transcripts, model, {}, (name) => name === 'search'));
-  const turn = toolTurn('a', 'b');
-  const [search, send] = turn.message.role === 'assistant' ? (turn.message.toolCalls ?? []) : [];
-  const mixed: ChatResponse = { ...turn, message: { role: 'assistant', content: null, toolCalls: [search as ToolCall, { ...(send as ToolCall), name: 'send' }] } };
+  const mixed: ChatResponse = { ...toolTurn(), message: { role: 'assistant', content: null, toolCalls: [call('a'), { ...call('b'), name: 'send' }] } };
 
   await model.answer(mixed);
   const calls = await transcripts.next('calls');
