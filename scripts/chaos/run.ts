@@ -68,8 +68,16 @@ interface Tracked {
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
-/** Step and unit tasks running at once on the local stack (see PHASELINE_STEP_QUEUE_CONCURRENCY in the README). */
-const STEP_QUEUE_CONCURRENCY = 24;
+/**
+ * Step and unit tasks dispatched at once on the local stack (see PHASELINE_STEP_QUEUE_CONCURRENCY in
+ * docs/configuration.md). The tasks emulator keeps a task that is waiting to be retried in its
+ * dispatch slot for the whole backoff (firebase-tools' taskQueue.js handleRetry), which Cloud Tasks
+ * does not: at 24 slots, the soak's refused duplicates and killed steps' redeliveries (backoff up to
+ * minutes) held enough of them that a reclaimed job's new task waited 15 s and more for one, until
+ * the lost-task redispatch. 48 leaves room for them; tasks actually running stay bounded by the
+ * jobs in flight, and so do the function workers (about 190 MB each).
+ */
+const STEP_QUEUE_CONCURRENCY = 48;
 const LEASE_MS = Number(CHAOS_ENGINE_ENV.PHASELINE_LEASE_SECONDS) * 1000;
 const POLL_MS = 1_000;
 /** A notify job's send phase lasts about a second: the jobs to cancel are watched more closely. */
