@@ -648,6 +648,22 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/unit/section-runner-overlap.test.ts'], names: 'a save still waiting for its turn is left to the newer one' }],
   },
   {
+    name: 'failed-save-stops-repeatable-calls',
+    removes: "the section runner's stop, before a repeatable call, once a save before it failed (the group's calls go on after a failed save)",
+    file: 'functions/src/agent/section-runner.ts',
+    search: '      if (!this.repeatable(call)) await this.settleSave();\n      await this.stopIfSaveFailed();\n',
+    replace: '      if (!this.repeatable(call)) await this.settleSave();\n',
+    tests: [{ files: ['test/unit/section-runner-overlap.test.ts'], names: "bug 51: a save that failed while an answer's repeatable calls run" }],
+  },
+  {
+    name: 'failed-save-stops-model-call',
+    removes: "the section runner's stop, before a model call, once the save it would overlap failed (the request is sent, then cut short)",
+    file: 'functions/src/agent/section-runner.ts',
+    search: '      await this.readyForCall();\n      await this.stopIfSaveFailed();\n',
+    replace: '      await this.readyForCall();\n',
+    tests: [{ files: ['test/unit/section-runner-overlap.test.ts'], names: "bug 51: a save that failed while the group's last repeatable call ran" }],
+  },
+  {
     name: 'spend-charged',
     removes: "the section runner's charge of each call's cost to its owner's day (the cap never fills)",
     file: 'functions/src/agent/section-runner.ts',

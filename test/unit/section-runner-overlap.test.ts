@@ -281,6 +281,57 @@ test("a save that fails after the model answered stops the section before any of
   expect(unhandled).toEqual([]);
 });
 
+test("bug 51: a save that failed while an answer's repeatable calls run stops them: no further call starts and no model request is sent", async () => {
+  const transcripts = new DeferredTranscripts();
+  const model = new DeferredModel(transcripts.log);
+  const base = deps(transcripts, model, {}, true);
+  // Each call takes a moment, as a web search does: the save's failure is known well before the next call would start.
+  const slowToolbox: Toolbox = {
+    ...base.toolbox,
+    execute: async (c: ToolCall): Promise<ToolResult> => {
+      transcripts.log.push(`tool ${c.id}`);
+      for (let i = 0; i < 10; i += 1) await tick();
+      return { ok: true, content: 'r' };
+    },
+  };
+  const run = runSection(spec, { ...base, toolbox: slowToolbox });
+  run.catch(() => undefined);
+
+  await model.answer(toolTurn('a', 'b', 'c'));
+  // Not a lost claim (the step's signal stays live): the write gave up on an unavailable Firestore.
+  (await transcripts.next('calls')).fail(new Error('transcript save failed: UNAVAILABLE after retries'));
+  transcripts.log.push('-- save failed --');
+  await expect(run).rejects.toThrow('UNAVAILABLE');
+  const afterFailure = transcripts.log.slice(transcripts.log.indexOf('-- save failed --') + 1);
+  expect(afterFailure.filter((entry) => entry.startsWith('tool ') || entry === 'model call')).toEqual([]);
+  expect(transcripts.log.filter((entry) => entry.startsWith('tool '))).toEqual(['tool a']);
+  await tick();
+  expect(unhandled).toEqual([]);
+});
+
+test("bug 51: a save that failed while the group's last repeatable call ran stops the section before the next model request is sent", async () => {
+  const transcripts = new DeferredTranscripts();
+  const model = new DeferredModel(transcripts.log);
+  const base = deps(transcripts, model, {}, true);
+  const slowToolbox: Toolbox = {
+    ...base.toolbox,
+    execute: async (c: ToolCall): Promise<ToolResult> => {
+      transcripts.log.push(`tool ${c.id}`);
+      for (let i = 0; i < 10; i += 1) await tick();
+      return { ok: true, content: 'r' };
+    },
+  };
+  const run = runSection(spec, { ...base, toolbox: slowToolbox });
+  run.catch(() => undefined);
+
+  await model.answer(toolTurn('a'));
+  (await transcripts.next('calls')).fail(new Error('transcript save failed: UNAVAILABLE after retries'));
+  await expect(run).rejects.toThrow('UNAVAILABLE');
+  expect(transcripts.log.filter((entry) => entry === 'model call')).toHaveLength(1);
+  await tick();
+  expect(unhandled).toEqual([]);
+});
+
 test('only tools without an effect are repeatable: defined tools say so per tool, traced toolboxes pass it on, a toolbox that does not say counts as effectful', () => {
   const search = defineTool({ name: 'search', description: 'd', input: z.object({}), execute: () => Promise.resolve('r') });
   const send = defineTool({

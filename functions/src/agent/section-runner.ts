@@ -323,6 +323,8 @@ class SectionRun {
   private pendingSave: Promise<void> | null = null;
   /** Saves asked for so far (the final answer's included): a save that is no longer the newest when its turn comes writes nothing. */
   private savesAsked = 0;
+  /** The first background save that failed, known as soon as it fails: nothing more is started after it. */
+  private saveFailed: { readonly error: unknown } | null = null;
   /** What each model answer made in this process cost, so discarding it can count the waste exactly. */
   private readonly costs = new WeakMap<ChatMessage, CallCost>();
 
@@ -461,6 +463,7 @@ class SectionRun {
     for (const call of open.filter((entry) => allowed.has(entry.id))) {
       // A call that may have an effect runs only once the answer that asked for it and every result before it are on record; one that can just run again after a crash runs beside their saves.
       if (!this.repeatable(call)) await this.settleSave();
+      await this.stopIfSaveFailed();
       this.signal.throwIfAborted();
       let result: ToolResult;
       try {
@@ -603,6 +606,7 @@ class SectionRun {
         throw new OutOfTimeError(`${Math.max(0, Math.round(leftMs))} ms left in the step, less than the ${this.policy.minCallTimeMs} ms a model call needs`);
       }
       await this.readyForCall();
+      await this.stopIfSaveFailed();
       // The save still in flight (the last tool result's) overlaps this call; if it fails (a lost claim), the call is cut short.
       // Combined keeping the step signal's check on every read (a lapsed lease), which the provider's look before it starts relies on.
       const saving = this.pendingSave;
@@ -737,16 +741,37 @@ class SectionRun {
   /** Starts a save without waiting for it; the next save, the end of the next model call, a call that needs it on record, or the section's end waits for it (settleSave). */
   private saveInBackground(): void {
     const saving = this.save();
-    // Awaited by settleSave; until then a failure must not be an unhandled rejection.
-    saving.catch(() => undefined);
+    // Awaited by settleSave; until then a failure must not be an unhandled rejection, and is noted at once.
+    saving.catch((error: unknown) => {
+      this.saveFailed ??= { error };
+    });
     this.pendingSave = saving;
+  }
+
+  /**
+   * Before a repeatable call or a model call, which do not wait for the saves before them: a save
+   * that failed already ends the section (its error is the one reported) instead of the signal it
+   * aborts, which the next call would only see once it had been sent.
+   */
+  private async stopIfSaveFailed(): Promise<void> {
+    const failed = this.saveFailed;
+    if (failed === null) return;
+    await this.settleSave();
+    throw failed.error;
   }
 
   /** Waits for the save in flight, if any, and reports its failure. */
   private async settleSave(): Promise<void> {
     const pending = this.pendingSave;
     this.pendingSave = null;
-    if (pending) await pending;
+    if (!pending) return;
+    try {
+      await pending;
+    } catch (error) {
+      // Reported here: the failure noted for stopIfSaveFailed is this one (each save waits for the one before).
+      this.saveFailed = null;
+      throw error;
+    }
   }
 
   private async save(): Promise<void> {
