@@ -25,8 +25,8 @@
  *                             again through its own API (as the stack does at start), which orphans every
  *                             task it held, then SIGKILL the worker holding a live lease: its dispatch
  *                             fails in the orphaned queue, which nobody retries. Only when no task waits
- *                             in the queue (it would be lost too); a step of another worker that fails
- *                             soon after, waiting for its retry, is lost with it
+ *                             in the queue; every other queued or running step gets a copy of its task in
+ *                             the new queue (a duplicate where its own still runs), so one task is lost
  *   commit-answer-lost        the Firestore proxy drops every answer to a lease holder's connections (its
  *                             requests still reach the emulator) until one of its commits lands (the
  *                             holder's document changes), then resets them: the commit is applied, its
@@ -59,6 +59,8 @@ export interface FaultOutcome {
   readonly targets?: readonly FaultTarget[];
   /** How long after the injection returns the fault still holds (a frozen worker): a lock it holds lasts that long more. */
   readonly holdsOnMs?: number;
+  /** A reclaim of the hit claim by this time (wall-clock ms) was the fault's own doing: its worker counts as stopped (see FaultRecord). */
+  readonly stopsHolderByMs?: number;
 }
 
 export interface InjectorDeps {
@@ -91,6 +93,13 @@ export interface Holder {
   readonly worker: string;
   readonly expiresAtMs: number;
   readonly step: number;
+}
+
+/** A step's task as the engine enqueues it, and whose step it is (`unit`: the unit's document key). */
+interface StepTask {
+  readonly jobId: string;
+  readonly unit: string | null;
+  readonly payload: Record<string, unknown>;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -267,11 +276,32 @@ export class Injector {
     // Remaking the queue loses every task waiting in it too: with a backlog that is a queue wiped, not a task lost.
     const queued = await this.deps.queueStats().catch(() => null);
     if (queued !== 0) return { injected: false, detail: `${queued ?? 'an unknown number of'} tasks wait in the step queue: remaking it would lose them all, not one` };
+    // Every other step's task is orphaned with it: each gets a copy in the new queue, so that one task is lost, not all of them.
+    const others = (await this.stepTasks()).filter((task) => task.jobId !== found.holder.jobId || (found.holder.unit !== null && task.unit !== found.holder.unit));
     // First the queue (its dispatch of this step is orphaned), then the worker: its failure is never retried.
     await this.deps.remakeStepQueue();
     const outcome = this.kill(found.holder);
-    if (!outcome.injected) return { ...outcome, detail: `step queue made again (no task waiting in it), but ${outcome.detail}` };
-    return { ...outcome, detail: `step queue made again (no task waiting in it; the tasks of steps in flight orphaned, retries due lost with them), then ${outcome.detail}: its task never comes back` };
+    const restored = await Promise.allSettled(others.map((task) => this.deps.queue.enqueue(task.payload)));
+    const copies = `${restored.filter((result) => result.status === 'fulfilled').length} of the ${others.length} other steps queued or running given a copy of their task`;
+    if (!outcome.injected) return { ...outcome, detail: `step queue made again (no task waiting in it; ${copies}), but ${outcome.detail}` };
+    return { ...outcome, detail: `step queue made again (no task waiting in it; the tasks of steps in flight orphaned: ${copies}), then ${outcome.detail}: its task never comes back` };
+  }
+
+  /**
+   * The task each queued or running step has, as the engine enqueues it: a job's own step, or each
+   * queued or running unit of a fanned-out job (a unit's document key is `{phase}~{unit}`).
+   */
+  private async stepTasks(): Promise<StepTask[]> {
+    const db = this.deps.db;
+    const [jobs, units] = await Promise.all([db.collection('jobs').where('status', 'in', ['queued', 'running']).get(), db.collectionGroup('units').where('status', 'in', ['queued', 'running']).get()]);
+    const fannedOut = new Set(jobs.docs.filter((job) => Boolean(job.get('fanout'))).map((job) => job.id));
+    const tasks: StepTask[] = jobs.docs.filter((job) => !fannedOut.has(job.id)).map((job) => ({ jobId: job.id, unit: null, payload: { jobId: job.id, step: Number(job.get('step')) } }));
+    for (const unit of units.docs) {
+      const jobId = unit.ref.parent.parent?.id ?? '';
+      if (!fannedOut.has(jobId)) continue;
+      tasks.push({ jobId, unit: unit.id, payload: { jobId, step: Number(unit.get('step')), unit: String(unit.get('unit')), phase: String(unit.get('phase')) } });
+    }
+    return tasks;
   }
 
   private async loseCommitAnswer(): Promise<FaultOutcome> {
@@ -361,6 +391,8 @@ export class Injector {
       injected: true,
       atMs,
       targets: [claimOf(target)],
+      // The pass it ran reclaims the lease by the time it answers (a pass still running then is not waited for).
+      stopsHolderByMs: Date.now(),
       detail:
         `lease of ${name(target)} (epoch ${target.epoch}, held by a live worker) set to expire in the past; ` +
         (report === null

@@ -16,7 +16,8 @@
  *     scope (the claim was not stopped: an expired lease its owner renewed before the sweeper came,
  *     a commit whose lost answer its worker checked and went on from), except after a fault that
  *     stopped its worker (`HOLDER_STOPPED`: a killed or frozen worker's commit still in flight can
- *     land after the fault, and is not a recovery). The job's terminal event counts in every case
+ *     land after the fault, and is not a recovery) or had it reclaimed at once (`stopsHolderByMs`:
+ *     the live holder's commit that lands before the reclaim fences it is a leftover too). The job's terminal event counts in every case
  *     (the job moved on without that claim). A later claim the job got long after (once a person
  *     answered its question, say) does not make the hit claim's own progress not count.
  *   - a job, not a claim (a duplicate task, a receiver outage during its send phase, Firestore
@@ -51,6 +52,13 @@ export interface FaultRecord {
   /** When it took effect, wall-clock milliseconds. */
   readonly atMs: number;
   readonly targets: readonly FaultTarget[];
+  /**
+   * A fault that has the hit claim reclaimed while its worker lives on (an expired lease and the
+   * sweep the fault runs at once): when a reclaim of that claim commits by this time (wall-clock
+   * ms), its worker counts as stopped, as after HOLDER_STOPPED faults. A commit of the worker's
+   * that lands between the fault and that reclaim is a leftover the reclaim fenced out.
+   */
+  readonly stopsHolderByMs?: number;
 }
 
 /** One commit of a job's work. */
@@ -101,18 +109,46 @@ const unitName = (scope: string): string => scope.slice(scope.indexOf('~') + 1);
  */
 function supersededAtUs(job: CollectedJob, marks: readonly ProgressMark[], scope: string | null, epoch: number, fromUs: number): number {
   const times: number[] = marks.filter((mark) => mark.scope === scope && mark.epoch > epoch).map((mark) => mark.commitUs);
+  times.push(reclaimedAtUs(job, scope, epoch, fromUs));
   for (const event of job.events) {
     if (event.commitUs < fromUs) continue;
     const unit = UNIT_EVENT_ID.exec(event.id);
     if (scope === null) {
-      if (unit === null && ((event.kind === 'claimed' && event.epoch > epoch) || (event.kind === 'reclaimed' && event.epoch === epoch))) times.push(event.commitUs);
-    } else if (unit !== null) {
-      if (`${unit[1] ?? ''}~${unit[2] ?? ''}` === scope && Number(unit[3]) > epoch) times.push(event.commitUs);
-    } else if (event.kind === 'reclaimed' && event.unit === unitName(scope)) {
+      if (unit === null && event.kind === 'claimed' && event.epoch > epoch) times.push(event.commitUs);
+    } else if (unit !== null && `${unit[1] ?? ''}~${unit[2] ?? ''}` === scope && Number(unit[3]) > epoch) {
       times.push(event.commitUs);
     }
   }
   return times.filter((time) => time >= fromUs).reduce((first, time) => Math.min(first, time), Number.POSITIVE_INFINITY);
+}
+
+/**
+ * When the claim of `scope` at `epoch` was first reclaimed at or after `fromUs` (Infinity: not
+ * seen): for the job, its `reclaimed` event at that epoch; for a unit, a `reclaimed` event under
+ * the unit's own claim at that unit epoch, or a job event naming the unit (it carries the job's
+ * epoch, not the unit's).
+ */
+function reclaimedAtUs(job: CollectedJob, scope: string | null, epoch: number, fromUs: number): number {
+  let first = Number.POSITIVE_INFINITY;
+  for (const event of job.events) {
+    if (event.kind !== 'reclaimed' || event.commitUs < fromUs || event.commitUs >= first) continue;
+    const unit = UNIT_EVENT_ID.exec(event.id);
+    const reclaimsIt =
+      scope === null
+        ? unit === null && event.epoch === epoch
+        : unit !== null
+          ? `${unit[1] ?? ''}~${unit[2] ?? ''}` === scope && Number(unit[3]) === epoch
+          : event.unit === unitName(scope);
+    if (reclaimsIt) first = event.commitUs;
+  }
+  return first;
+}
+
+/** Whether the fault stopped the hit claim's worker: by its kind, or by the reclaim it brought about in time. */
+function holderStopped(fault: FaultRecord, job: CollectedJob, target: FaultTarget): boolean {
+  if (HOLDER_STOPPED.has(fault.kind)) return true;
+  if (fault.stopsHolderByMs === undefined || target.epoch === null) return false;
+  return reclaimedAtUs(job, target.unit, target.epoch, fault.atMs * 1000) <= fault.stopsHolderByMs * 1000;
 }
 
 /**
@@ -177,7 +213,7 @@ export function recoveryByKind(faults: readonly FaultRecord[], jobs: readonly Co
       let missing: string | null = null;
       for (const target of fault.targets) {
         const job = byId.get(target.jobId);
-        const mark = job ? progressAfter(job, target, fault.atMs, HOLDER_STOPPED.has(kind)) : null;
+        const mark = job ? progressAfter(job, target, fault.atMs, holderStopped(fault, job, target)) : null;
         if (mark === null) {
           missing ??= target.jobId;
           continue;

@@ -443,7 +443,13 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
       if (outcome.injected && DISRUPTIVE.has(fault.spec.kind)) lastDisruptionMs = Math.max(lastDisruptionMs, Date.now() + (outcome.holdsOnMs ?? 0));
       let number = '';
       if (outcome.injected) {
-        faultRecords.push({ index: faultRecords.length + 1, kind: fault.spec.kind, atMs: outcome.atMs ?? startedMs, targets: outcome.targets ?? [] });
+        faultRecords.push({
+          index: faultRecords.length + 1,
+          kind: fault.spec.kind,
+          atMs: outcome.atMs ?? startedMs,
+          targets: outcome.targets ?? [],
+          ...(outcome.stopsHolderByMs === undefined ? {} : { stopsHolderByMs: outcome.stopsHolderByMs }),
+        });
         number = ` #${faultRecords.length}`;
       }
       const tookMs = Date.now() - startedMs;

@@ -144,6 +144,33 @@ describe('chaos recovery: the next durable progress after a fault', () => {
     expect(progressAfter(notReclaimed, claim('job-g', 1, 'experts~a'), 2_000, true)?.what).toBe('events/e5 (completed)');
   });
 
+  test("an expired lease the fault's own sweep reclaimed: the live holder's commit landing before that reclaim is a leftover, not the recovery", () => {
+    // The lease moved into the past at 0; the holder's save lands at 62, the fault's sweep reclaims at 107 (answering at 300), the next claim saves at 240.
+    const swept = job('job-le', {
+      events: [event('e1', 'claimed', 2, -400), event('e2', 'reclaimed', 2, 107), event('e3', 'claimed', 3, 150)],
+      transcripts: [transcript('t5', 2, 62), transcript('t6', 3, 240)],
+    });
+    const expiry = (stopsHolderByMs: number | undefined, target: FaultTarget): FaultRecord[] => [
+      { index: 1, kind: 'lease-expiry', atMs: 0, targets: [target], ...(stopsHolderByMs === undefined ? {} : { stopsHolderByMs }) },
+    ];
+    expect(recoveryByKind(expiry(300, claim('job-le', 2)), [swept], ['lease-expiry']).map(figures)[0]?.worstMs).toBe(240);
+    // A reclaim after the fault's sweep had answered is not its doing (the holder renewed first, and lost its lease later): its own save counts.
+    expect(recoveryByKind(expiry(100, claim('job-le', 2)), [swept], ['lease-expiry']).map(figures)[0]?.worstMs).toBe(62);
+    expect(recoveryByKind(expiry(undefined, claim('job-le', 2)), [swept], ['lease-expiry']).map(figures)[0]?.worstMs).toBe(62);
+    // A unit's reclaim is an event under the unit's own claim, its unit epoch in the ID: it stops the hit claim as the job's reclaim does.
+    const sweptUnit = job('job-lu', {
+      events: [event('e1', 'claimed', 5, -5_000), unitEvent('reclaimed', 'experts', 'e1', 2, 275, 5)],
+      transcripts: [transcript('ta3', 2, 16, 'e1', 'experts'), transcript('ta4', 3, 11_242, 'e1', 'experts')],
+    });
+    expect(recoveryByKind(expiry(400, claim('job-lu', 2, 'experts~e1')), [sweptUnit], ['lease-expiry']).map(figures)[0]?.worstMs).toBe(11_242);
+    // The same event supersedes the claim for any fault: a commit of that claim after its reclaim never counts.
+    const lateLeftover = job('job-lv', {
+      events: [event('e1', 'claimed', 5, -5_000), unitEvent('reclaimed', 'experts', 'e1', 2, 275, 5)],
+      transcripts: [transcript('ta3', 2, 300, 'e1', 'experts'), transcript('ta4', 3, 11_242, 'e1', 'experts')],
+    });
+    expect(progressAfter(lateLeftover, claim('job-lv', 2, 'experts~e1'), 0, false)?.what).toBe('transcripts/ta4');
+  });
+
   test('no progress after the fault: not recovered, and named apart', () => {
     const stuck = job('job-s', { events: [event('e1', 'claimed', 1, 0)], transcripts: [transcript('t1', 1, 1_000)] });
     const faults: FaultRecord[] = [{ index: 4, kind: 'worker-freeze', atMs: 2_000, targets: [claim('job-s', 1)] }];
