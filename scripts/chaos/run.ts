@@ -427,6 +427,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     );
     // The last fault that can leave a transaction open (a killed or frozen worker, a cut or stalled Firestore, lost answers).
     let lastDisruptionMs = 0;
+    const firestoreOutages: { readonly startMs: number; readonly endMs: number }[] = [];
     const faultRecords: FaultRecord[] = [];
     const windowOver = (): boolean => Date.now() >= faultClock + plan.faultWindowMs && flags.submitted;
     for (const fault of faultStream(plan.seed, plan.meanFaultGapMs, plan.faultWeights)) {
@@ -440,6 +441,8 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
         outcome = { injected: false, detail: `injection failed: ${error instanceof Error ? error.message : String(error)}` };
       }
       count(fault.spec.kind, outcome.injected);
+      // The injection of a Firestore stall or cut returns when Firestore is back.
+      if (outcome.injected && fault.spec.kind === 'checkpoint-write-failure') firestoreOutages.push({ startMs: outcome.atMs ?? startedMs, endMs: Date.now() });
       if (outcome.injected && DISRUPTIVE.has(fault.spec.kind)) lastDisruptionMs = Math.max(lastDisruptionMs, Date.now() + (outcome.holdsOnMs ?? 0));
       let number = '';
       if (outcome.injected) {
@@ -548,6 +551,8 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     }));
     mark('results read');
     const sweeps = activeSweeper.stats();
+    // A pass that overlapped an injected Firestore stall or cut waited on Firestore itself, not on a lock.
+    const slowDuringOutage = sweeps.slow.filter((pass) => firestoreOutages.some((outage) => outage.startMs < pass.startedMs + pass.tookMs && outage.endMs > pass.startedMs)).length;
     const steps = await stepOutcomes(stack.logFile);
     const recordedResults = jobs.reduce((sum, job) => sum + job.transcripts.reduce((inJob, transcript) => inJob + transcript.toolResultIds.length, 0), 0);
     if (recordedResults > 0 && toolLog.executions.length === 0) {
@@ -558,7 +563,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
       for (const missed of kind.notRecovered) log(`recovery: fault #${missed.fault.index} ${kind.kind}: job ${missed.jobId} committed no progress after it`);
     }
     if (options.keepDir !== undefined) {
-      await keepEvidence(options.keepDir, { plan, launchMs, faults: faultRecords, recovery, jobs }, [stack.logFile, toolExecutionLog]);
+      await keepEvidence(options.keepDir, { plan, launchMs, faults: faultRecords, recovery, jobs, slowSweeps: sweeps.slow, firestoreOutages }, [stack.logFile, toolExecutionLog]);
       log(`evidence kept in ${options.keepDir}`);
     }
     const deploys = faultTally.get('rolling-deploy')?.injected ?? 0;
@@ -566,6 +571,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     const lastSettle = settleReports.at(-1);
     const extra: [string, string][] = [
       ['sweeper passes / slower than 10 s / longest', `${sweeps.passes} / ${sweeps.slowPasses} / ${(sweeps.longestPassMs / 1000).toFixed(1)} s`],
+      ['  slower than 10 s while Firestore itself was stalled or cut', `${slowDuringOutage} of ${sweeps.slow.length}`],
       ['  of them rules 1-4 (leases, lost tasks, waits)', `${sweeps.rulePasses} / ${sweeps.slowRulePasses} / ${(sweeps.longestRulePassMs / 1000).toFixed(1)} s`],
       ['sweeper: job / unit leases reclaimed, quarantined, resumed', `${sweeps.reclaimed} / ${sweeps.unitsReclaimed}, ${sweeps.quarantined}, ${sweeps.resumed}`],
       ['sweeper: stopped jobs with effects checked / settled', `${sweeps.stoppedChecked} / ${sweeps.stoppedSettled}`],

@@ -47,6 +47,14 @@ export interface SweeperStats {
   /** Stopped jobs whose effects a pass checked with the receiver, and those it found settled. */
   readonly stoppedChecked: number;
   readonly stoppedSettled: number;
+  /** Each pass slower than `slowMs`: when it started and how long it took (wall-clock ms). */
+  readonly slow: readonly SlowPass[];
+}
+
+export interface SlowPass {
+  readonly lane: 'rules' | 'ended';
+  readonly startedMs: number;
+  readonly tookMs: number;
 }
 
 export interface ChaosSweeper {
@@ -91,6 +99,7 @@ export function startChaosSweeper(options: {
     stoppedChecked: 0,
     stoppedSettled: 0,
   };
+  const slow: SlowPass[] = [];
   /** Times a pass of either lane, counts it, and says when it was slow or failed. */
   const timed = <R>(lane: 'rules' | 'ended', startedMs: number, pass: Promise<R>, acted: (report: R) => string[]): Promise<R> =>
     pass.then(
@@ -106,6 +115,7 @@ export function startChaosSweeper(options: {
         if (tookMs > options.slowMs) {
           totals.slowPasses += 1;
           if (lane === 'rules') totals.slowRulePasses += 1;
+          slow.push({ lane, startedMs, tookMs });
           const why = lane === 'rules' ? 'a document it needed was locked' : 'stopped jobs\' effects looked up at the receiver, or a locked document';
           options.log(`sweeper: a${lane === 'rules' ? '' : 'n ended-jobs'} pass took ${(tookMs / 1000).toFixed(1)} s (${why})${said.length > 0 ? `: ${said.join(', ')}` : ''}`);
         } else if (said.length > 0) {
@@ -173,7 +183,7 @@ export function startChaosSweeper(options: {
   return {
     runNow,
     settleStoppedAt,
-    stats: () => ({ ...totals }),
+    stats: () => ({ ...totals, slow: [...slow] }),
     stop: async () => {
       clearInterval(timer);
       // A pass stuck on a locked document may take a minute; do not wait that long to stop.
