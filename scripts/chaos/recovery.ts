@@ -25,7 +25,8 @@
  *     committed after the fault, by any claim, in any scope.
  * A fault that hit several jobs (Firestore stalled, a rolling deploy) is recovered once each of
  * them has progressed: its figure is the slowest of its targets, and that job is the one named.
- * A fault that hit nothing is not counted; a target with no progress after the fault at all (it
+ * A fault that hit nothing is not counted, nor a target whose job had ended by the fault's time
+ * (cancelled by its owner a moment before: what follows is the stopped job's bookkeeping); a target with no progress after the fault at all (it
  * was already waiting for a person, or the run ended first) is counted apart, as not recovered.
  * Faults overlap: when another fault hit the same job before it recovered, its figure holds that
  * one's delay too. It is counted all the same, and flagged (`overlapped`) so the table can say so.
@@ -213,6 +214,8 @@ export function recoveryByKind(faults: readonly FaultRecord[], jobs: readonly Co
       let missing: string | null = null;
       for (const target of fault.targets) {
         const job = byId.get(target.jobId);
+        // A job that had ended by then (its owner cancelled it a moment before) had nothing left to recover.
+        if (job !== undefined && endedBy(job, fault.atMs)) continue;
         const mark = job ? progressAfter(job, target, fault.atMs, holderStopped(fault, job, target)) : null;
         if (mark === null) {
           missing ??= target.jobId;
@@ -227,6 +230,11 @@ export function recoveryByKind(faults: readonly FaultRecord[], jobs: readonly Co
     if (recovered.length > 0 || notRecovered.length > 0) out.push({ kind, recovered: recovered.sort((a, b) => a.ms - b.ms), notRecovered });
   }
   return out;
+}
+
+/** Whether the job's terminal event committed at or before `atMs`. */
+function endedBy(job: CollectedJob, atMs: number): boolean {
+  return job.events.some((event) => TERMINAL.has(event.kind) && event.commitUs <= atMs * 1000);
 }
 
 /** Whether a fault other than `fault` hit `jobId` after it and before `untilMs`. */

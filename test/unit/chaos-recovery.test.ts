@@ -171,6 +171,15 @@ describe('chaos recovery: the next durable progress after a fault', () => {
     expect(progressAfter(lateLeftover, claim('job-lv', 2, 'experts~e1'), 0, false)?.what).toBe('transcripts/ta4');
   });
 
+  test('a target whose job had ended by the fault is not counted: the stopped job\'s later bookkeeping is no recovery', () => {
+    // The owner cancelled at 900; the fault took effect at 1 000; the stopped-effects check reconciled a minute later.
+    const cancelled = job('job-x', { events: [event('e1', 'claimed', 2, 0), event('e2', 'cancelled', 2, 900), event('e3', 'effects-reconciled', 2, 61_000)] });
+    const fault: FaultRecord = { index: 1, kind: 'commit-answer-lost', atMs: 1_000, targets: [claim('job-x', 2)] };
+    expect(recoveryByKind([fault], [cancelled], ['commit-answer-lost'])).toEqual([]);
+    // Cancelled after the fault: the job's end is its recovery, as before.
+    expect(recoveryByKind([{ ...fault, atMs: 500 }], [cancelled], ['commit-answer-lost']).map(figures)[0]?.worstMs).toBe(400);
+  });
+
   test('no progress after the fault: not recovered, and named apart', () => {
     const stuck = job('job-s', { events: [event('e1', 'claimed', 1, 0)], transcripts: [transcript('t1', 1, 1_000)] });
     const faults: FaultRecord[] = [{ index: 4, kind: 'worker-freeze', atMs: 2_000, targets: [claim('job-s', 1)] }];
@@ -205,10 +214,10 @@ describe('chaos recovery: the next durable progress after a fault', () => {
       { index: 3, kind: 'duplicate-delivery', atMs: 20_000, targets: [{ jobId: 'job-k', unit: null, epoch: null }] },
     ];
     const rows = recoveryByKind(faults, [killed], ['worker-kill', 'duplicate-delivery']).map(figures);
-    // Fault #2 fell inside the kill's 8.5 s; fault #3 came after the job's end and hit nothing it could recover from.
+    // Fault #2 fell inside the kill's 8.5 s; fault #3 came after the job's end: not counted.
     expect(rows.map((row) => [row.kind, row.n, row.overlapped, row.notRecovered])).toEqual([
       ['worker-kill', 1, 1, 0],
-      ['duplicate-delivery', 1, 0, 1],
+      ['duplicate-delivery', 1, 0, 0],
     ]);
     // The kill's only recovery was overlapped: nothing is left for its alone figure.
     expect(rows[0]?.aloneP99Ms).toBeNaN();
