@@ -164,12 +164,20 @@ test("the last tool result's save overlaps the next model call and lands before 
   ]);
 });
 
-test('a failed overlapped save cuts the model call short and is what the section reports, though the provider calls the abort an outage', async () => {
+// With retries left, an outage would be retried (and the failed save found before the retry's call);
+// with none left, it would be thrown as it is. Either way the failed save is what the section reports, at once.
+test.each([
+  ['with retries left', 3],
+  ['on the last retry', 0],
+])('a failed overlapped save cuts the model call short and is what the section reports, though the provider calls the abort an outage (%s)', async (_when, transientRetries) => {
   const transcripts = new DeferredTranscripts();
   // A provider that reports every abort as an outage: unless the save's failure is settled first, the runner would retry it.
   const model = new DeferredModel(transcripts.log, () => new ProviderUnavailableError('connection closed'));
-  const run = runSection(spec, deps(transcripts, model));
-  run.catch(() => undefined);
+  // A backoff that never ends (its timer never fires): the failure must be reported without waiting for a retry.
+  const timers = { setTimeout: () => 0, clearTimeout: () => undefined };
+  const run = runSection(spec, deps(transcripts, model, { policy: { transientRetries }, timers }));
+  let outcome: unknown = 'pending';
+  run.catch((error: unknown) => (outcome = error));
 
   await model.answer(toolTurn('a'));
   (await transcripts.next('calls')).land();
@@ -181,7 +189,8 @@ test('a failed overlapped save cuts the model call short and is what the section
   for (let i = 0; i < 20 && model.signals[1]?.aborted !== true; i += 1) await tick();
   expect(model.signals[1]?.aborted).toBe(true);
 
-  await expect(run).rejects.toThrow('claim lost');
+  for (let i = 0; i < 20 && outcome === 'pending'; i += 1) await tick();
+  expect(outcome).toEqual(new Error('claim lost'));
   // The call was not tried again, and nothing was saved after the failure.
   expect(transcripts.log.filter((entry) => entry === 'model call')).toHaveLength(2);
   expect(transcripts.log.at(-1)).toBe('save result a failed');
