@@ -6,10 +6,11 @@
  * - tasks that are due run concurrently (as Cloud Tasks dispatches them);
  * - a task whose delivery fails is delivered again on the step queue's retry schedule (read from
  *   runJobStep's own settings: 2 s, 4 s, 8 s, ... after each failure, at most maxAttempts
- *   deliveries). A delivery fails when the handler throws, when runStep answers `not-yet-due` (the
- *   trigger throws then, to be redelivered: functions/src/triggers/run-job-step.ts), when the
- *   worker is killed (the platform answers 5xx at once), and when the worker froze (the request
- *   fails only at the function timeout);
+ *   deliveries). A delivery fails when the handler throws, when runStep answers `not-yet-due`
+ *   for longer than the trigger waits in its request (runStepWhenDue: it waits up to
+ *   dueWaitLimitMs in all and tries the claim again, then throws to be redelivered:
+ *   functions/src/triggers/run-job-step.ts), when the worker is killed (the platform answers 5xx
+ *   at once), and when the worker froze (the request fails only at the function timeout);
  * - a killed or frozen worker is abandoned where it stands: it neither heartbeats nor flushes;
  * - when nothing can run, the clock jumps to whichever comes first: the next task due, or the first
  *   sweeper pass after a lease expires or a queued job's grace runs out (a full sweep each minute,
@@ -26,6 +27,7 @@ import { stepTaskId, TERMINAL_STATUSES, type StepTask } from '../../functions/sr
 import type { EngineOptions } from '../../functions/src/core/options';
 import type { PipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
+import { dueWaitLimitMs } from '../../functions/src/engine/step/due-wait';
 import type { RunnerDeps, StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep, sweepRecovery } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
@@ -43,6 +45,7 @@ export const WAIT = {
   frozen: 'frozen worker: function timeout, then redelivery',
   error: 'error: redelivery',
   early: 'task came early: redelivery',
+  dueWait: 'task came early: waited in its request',
   sweep: 'lease expiry, then the next sweep',
 } as const;
 
@@ -54,6 +57,8 @@ interface QueuedTask {
   readonly failures: number;
   /** What the virtual wait before this delivery is counted as. */
   readonly cause: string;
+  /** Set when this run is the same delivery trying its claim again after waiting in its request: how long it has waited so far. */
+  readonly waitedInRequestMs?: number;
 }
 
 /** A task queue port on the injected clock that, like Cloud Tasks, drops a task ID it has seen. */
@@ -88,6 +93,11 @@ export class VirtualTaskQueue implements TaskQueuePort {
     }
     this.pending.push({ ...queued, failures, cause, dueAtMs: this.clock.now() + afterMs + redeliveryDelayMs(failures) });
     return true;
+  }
+
+  /** The same delivery tries its claim again `afterMs` from now, after waiting in its request (no failure counted; a redelivery keeps the cause it came back for). */
+  waitInRequest(queued: QueuedTask, afterMs: number): void {
+    this.pending.push({ ...queued, cause: queued.failures > 0 ? queued.cause : WAIT.dueWait, waitedInRequestMs: (queued.waitedInRequestMs ?? 0) + afterMs, dueAtMs: this.clock.now() + afterMs });
   }
 
   takeDue(nowMs: number): QueuedTask | undefined {
@@ -231,7 +241,8 @@ export class PhaselineDriver {
     const causeAfter = (queued: QueuedTask, fallback: string): string => (queued.failures > 0 ? queued.cause : fallback);
 
     const start = (queued: QueuedTask): void => {
-      tasks += 1;
+      // A claim tried again after a wait in the request is the same delivery.
+      if (queued.waitedInRequestMs === undefined) tasks += 1;
       this.workerSequence += 1;
       const worker = newWorker(`bench-worker-${this.workerSequence}`);
       const began = performance.now();
@@ -247,9 +258,15 @@ export class PhaselineDriver {
             outcomes[result.outcome.kind] = (outcomes[result.outcome.kind] ?? 0) + 1;
             if (queued.task.jobId === jobId && (result.outcome.kind === 'completed' || result.outcome.kind === 'failed')) finishedAt ??= performance.now();
             if (result.outcome.kind === 'not-yet-due') {
-              // runJobStep throws on this outcome so that Cloud Tasks delivers the task again.
+              const { retryAfterMs } = result.outcome;
+              // runJobStep waits in its request for a claim due within its limit (runStepWhenDue), else throws so that Cloud Tasks delivers the task again.
+              if ((queued.waitedInRequestMs ?? 0) + retryAfterMs <= dueWaitLimitMs({ store: this.store })) {
+                this.queue.waitInRequest(queued, retryAfterMs);
+                return;
+              }
               notYetDue += 1;
-              this.queue.redeliver(queued, causeAfter(queued, WAIT.early));
+              const { waitedInRequestMs: _waited, ...delivery } = queued;
+              this.queue.redeliver(delivery, causeAfter(queued, WAIT.early));
             }
             return;
           case 'error':

@@ -171,22 +171,14 @@ export function notAhead(results: Pick<BenchResults, 'comparison' | 'sensitivity
   const killed = ours.recoveryMsPerKilledWorker;
   const fasterAfterKill = baselines.filter((item) => item.recoveryMsPerKilledWorker < killed);
   if (fasterAfterKill.length > 0) {
-    const staleSeconds = results.meta.engineOptions.staleHeartbeatSeconds ?? Number.NaN;
-    // When the redeliveries arrive after a kill, by Cloud Tasks' schedule (cumulative), up to the first at or past the stale limit.
-    const arrivals: number[] = [];
-    let failures = 1;
-    for (let atMs = 0; failures < STEP_QUEUE.maxAttempts && arrivals.length < 12; failures += 1) {
-      atMs += redeliveryDelayMs(failures);
-      arrivals.push(atMs / 1000);
-      if (atMs >= staleSeconds * 1000) break;
-    }
-    const last = arrivals.at(-1) ?? Number.NaN;
-    const following = last + redeliveryDelayMs(failures + 1) / 1000;
+    const { staleHeartbeatSeconds, clockSkewSeconds } = results.meta.engineOptions;
+    const takeoverSeconds = (staleHeartbeatSeconds ?? Number.NaN) + (clockSkewSeconds ?? 0);
+    const firstArrival = redeliveryDelayMs(1) / 1000;
     notes.push(
       `**Recovery wait after a killed worker.** Phaseline's work came back ${seconds(killed)} (virtual) after the kill, against ${names(fasterAfterKill, (item) => seconds(item.recoveryMsPerKilledWorker))}. ` +
-        `Cloud Tasks delivers the killed request's task again ${arrivals.map((at) => `${fmt(at)} s`).join(', ')} after the kill (backoff from ${STEP_QUEUE.minBackoffSeconds} s, doubling); ` +
-        `a delivery that finds the dead worker's last heartbeat younger than ${fmt(staleSeconds)} s cannot tell it from a slow live one, so it asks to come back later, and the first one at or past that takes over with a new epoch ` +
-        `(the bench kills a worker right after its heartbeat, the longest case; a stale limit just above ${fmt(last)} s would wait for the next delivery, at ${fmt(following)} s). ` +
+        `Cloud Tasks delivers the killed request's task again ${fmt(firstArrival)} s after the kill; ` +
+        `a delivery that finds the dead worker's last heartbeat younger than ${fmt(takeoverSeconds)} s (the stale age plus the clock-skew allowance) cannot tell it from a slow live one, so it waits in its request until the heartbeat is that old and takes over with a new epoch ` +
+        '(the bench kills a worker right after its heartbeat, the longest case). ' +
         'A plain retry starts again at the first redelivery, and repeats the work the rows above count.',
     );
   }
@@ -555,7 +547,7 @@ export function renderMarkdown(results: BenchResults): string {
       `**Latency is real.** Every model call (injected errors included) waits ${meta.modelLatencyMs} ms on a real timer through the offline provider's \`latencyMs\` and \`sleep\`; tool calls (the bundled corpus) add none. ` +
         'Nothing that production would spend waiting is slept: Phaseline runs on an injected clock that jumps to the next task due (a backoff ending, a redelivery) or to the first every-minute sweep after a lease expired, whichever comes first; ' +
         `the baselines' redelivery waits are computed from the same rules. Both follow the step queue as \`runJobStep\` configures it (read from its settings: backoff from ${STEP_QUEUE.minBackoffSeconds} s, doubling ${STEP_QUEUE.maxDoublings} times, at most ${STEP_QUEUE.maxBackoffSeconds} s, ${STEP_QUEUE.maxAttempts} deliveries; function timeout ${STEP_QUEUE.timeoutSeconds} s). ` +
-        'A failed delivery is retried on that schedule: a killed worker\'s request fails at once, a frozen worker\'s only at the function timeout, and a Phaseline task that answers `not-yet-due` fails on purpose (the trigger throws to be redelivered). ' +
+        'A failed delivery is retried on that schedule: a killed worker\'s request fails at once, a frozen worker\'s only at the function timeout, and a Phaseline task whose claim is not yet due waits in its request for up to the take-over age in all and tries again (runStepWhenDue), and fails on purpose only past that (the trigger throws to be redelivered). ' +
         'Those jumps are the "recovery wait (virtual)"; the wait per lost worker runs from the loss to the reclaim in the job\'s timeline (a redelivered task\'s takeover or the sweeper\'s), or for the baselines to the redelivery.',
       '**Phaseline** is the real runner and sweeper on the official Firestore emulator, driven in-process as `test/support/engine.ts` drives them: a task-queue port that drops duplicate task IDs, ' +
         `due tasks run concurrently (up to 4, so the two experts run in parallel), the engine's default options (lease ${fmt(meta.engineOptions.leaseSeconds ?? Number.NaN)} s, heartbeat ${fmt(meta.engineOptions.heartbeatSeconds ?? Number.NaN)} s, ` +

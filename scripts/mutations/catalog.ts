@@ -514,6 +514,22 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/ended-fanout.test.ts'], names: 'legacy fan-out' }],
   },
   {
+    name: 'early-task-waits-in-request',
+    removes: 'the wait in its request of a task whose claim is due soon (every early task fails its delivery, and Cloud Tasks doubles its backoff each time)',
+    file: 'functions/src/engine/step/due-wait.ts',
+    search: '    if (clock.now() - startedMs + outcome.retryAfterMs > limitMs) return outcome;\n',
+    replace: '    return outcome;\n',
+    tests: [{ files: ['test/emulator/recovery.test.ts'], names: 'waits until the holder may be taken over' }],
+  },
+  {
+    name: 'due-wait-bounded',
+    removes: 'the bound on how long a task waits in its request for its claim (a live holder\'s duplicate task holds its request for the whole step)',
+    file: 'functions/src/engine/step/due-wait.ts',
+    search: '    if (clock.now() - startedMs + outcome.retryAfterMs > limitMs) return outcome;\n',
+    replace: '',
+    tests: [{ files: ['test/emulator/recovery.test.ts'], names: 'a wait longer than the limit is not made|waits at most the limit in all' }],
+  },
+  {
     name: 'saved-before-model-call',
     removes: "the section runner's settling of the save a model call overlapped when that call fails (a lost claim's failed save is hidden behind the call's error, and an abort the provider calls an outage is retried)",
     file: 'functions/src/agent/section-runner.ts',

@@ -7,6 +7,7 @@
 import { z } from 'zod';
 import { defineFanOutPhase, definePhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
+import { dueWaitLimitMs, runStepWhenDue } from '../../functions/src/engine/step/due-wait';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
 import type { RecordedTask } from '../support/task-queue';
@@ -91,6 +92,105 @@ async function startDoomed(jobId: string): Promise<RecordedTask> {
   await until(async () => (await readJob(jobId)).epoch > before);
   return task;
 }
+
+describe('a task that comes early waits in its request for its claim to come due', () => {
+  /** Settles when the step has set its next timer (the wait in its request) or finished. */
+  async function nextWait(timers: ManualTimers, step: Promise<unknown>): Promise<number[]> {
+    let finished = false;
+    void step.then(
+      () => (finished = true),
+      () => (finished = true),
+    );
+    await until(() => Promise.resolve(finished || timers.size > 0));
+    return timers.pendingDelays;
+  }
+
+  test("a killed worker's task, delivered again while the heartbeat is fresh, waits until the holder may be taken over and takes it, without a redelivery", async () => {
+    control.hangs = 1;
+    const jobId = await harness.submit('recovering', { units: 0 });
+    const task = await startDoomed(jobId);
+    harness.clock.advance(5_000);
+
+    const timers = new ManualTimers();
+    const step = runStepWhenDue(harness.deps('redelivery', { timers }), task.task);
+    // One wait, for exactly the rest of the take-over age: Cloud Tasks is not asked to deliver it again.
+    expect(await nextWait(timers, step)).toEqual([takeoverAgeMs(harness.options) - 5_000]);
+    expect(await readJob(jobId)).toMatchObject({ status: 'running', epoch: 1 });
+    harness.clock.advance(takeoverAgeMs(harness.options) - 5_000);
+    timers.fireAll();
+    expect(await step).toEqual({ kind: 'handed-off', phase: 'work', checkpointed: true });
+    expect(await readJob(jobId)).toMatchObject({ status: 'queued', epoch: 2 });
+  });
+
+  test('a wait longer than the limit is not made: the task asks for a redelivery at once, as before', async () => {
+    control.hangs = 1;
+    const jobId = await harness.submit('recovering', { units: 0 });
+    const task = await startDoomed(jobId);
+    harness.clock.advance(1_000);
+    const timers = new ManualTimers();
+    const needed = takeoverAgeMs(harness.options) - 1_000;
+    const step = runStepWhenDue(harness.deps('redelivery', { timers }), task.task, needed - 1);
+    expect(await nextWait(timers, step)).toEqual([]);
+    expect(await step).toEqual({ kind: 'not-yet-due', retryAfterMs: needed });
+    expect(dueWaitLimitMs(harness.deps())).toBe(takeoverAgeMs(harness.options));
+  });
+
+  test("a live holder's duplicate task waits at most the limit in all, then asks for a redelivery; the holder keeps its claim", async () => {
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const slow = definePipeline<Input>({
+      name: 'recovering',
+      description: 'Test pipeline: a phase that reports progress while it waits on a gate',
+      input,
+      phases: [
+        definePhase<Input, { sections: number }>({
+          name: 'work',
+          state: z.strictObject({ sections: z.number() }),
+          run: async (context) => {
+            context.reportProgress({ waiting: 1 });
+            await gate;
+            return { kind: 'done', state: { sections: 0 } };
+          },
+        }),
+      ],
+      publish: () => ({ outcome: 'complete', title: 'Slow', markdown: 'done', missing: [] }),
+    });
+    const holderTimers = new ManualTimers();
+    const jobId = await harness.submit('recovering', { units: 0 });
+    const task = harness.queue.tasks.shift()!;
+    const running = runStep({ ...harness.deps('alive', { timers: holderTimers }), pipelines: pipelineRegistry(slow) }, task.task);
+    await until(async () => (await readJob(jobId)).status === 'running');
+
+    const timers = new ManualTimers();
+    const duplicate = runStepWhenDue({ ...harness.deps('duplicate', { timers }), pipelines: pipelineRegistry(slow) }, task.task);
+    const limitMs = dueWaitLimitMs(harness.deps());
+    let waitedMs = 0;
+    for (;;) {
+      const delays = await nextWait(timers, duplicate);
+      if (delays.length === 0) break;
+      // While the duplicate waits, the holder renews its lease (a heartbeat every heartbeatSeconds).
+      const waitMs = delays[0]!;
+      waitedMs += waitMs;
+      for (let left = waitMs; left > 0; ) {
+        const stepMs = Math.min(left, harness.options.heartbeatSeconds * 1000);
+        await until(() => Promise.resolve(holderTimers.size > 0));
+        harness.clock.advance(stepMs);
+        holderTimers.fireAll();
+        await until(async () => (await readJob(jobId)).lease?.renewedAtMs === harness.clock.now());
+        left -= stepMs;
+      }
+      timers.fireAll();
+    }
+    expect(await duplicate).toMatchObject({ kind: 'not-yet-due' });
+    expect(waitedMs).toBeGreaterThan(0);
+    expect(waitedMs).toBeLessThanOrEqual(limitMs);
+    release();
+    expect((await running).kind).toBe('handed-off');
+    expect((await readJob(jobId)).epoch).toBe(1);
+  });
+});
 
 describe('a redelivered task takes over a job whose worker went silent', () => {
   test('a redelivery while the heartbeat is fresh asks to come back when it would be stale; after that it takes over with a new epoch', async () => {

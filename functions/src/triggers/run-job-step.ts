@@ -2,7 +2,7 @@ import { logger } from 'firebase-functions';
 import { onTaskDispatched, type TaskQueueFunction } from 'firebase-functions/v2/tasks';
 import { quotaDefaultsFromEnv, refuseUnpricedProvider, stepQueueLimitsFromEnv, tracingConfigFromEnv } from '../config/environment';
 import { systemClock } from '../core/clock';
-import { runStep } from '../engine/step';
+import { runStepWhenDue } from '../engine/step/due-wait';
 import type { RunnerDeps } from '../engine/step/deps';
 import { STEP_TIMEOUT_SECONDS } from '../store/cloud-tasks-queue';
 import { JobStore } from '../store/job-store';
@@ -76,7 +76,7 @@ export function createRunJobStep(deployment: Deployment): TaskQueueFunction<unkn
         outcome = await traceStep(
           { headers: request.headers, task: request.data, attributes: { 'phaseline.task.retry_count': request.retryCount } },
           async () => {
-            const finished = await runStep(runnerDeps(), request.data);
+            const finished = await runStepWhenDue(runnerDeps(), request.data);
             log().info('step finished', { outcome: finished, task: request.data, retryCount: request.retryCount });
             return finished;
           },
@@ -87,7 +87,7 @@ export function createRunJobStep(deployment: Deployment): TaskQueueFunction<unkn
         await traced.flush();
       }
       if (outcome.kind === 'not-yet-due') {
-        // The only wanted redelivery: the job is backing off and this task came early.
+        // The only wanted redelivery: the job is backing off, or its holder is live, past what the step waits for in its request.
         throw new Error(`Job is backing off for another ${Math.ceil(outcome.retryAfterMs / 1000)} s; redeliver later`);
       }
     },
