@@ -27,7 +27,7 @@ import { stepTaskId, TERMINAL_STATUSES, type StepTask } from '../../functions/sr
 import type { EngineOptions } from '../../functions/src/core/options';
 import type { PipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
-import { dueWaitLimitMs } from '../../functions/src/engine/step/due-wait';
+import { dueRecheckMs, dueWaitLimitMs } from '../../functions/src/engine/step/due-wait';
 import type { RunnerDeps, StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep, sweepRecovery } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
@@ -259,9 +259,9 @@ export class PhaselineDriver {
             if (queued.task.jobId === jobId && (result.outcome.kind === 'completed' || result.outcome.kind === 'failed')) finishedAt ??= performance.now();
             if (result.outcome.kind === 'not-yet-due') {
               const { retryAfterMs } = result.outcome;
-              // runJobStep waits in its request for a claim due within its limit (runStepWhenDue), else throws so that Cloud Tasks delivers the task again.
-              if ((queued.waitedInRequestMs ?? 0) + retryAfterMs <= dueWaitLimitMs({ store: this.store })) {
-                this.queue.waitInRequest(queued, retryAfterMs);
+              // runJobStep waits in its request for a claim due within its limit in all, looking again at least every dueRecheckMs (runStepWhenDue), else throws so that Cloud Tasks delivers the task again.
+              if ((queued.waitedInRequestMs ?? 0) + retryAfterMs <= dueWaitLimitMs(this.store.options)) {
+                this.queue.waitInRequest(queued, Math.min(retryAfterMs, dueRecheckMs(this.store.options)));
                 return;
               }
               notYetDue += 1;

@@ -7,7 +7,7 @@
 import { z } from 'zod';
 import { defineFanOutPhase, definePhase, definePipeline, pipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
-import { dueWaitLimitMs, runStepWhenDue } from '../../functions/src/engine/step/due-wait';
+import { dueRecheckMs, dueWaitLimitMs, runStepWhenDue } from '../../functions/src/engine/step/due-wait';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
 import { JOBS } from '../../functions/src/store/paths';
 import type { RecordedTask } from '../support/task-queue';
@@ -113,12 +113,22 @@ describe('a task that comes early waits in its request for its claim to come due
 
     const timers = new ManualTimers();
     const step = runStepWhenDue(harness.deps('redelivery', { timers }), task.task);
-    // One wait, for exactly the rest of the take-over age: Cloud Tasks is not asked to deliver it again.
-    expect(await nextWait(timers, step)).toEqual([takeoverAgeMs(harness.options) - 5_000]);
-    expect(await readJob(jobId)).toMatchObject({ status: 'running', epoch: 1 });
-    harness.clock.advance(takeoverAgeMs(harness.options) - 5_000);
-    timers.fireAll();
-    expect(await step).toEqual({ kind: 'handed-off', phase: 'work', checkpointed: true });
+    // Waits for the rest of the take-over age, looking again at least every recheck interval; Cloud Tasks is not asked to deliver it again.
+    const needMs = takeoverAgeMs(harness.options) - 5_000;
+    const waits: number[] = [];
+    // (Once it took over, the same timers carry its own heartbeat: only the waits before that are counted.)
+    for (let leftMs = needMs; leftMs > 0; ) {
+      const delays = await nextWait(timers, step);
+      expect(delays).toHaveLength(1);
+      expect(await readJob(jobId)).toMatchObject({ status: 'running', epoch: 1 });
+      waits.push(delays[0]!);
+      harness.clock.advance(delays[0]!);
+      leftMs -= delays[0]!;
+      timers.fireAll();
+    }
+    expect(waits.reduce((sum, ms) => sum + ms, 0)).toBe(needMs);
+    expect(Math.max(...waits)).toBeLessThanOrEqual(dueRecheckMs(harness.options));
+    expect(await step).toEqual({ outcome: { kind: 'handed-off', phase: 'work', checkpointed: true }, waitedMs: needMs, claimTries: waits.length + 1 });
     expect(await readJob(jobId)).toMatchObject({ status: 'queued', epoch: 2 });
   });
 
@@ -131,11 +141,13 @@ describe('a task that comes early waits in its request for its claim to come due
     const needed = takeoverAgeMs(harness.options) - 1_000;
     const step = runStepWhenDue(harness.deps('redelivery', { timers }), task.task, needed - 1);
     expect(await nextWait(timers, step)).toEqual([]);
-    expect(await step).toEqual({ kind: 'not-yet-due', retryAfterMs: needed });
-    expect(dueWaitLimitMs(harness.deps())).toBe(takeoverAgeMs(harness.options));
+    expect(await step).toEqual({ outcome: { kind: 'not-yet-due', retryAfterMs: needed }, waitedMs: 0, claimTries: 1 });
+    expect(dueWaitLimitMs(harness.options)).toBe(takeoverAgeMs(harness.options));
+    // The wait never eats into the step budget's room under the function's timeout (540 s): a quarter of it at most.
+    expect(dueWaitLimitMs({ ...harness.options, staleHeartbeatSeconds: 240, stepBudgetSeconds: 300 })).toBe(60_000);
   });
 
-  test("a live holder's duplicate task waits at most the limit in all, then asks for a redelivery; the holder keeps its claim", async () => {
+  test("a live holder's duplicate task waits about one heartbeat, sees the renewal, and asks for a redelivery; the holder keeps its claim", async () => {
     let release: () => void = () => undefined;
     const gate = new Promise<void>((resolve) => {
       release = resolve;
@@ -165,7 +177,7 @@ describe('a task that comes early waits in its request for its claim to come due
 
     const timers = new ManualTimers();
     const duplicate = runStepWhenDue({ ...harness.deps('duplicate', { timers }), pipelines: pipelineRegistry(slow) }, task.task);
-    const limitMs = dueWaitLimitMs(harness.deps());
+    const recheckMs = dueRecheckMs(harness.options);
     let waitedMs = 0;
     for (;;) {
       const delays = await nextWait(timers, duplicate);
@@ -183,9 +195,10 @@ describe('a task that comes early waits in its request for its claim to come due
       }
       timers.fireAll();
     }
-    expect(await duplicate).toMatchObject({ kind: 'not-yet-due' });
+    expect(await duplicate).toMatchObject({ outcome: { kind: 'not-yet-due' }, waitedMs, claimTries: 2 });
+    // One wait: the renewal that followed it showed the holder alive.
     expect(waitedMs).toBeGreaterThan(0);
-    expect(waitedMs).toBeLessThanOrEqual(limitMs);
+    expect(waitedMs).toBeLessThanOrEqual(recheckMs);
     release();
     expect((await running).kind).toBe('handed-off');
     expect((await readJob(jobId)).epoch).toBe(1);

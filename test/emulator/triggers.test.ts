@@ -9,6 +9,7 @@ import type { CloudEvent, CloudFunction } from 'firebase-functions/v2';
 import type { Request as TaskRequest } from 'firebase-functions/v2/tasks';
 import firebaseFunctionsTest from 'firebase-functions-test';
 import { systemClock } from '../../functions/src/core/clock';
+import { realTimers } from '../../functions/src/core/flusher';
 import { stepTaskId, type JobRecord } from '../../functions/src/core/job';
 import { resolveEngineOptions } from '../../functions/src/core/options';
 import { runJobStep, sweepJobs } from '../../functions/src/index';
@@ -125,6 +126,26 @@ describe('runJobStep', () => {
     await expect(deliverTask(delivery({ jobId: job.id, step: 0 }, 1))).rejects.toThrow(/backing off for another 3[56]\d\d s; redeliver later/);
     expect(await read(job.id)).toMatchObject({ status: 'queued', step: 0, epoch: 0, attempts: 1 });
     expect(queue.tasks).toEqual([]);
+  });
+
+  test('a task that comes shortly before its job is due waits for it in its request and runs the step, without a redelivery', async () => {
+    const job = await putJob(await newJob(), { nextRunAtMs: Date.now() + 8 * SECOND, attempts: 1 });
+    // The trigger runs on the real clock and timers: its wait is ended by moving the job's due time, not by sleeping through it.
+    const waits: number[] = [];
+    jest.spyOn(realTimers, 'setTimeout').mockImplementationOnce((callback, ms) => {
+      waits.push(ms);
+      void putJob(job, { nextRunAtMs: Date.now() - 1, attempts: 1 }).then(callback);
+      return 0;
+    });
+    logged = [];
+    await expect(deliverTask(delivery({ jobId: job.id, step: 0 }, 1))).resolves.toBeUndefined();
+    expect(waits).toHaveLength(1);
+    expect(waits[0]).toBeGreaterThan(0);
+    expect(await read(job.id)).toMatchObject({ status: 'queued', step: 1, epoch: 1 });
+    expect(logged).toContainEqual({
+      message: 'step finished',
+      fields: expect.objectContaining({ outcome: expect.objectContaining({ kind: 'handed-off' }) as unknown, claimTries: 2 }) as unknown,
+    });
   });
 
   test.each([

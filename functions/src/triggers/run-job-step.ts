@@ -76,19 +76,20 @@ export function createRunJobStep(deployment: Deployment): TaskQueueFunction<unkn
         outcome = await traceStep(
           { headers: request.headers, task: request.data, attributes: { 'phaseline.task.retry_count': request.retryCount } },
           async () => {
-            const finished = await runStepWhenDue(runnerDeps(), request.data);
-            log().info('step finished', { outcome: finished, task: request.data, retryCount: request.retryCount });
-            return finished;
+            const { outcome: finished, waitedMs, claimTries } = await runStepWhenDue(runnerDeps(), request.data);
+            log().info('step finished', { outcome: finished, task: request.data, retryCount: request.retryCount, waitedMs, claimTries });
+            return { finished, waitedMs, claimTries };
           },
-          (finished) => ({ 'phaseline.outcome': finished.kind }),
+          ({ finished, waitedMs, claimTries }) => ({ 'phaseline.outcome': finished.kind, 'phaseline.due_wait_ms': waitedMs, 'phaseline.claim_tries': claimTries }),
         );
       } finally {
         // Before answering: an instance that has answered may have no CPU left to export with.
         await traced.flush();
       }
-      if (outcome.kind === 'not-yet-due') {
+      const { finished } = outcome;
+      if (finished.kind === 'not-yet-due') {
         // The only wanted redelivery: the job is backing off, or its holder is live, past what the step waits for in its request.
-        throw new Error(`Job is backing off for another ${Math.ceil(outcome.retryAfterMs / 1000)} s; redeliver later`);
+        throw new Error(`Job is backing off for another ${Math.ceil(finished.retryAfterMs / 1000)} s; redeliver later`);
       }
     },
   );

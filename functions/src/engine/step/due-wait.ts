@@ -7,29 +7,58 @@
  * times, so there every scheduled task comes early.
  *
  * Safe: waiting writes nothing; the claim made after the wait is the same conditioned claim as any
- * other, and a holder that renewed meanwhile refuses it again. Bounded: the waiting is at most the
- * take-over age in all (a live holder's duplicate task holds its request that long, then asks for
- * a redelivery as before); a longer wait is left to the queue's schedule.
+ * other, and a holder that renewed meanwhile refuses it again. Bounded: the task waits only for a
+ * claim due within the limit in all (the take-over age, less where the function's timeout leaves
+ * less room beside the step budget), and looks again at least once a heartbeat and a second. A
+ * holder that renewed during a wait has its take-over a whole take-over age after that renewal,
+ * past the limit counted from the wait's start: so a live holder's duplicate task holds its
+ * request about one heartbeat, then asks for a redelivery as before.
  */
 import { realTimers } from '../../core/flusher';
-import { takeoverAgeMs } from '../../core/options';
+import { takeoverAgeMs, type EngineOptions } from '../../core/options';
+import { STEP_TIMEOUT_SECONDS } from '../../store/cloud-tasks-queue';
 import type { RunnerDeps, StepOutcome } from './deps';
 import { runStep } from './index';
 
-/** The longest a task waits in its request, in all, for its claim to come due. */
-export function dueWaitLimitMs(deps: Pick<RunnerDeps, 'store'>): number {
-  return takeoverAgeMs(deps.store.options);
+/** What a delivery did: its outcome, how long it waited in its request, and how many claims it tried. */
+export interface DueStepResult {
+  readonly outcome: StepOutcome;
+  readonly waitedMs: number;
+  readonly claimTries: number;
+}
+
+/**
+ * The longest a task waits in its request, in all, for its claim to come due: the take-over age,
+ * and never more than a quarter of what the function's timeout leaves beside the step budget (the
+ * budget counts from the claim, the timeout from the request).
+ */
+export function dueWaitLimitMs(options: Pick<EngineOptions, 'staleHeartbeatSeconds' | 'clockSkewSeconds' | 'stepBudgetSeconds'>): number {
+  const roomMs = Math.max(0, STEP_TIMEOUT_SECONDS - options.stepBudgetSeconds) * 1000;
+  return Math.min(takeoverAgeMs(options), Math.floor(roomMs / 4));
+}
+
+/** How long one wait lasts at most before the claim is tried again: a live holder shows its renewal within a heartbeat and a round trip. */
+export function dueRecheckMs(options: Pick<EngineOptions, 'heartbeatSeconds'>): number {
+  return options.heartbeatSeconds * 1000 + 1000;
 }
 
 /** runStep, waiting in the request for a claim due within the limit; a `not-yet-due` answer is left only when the wait would pass it. */
-export async function runStepWhenDue(deps: RunnerDeps, payload: unknown, limitMs = dueWaitLimitMs(deps)): Promise<StepOutcome> {
-  const { clock } = deps.store;
+export async function runStepWhenDue(deps: RunnerDeps, payload: unknown, limitMs = dueWaitLimitMs(deps.store.options)): Promise<DueStepResult> {
+  const { clock, options } = deps.store;
   const timers = deps.timers ?? realTimers;
-  const startedMs = clock.now();
-  for (;;) {
+  // Each wait but the last lasts a whole recheck interval: the tries are bounded whatever the clock does.
+  const maxClaimTries = Math.ceil(limitMs / dueRecheckMs(options)) + 2;
+  let waitedMs = 0;
+  for (let claimTries = 1; ; claimTries += 1) {
     const outcome = await runStep(deps, payload);
-    if (outcome.kind !== 'not-yet-due') return outcome;
-    if (clock.now() - startedMs + outcome.retryAfterMs > limitMs) return outcome;
-    await new Promise<void>((resolve) => timers.setTimeout(resolve, outcome.retryAfterMs));
+    if (outcome.kind !== 'not-yet-due' || claimTries >= maxClaimTries) return { outcome, waitedMs, claimTries };
+    const { retryAfterMs } = outcome;
+    if (waitedMs + retryAfterMs > limitMs) return { outcome, waitedMs, claimTries };
+    const waitMs = Math.min(retryAfterMs, dueRecheckMs(options));
+    const before = clock.now();
+    await new Promise<void>((resolve) => timers.setTimeout(resolve, waitMs));
+    // Counted as at least the wait asked for: a clock set back cannot stretch the limit.
+    const tookMs = Math.max(waitMs, clock.now() - before);
+    waitedMs += tookMs;
   }
 }
