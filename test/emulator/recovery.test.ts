@@ -83,6 +83,32 @@ async function until(probe: () => Promise<boolean>): Promise<void> {
   throw new Error('condition never held');
 }
 
+/** A live worker's pipeline: its one phase reports progress, then waits until the test releases it. */
+function gatedPipeline(): { slow: ReturnType<typeof definePipeline<Input>>; release: () => void } {
+  let release: () => void = () => undefined;
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const slow = definePipeline<Input>({
+    name: 'recovering',
+    description: 'Test pipeline: a phase that reports progress while it waits on a gate',
+    input,
+    phases: [
+      definePhase<Input, { sections: number }>({
+        name: 'work',
+        state: z.strictObject({ sections: z.number() }),
+        run: async (context) => {
+          context.reportProgress({ waiting: 1 });
+          await gate;
+          return { kind: 'done', state: { sections: 0 } };
+        },
+      }),
+    ],
+    publish: () => ({ outcome: 'complete', title: 'Slow', markdown: 'done', missing: [] }),
+  });
+  return { slow, release };
+}
+
 /** Starts the next task on a worker that will hang; returns the task so the test can redeliver it. */
 async function startDoomed(jobId: string): Promise<RecordedTask> {
   const task = harness.queue.tasks.shift();
@@ -148,27 +174,7 @@ describe('a task that comes early waits in its request for its claim to come due
   });
 
   test("a live holder's duplicate task waits about one heartbeat, sees the renewal, and asks for a redelivery; the holder keeps its claim", async () => {
-    let release: () => void = () => undefined;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    const slow = definePipeline<Input>({
-      name: 'recovering',
-      description: 'Test pipeline: a phase that reports progress while it waits on a gate',
-      input,
-      phases: [
-        definePhase<Input, { sections: number }>({
-          name: 'work',
-          state: z.strictObject({ sections: z.number() }),
-          run: async (context) => {
-            context.reportProgress({ waiting: 1 });
-            await gate;
-            return { kind: 'done', state: { sections: 0 } };
-          },
-        }),
-      ],
-      publish: () => ({ outcome: 'complete', title: 'Slow', markdown: 'done', missing: [] }),
-    });
+    const { slow, release } = gatedPipeline();
     const holderTimers = new ManualTimers();
     const jobId = await harness.submit('recovering', { units: 0 });
     const task = harness.queue.tasks.shift()!;
@@ -231,28 +237,8 @@ describe('a redelivered task takes over a job whose worker went silent', () => {
 
   test('a worker that keeps heartbeating is never taken over, however often its task is redelivered', async () => {
     const timers = new ManualTimers();
-    let release: () => void = () => undefined;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
     control.hangs = 0;
-    const slow = definePipeline<Input>({
-      name: 'recovering',
-      description: 'Test pipeline: a phase that reports progress while it waits on a gate',
-      input,
-      phases: [
-        definePhase<Input, { sections: number }>({
-          name: 'work',
-          state: z.strictObject({ sections: z.number() }),
-          run: async (context) => {
-            context.reportProgress({ waiting: 1 });
-            await gate;
-            return { kind: 'done', state: { sections: 0 } };
-          },
-        }),
-      ],
-      publish: () => ({ outcome: 'complete', title: 'Slow', markdown: 'done', missing: [] }),
-    });
+    const { slow, release } = gatedPipeline();
     const jobId = await harness.submit('recovering', { units: 0 });
     const task = harness.queue.tasks.shift()!;
     const running = runStep({ ...harness.deps('alive', { timers }), pipelines: pipelineRegistry(slow) }, task.task);
