@@ -59,6 +59,8 @@ interface QueuedTask {
   readonly cause: string;
   /** Set when this run is the same delivery trying its claim again after waiting in its request: how long it has waited so far. */
   readonly waitedInRequestMs?: number;
+  /** With it: when the claim comes due as of this try, if its due time did not move (runStepWhenDue's check). */
+  readonly expectedDueMs?: number;
 }
 
 /** A task queue port on the injected clock that, like Cloud Tasks, drops a task ID it has seen. */
@@ -96,8 +98,8 @@ export class VirtualTaskQueue implements TaskQueuePort {
   }
 
   /** The same delivery tries its claim again `afterMs` from now, after waiting in its request (no failure counted; a redelivery keeps the cause it came back for). */
-  waitInRequest(queued: QueuedTask, afterMs: number): void {
-    this.pending.push({ ...queued, cause: queued.failures > 0 ? queued.cause : WAIT.dueWait, waitedInRequestMs: (queued.waitedInRequestMs ?? 0) + afterMs, dueAtMs: this.clock.now() + afterMs });
+  waitInRequest(queued: QueuedTask, afterMs: number, expectedDueMs: number): void {
+    this.pending.push({ ...queued, cause: queued.failures > 0 ? queued.cause : WAIT.dueWait, waitedInRequestMs: (queued.waitedInRequestMs ?? 0) + afterMs, expectedDueMs, dueAtMs: this.clock.now() + afterMs });
   }
 
   takeDue(nowMs: number): QueuedTask | undefined {
@@ -259,13 +261,16 @@ export class PhaselineDriver {
             if (queued.task.jobId === jobId && (result.outcome.kind === 'completed' || result.outcome.kind === 'failed')) finishedAt ??= performance.now();
             if (result.outcome.kind === 'not-yet-due') {
               const { retryAfterMs } = result.outcome;
-              // runJobStep waits in its request for a claim due within its limit in all, looking again at least every dueRecheckMs (runStepWhenDue), else throws so that Cloud Tasks delivers the task again.
+              // runJobStep waits in its request for a claim due within its limit in all, looking again at least every dueRecheckMs;
+              // a due time that moved while it waited is another worker's claim, acknowledged; past the limit it throws so that Cloud Tasks delivers the task again (runStepWhenDue).
+              if (queued.expectedDueMs !== undefined && retryAfterMs > queued.expectedDueMs) return;
               if ((queued.waitedInRequestMs ?? 0) + retryAfterMs <= dueWaitLimitMs(this.store.options)) {
-                this.queue.waitInRequest(queued, Math.min(retryAfterMs, dueRecheckMs(this.store.options)));
+                const waitMs = Math.min(retryAfterMs, dueRecheckMs(this.store.options));
+                this.queue.waitInRequest(queued, waitMs, retryAfterMs - waitMs);
                 return;
               }
               notYetDue += 1;
-              const { waitedInRequestMs: _waited, ...delivery } = queued;
+              const { waitedInRequestMs: _waited, expectedDueMs: _expected, ...delivery } = queued;
               this.queue.redeliver(delivery, causeAfter(queued, WAIT.early));
             }
             return;

@@ -538,12 +538,20 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/triggers.test.ts'], names: 'shortly before its job is due' }],
   },
   {
+    name: 'live-holder-duplicate-acknowledged',
+    removes: "the acknowledgement of a task whose claim's due time moved while it waited (a live holder's duplicate task is sent back to Cloud Tasks, again and again, holding a local dispatch slot through each backoff)",
+    file: 'functions/src/engine/step/due-wait.ts',
+    search: '    if (expectedMs !== null && retryAfterMs > expectedMs) {\n',
+    replace: '    if (expectedMs === -1) {\n',
+    tests: [{ files: ['test/emulator/recovery.test.ts'], names: 'sees the renewal, and is acknowledged' }],
+  },
+  {
     name: 'due-wait-rechecks',
     removes: "the recheck of a task's claim at least once a heartbeat while it waits in its request (a live holder's duplicate task holds its request the whole take-over age each delivery)",
     file: 'functions/src/engine/step/due-wait.ts',
     search: '    const waitMs = Math.min(retryAfterMs, dueRecheckMs(options));\n',
     replace: '    const waitMs = retryAfterMs;\n',
-    tests: [{ files: ['test/emulator/recovery.test.ts'], names: 'sees the renewal, and asks for a redelivery|waits until the holder may be taken over' }],
+    tests: [{ files: ['test/emulator/recovery.test.ts'], names: 'sees the renewal, and is acknowledged|waits until the holder may be taken over' }],
   },
   {
     name: 'saved-before-model-call',

@@ -173,7 +173,7 @@ describe('a task that comes early waits in its request for its claim to come due
     expect(dueWaitLimitMs({ ...harness.options, staleHeartbeatSeconds: 240, stepBudgetSeconds: 300 })).toBe(60_000);
   });
 
-  test("a live holder's duplicate task waits about one heartbeat, sees the renewal, and asks for a redelivery; the holder keeps its claim", async () => {
+  test("a live holder's duplicate task waits about one heartbeat, sees the renewal, and is acknowledged, not sent back; the holder keeps its claim", async () => {
     const { slow, release } = gatedPipeline();
     const holderTimers = new ManualTimers();
     const jobId = await harness.submit('recovering', { units: 0 });
@@ -201,8 +201,8 @@ describe('a task that comes early waits in its request for its claim to come due
       }
       timers.fireAll();
     }
-    expect(await duplicate).toMatchObject({ outcome: { kind: 'not-yet-due' }, waitedMs, claimTries: 2 });
-    // One wait: the renewal that followed it showed the holder alive.
+    // One wait: the renewal that followed it showed the holder alive, so the task is not needed (the holder has its own).
+    expect(await duplicate).toMatchObject({ outcome: { kind: 'not-claimable', reason: expect.stringMatching(/another worker's to run: its due time moved/) as unknown }, waitedMs, claimTries: 2 });
     expect(waitedMs).toBeGreaterThan(0);
     expect(waitedMs).toBeLessThanOrEqual(recheckMs);
     release();

@@ -9,10 +9,16 @@
  * Safe: waiting writes nothing; the claim made after the wait is the same conditioned claim as any
  * other, and a holder that renewed meanwhile refuses it again. Bounded: the task waits only for a
  * claim due within the limit in all (the take-over age, less where the function's timeout leaves
- * less room beside the step budget), and looks again at least once a heartbeat and a second. A
- * holder that renewed during a wait has its take-over a whole take-over age after that renewal,
- * past the limit counted from the wait's start: so a live holder's duplicate task holds its
- * request about one heartbeat, then asks for a redelivery as before.
+ * less room beside the step budget), and looks again at least once a heartbeat and a second.
+ *
+ * A due time that moved later while the task waited means its claim is someone else's to run: the
+ * holder renewed (it is alive), or another worker claimed the job and backed off again (and enqueued
+ * the task for its new due time). Such a task is acknowledged, not sent back: Cloud Tasks would
+ * deliver it again and again for as long as the holder works (up to 20 deliveries, the backoff
+ * doubling to 300 s), and the local tasks emulator holds a dispatch slot through each of those
+ * backoffs, starving new tasks. Nothing is lost: a live holder has its own task, and if it dies its
+ * request fails (Cloud Tasks delivers that task again) or, frozen, its lease expires and the sweeper
+ * reclaims it, as for any holder.
  */
 import { realTimers } from '../../core/flusher';
 import { takeoverAgeMs, type EngineOptions } from '../../core/options';
@@ -49,10 +55,16 @@ export async function runStepWhenDue(deps: RunnerDeps, payload: unknown, limitMs
   // Each wait but the last lasts a whole recheck interval: the tries are bounded whatever the clock does.
   const maxClaimTries = Math.ceil(limitMs / dueRecheckMs(options)) + 2;
   let waitedMs = 0;
+  /** When the claim should come due, as of the next try, if its due time stays where it was (ms). */
+  let expectedMs: number | null = null;
   for (let claimTries = 1; ; claimTries += 1) {
     const outcome = await runStep(deps, payload);
     if (outcome.kind !== 'not-yet-due' || claimTries >= maxClaimTries) return { outcome, waitedMs, claimTries };
     const { retryAfterMs } = outcome;
+    if (expectedMs !== null && retryAfterMs > expectedMs) {
+      const reason = `its claim is another worker's to run: its due time moved ${retryAfterMs - expectedMs} ms later while this task waited ${waitedMs} ms (the holder renewed, or the job was claimed and backed off again)`;
+      return { outcome: { kind: 'not-claimable', reason }, waitedMs, claimTries };
+    }
     if (waitedMs + retryAfterMs > limitMs) return { outcome, waitedMs, claimTries };
     const waitMs = Math.min(retryAfterMs, dueRecheckMs(options));
     const before = clock.now();
@@ -60,5 +72,6 @@ export async function runStepWhenDue(deps: RunnerDeps, payload: unknown, limitMs
     // Counted as at least the wait asked for: a clock set back cannot stretch the limit.
     const tookMs = Math.max(waitMs, clock.now() - before);
     waitedMs += tookMs;
+    expectedMs = retryAfterMs - tookMs;
   }
 }
