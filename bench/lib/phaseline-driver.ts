@@ -27,7 +27,7 @@ import { stepTaskId, TERMINAL_STATUSES, type StepTask } from '../../functions/sr
 import type { EngineOptions } from '../../functions/src/core/options';
 import type { PipelineRegistry } from '../../functions/src/core/pipeline';
 import { runStep } from '../../functions/src/engine/step';
-import { dueRecheckMs, dueWaitLimitMs } from '../../functions/src/engine/step/due-wait';
+import { afterDueWait, decideDueWait, DUE_WAIT_START, dueWaitLimitMs, type DueWaitState } from '../../functions/src/engine/step/due-wait';
 import type { RunnerDeps, StepOutcome } from '../../functions/src/engine/step/deps';
 import { sweep, sweepRecovery } from '../../functions/src/engine/sweeper';
 import { decodeJob, decodeUnit } from '../../functions/src/store/codec';
@@ -57,10 +57,8 @@ interface QueuedTask {
   readonly failures: number;
   /** What the virtual wait before this delivery is counted as. */
   readonly cause: string;
-  /** Set when this run is the same delivery trying its claim again after waiting in its request: how long it has waited so far. */
-  readonly waitedInRequestMs?: number;
-  /** With it: when the claim comes due as of this try, if its due time did not move (runStepWhenDue's check). */
-  readonly expectedDueMs?: number;
+  /** Set when this run is the same delivery trying its claim again after waiting in its request (runStepWhenDue's state). */
+  readonly dueWait?: DueWaitState;
 }
 
 /** A task queue port on the injected clock that, like Cloud Tasks, drops a task ID it has seen. */
@@ -98,8 +96,8 @@ export class VirtualTaskQueue implements TaskQueuePort {
   }
 
   /** The same delivery tries its claim again `afterMs` from now, after waiting in its request (no failure counted; a redelivery keeps the cause it came back for). */
-  waitInRequest(queued: QueuedTask, afterMs: number, expectedDueMs: number): void {
-    this.pending.push({ ...queued, cause: queued.failures > 0 ? queued.cause : WAIT.dueWait, waitedInRequestMs: (queued.waitedInRequestMs ?? 0) + afterMs, expectedDueMs, dueAtMs: this.clock.now() + afterMs });
+  waitInRequest(queued: QueuedTask, afterMs: number, dueWait: DueWaitState): void {
+    this.pending.push({ ...queued, cause: queued.failures > 0 ? queued.cause : WAIT.dueWait, dueWait, dueAtMs: this.clock.now() + afterMs });
   }
 
   takeDue(nowMs: number): QueuedTask | undefined {
@@ -244,7 +242,7 @@ export class PhaselineDriver {
 
     const start = (queued: QueuedTask): void => {
       // A claim tried again after a wait in the request is the same delivery.
-      if (queued.waitedInRequestMs === undefined) tasks += 1;
+      if (queued.dueWait === undefined) tasks += 1;
       this.workerSequence += 1;
       const worker = newWorker(`bench-worker-${this.workerSequence}`);
       const began = performance.now();
@@ -261,16 +259,16 @@ export class PhaselineDriver {
             if (queued.task.jobId === jobId && (result.outcome.kind === 'completed' || result.outcome.kind === 'failed')) finishedAt ??= performance.now();
             if (result.outcome.kind === 'not-yet-due') {
               const { retryAfterMs } = result.outcome;
-              // runJobStep waits in its request for a claim due within its limit in all, looking again at least every dueRecheckMs;
-              // a due time that moved while it waited is another worker's claim, acknowledged; past the limit it throws so that Cloud Tasks delivers the task again (runStepWhenDue).
-              if (queued.expectedDueMs !== undefined && retryAfterMs > queued.expectedDueMs) return;
-              if ((queued.waitedInRequestMs ?? 0) + retryAfterMs <= dueWaitLimitMs(this.store.options)) {
-                const waitMs = Math.min(retryAfterMs, dueRecheckMs(this.store.options));
-                this.queue.waitInRequest(queued, waitMs, retryAfterMs - waitMs);
+              // runJobStep waits in its request, acknowledges another worker's claim, or throws so that Cloud Tasks delivers the task again, by the same rule (runStepWhenDue).
+              const state = queued.dueWait ?? DUE_WAIT_START;
+              const decision = decideDueWait(state, retryAfterMs, this.store.options, dueWaitLimitMs(this.store.options));
+              if (decision.action === 'acknowledge') return;
+              if (decision.action === 'wait') {
+                this.queue.waitInRequest(queued, decision.waitMs, afterDueWait(state, retryAfterMs, decision.waitMs));
                 return;
               }
               notYetDue += 1;
-              const { waitedInRequestMs: _waited, expectedDueMs: _expected, ...delivery } = queued;
+              const { dueWait: _waited, ...delivery } = queued;
               this.queue.redeliver(delivery, causeAfter(queued, WAIT.early));
             }
             return;

@@ -48,30 +48,52 @@ export function dueRecheckMs(options: Pick<EngineOptions, 'heartbeatSeconds'>): 
   return options.heartbeatSeconds * 1000 + 1000;
 }
 
+/** Where a delivery stands in its wait: how long it waited, and when its claim should come due if its due time did not move (null before the first wait). */
+export interface DueWaitState {
+  readonly waitedMs: number;
+  readonly expectedMs: number | null;
+}
+
+export const DUE_WAIT_START: DueWaitState = { waitedMs: 0, expectedMs: null };
+
+/** What a delivery whose claim answered `retryAfterMs` does next: wait that long and try again, acknowledge (another worker's claim), or send the task back. */
+export type DueWaitDecision =
+  | { readonly action: 'wait'; readonly waitMs: number }
+  | { readonly action: 'acknowledge'; readonly reason: string }
+  | { readonly action: 'send-back' };
+
+/** The wait's one rule, shared by the trigger's wait and the bench's model of it. Pure. */
+export function decideDueWait(state: DueWaitState, retryAfterMs: number, options: Pick<EngineOptions, 'heartbeatSeconds'>, limitMs: number): DueWaitDecision {
+  if (state.expectedMs !== null && retryAfterMs > state.expectedMs) {
+    const reason = `its claim is another worker's to run: its due time moved ${retryAfterMs - state.expectedMs} ms later while this task waited ${state.waitedMs} ms (the holder renewed, or the job was claimed and backed off again)`;
+    return { action: 'acknowledge', reason };
+  }
+  if (state.waitedMs + retryAfterMs > limitMs) return { action: 'send-back' };
+  return { action: 'wait', waitMs: Math.min(retryAfterMs, dueRecheckMs(options)) };
+}
+
+/** The state after a wait of `waitMs` that took `tookMs` by the clock, for a claim that answered `retryAfterMs` before it. Counted as at least the wait asked for: a clock set back cannot stretch the limit. */
+export function afterDueWait(state: DueWaitState, retryAfterMs: number, waitMs: number, tookMs = waitMs): DueWaitState {
+  const counted = Math.max(waitMs, tookMs);
+  return { waitedMs: state.waitedMs + counted, expectedMs: retryAfterMs - counted };
+}
+
 /** runStep, waiting in the request for a claim due within the limit; a `not-yet-due` answer is left only when the wait would pass it. */
 export async function runStepWhenDue(deps: RunnerDeps, payload: unknown, limitMs = dueWaitLimitMs(deps.store.options)): Promise<DueStepResult> {
   const { clock, options } = deps.store;
   const timers = deps.timers ?? realTimers;
   // Each wait but the last lasts a whole recheck interval: the tries are bounded whatever the clock does.
   const maxClaimTries = Math.ceil(limitMs / dueRecheckMs(options)) + 2;
-  let waitedMs = 0;
-  /** When the claim should come due, as of the next try, if its due time stays where it was (ms). */
-  let expectedMs: number | null = null;
+  let state = DUE_WAIT_START;
   for (let claimTries = 1; ; claimTries += 1) {
     const outcome = await runStep(deps, payload);
+    const { waitedMs } = state;
     if (outcome.kind !== 'not-yet-due' || claimTries >= maxClaimTries) return { outcome, waitedMs, claimTries };
-    const { retryAfterMs } = outcome;
-    if (expectedMs !== null && retryAfterMs > expectedMs) {
-      const reason = `its claim is another worker's to run: its due time moved ${retryAfterMs - expectedMs} ms later while this task waited ${waitedMs} ms (the holder renewed, or the job was claimed and backed off again)`;
-      return { outcome: { kind: 'not-claimable', reason }, waitedMs, claimTries };
-    }
-    if (waitedMs + retryAfterMs > limitMs) return { outcome, waitedMs, claimTries };
-    const waitMs = Math.min(retryAfterMs, dueRecheckMs(options));
+    const decision = decideDueWait(state, outcome.retryAfterMs, options, limitMs);
+    if (decision.action === 'acknowledge') return { outcome: { kind: 'not-claimable', reason: decision.reason }, waitedMs, claimTries };
+    if (decision.action === 'send-back') return { outcome, waitedMs, claimTries };
     const before = clock.now();
-    await new Promise<void>((resolve) => timers.setTimeout(resolve, waitMs));
-    // Counted as at least the wait asked for: a clock set back cannot stretch the limit.
-    const tookMs = Math.max(waitMs, clock.now() - before);
-    waitedMs += tookMs;
-    expectedMs = retryAfterMs - tookMs;
+    await new Promise<void>((resolve) => timers.setTimeout(resolve, decision.waitMs));
+    state = afterDueWait(state, outcome.retryAfterMs, decision.waitMs, clock.now() - before);
   }
 }
