@@ -353,20 +353,31 @@ export class StackStoppedError extends Error {
   }
 }
 
-/** Keeps the tail of a process's output for error messages, and echoes lines chosen by `echo`. */
+/**
+ * Writes a process's output to `logFile`, each line after the wall-clock time it arrived (the
+ * emulators print none, and the soak's evidence is read against fault and commit times), keeps
+ * the tail for error messages, and echoes lines chosen by `echo`.
+ */
 function followOutput(child: ChildProcess, logFile: string, echo: (line: string) => void): () => string {
   const file = createWriteStream(logFile, { flags: 'a' });
   const tail: string[] = [];
-  for (const stream of [child.stdout, child.stderr]) {
-    if (!stream) continue;
-    stream.pipe(file, { end: false });
-    createInterface({ input: stream }).on('line', (line) => {
+  const streams = [child.stdout, child.stderr].filter((stream) => stream !== null);
+  let open = streams.length;
+  for (const stream of streams) {
+    const lines = createInterface({ input: stream });
+    lines.on('line', (line) => {
+      file.write(`${new Date().toISOString()} ${line}\n`);
       tail.push(line);
       if (tail.length > 40) tail.shift();
       echo(line);
     });
+    // The process may exit before its last lines are read: the file ends with the last stream.
+    lines.once('close', () => {
+      open -= 1;
+      if (open === 0) file.end();
+    });
   }
-  child.once('exit', () => file.end());
+  if (open === 0) file.end();
   return () => tail.join('\n');
 }
 

@@ -514,6 +514,22 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/emulator/ended-fanout.test.ts'], names: 'legacy fan-out' }],
   },
   {
+    name: 'cold-start-skips-page-parser',
+    removes: "the page parser's absence from a function instance's cold start (the toolbox takes its text helpers from the parser's module, which loads linkedom and Readability)",
+    file: 'functions/src/agent/web/toolbox.ts',
+    search: "import { cutToTokens, decodeBody, estimateTokens, type ReadablePage } from './text-budget';\n",
+    replace: "import { cutToTokens, decodeBody, estimateTokens, type ReadablePage } from './text-budget';\nimport './readable';\n",
+    tests: [{ files: ['test/unit/cold-start.test.ts'], names: 'loads no page parser' }],
+  },
+  {
+    name: 'search-client-loaded-on-demand',
+    removes: 'the search client loaded at the first search, not at cold start',
+    file: 'functions/src/agent/web/search.ts',
+    search: "import type { TavilyClient } from '@tavily/core';\n",
+    replace: "import type { TavilyClient } from '@tavily/core';\nimport '@tavily/core';\n",
+    tests: [{ files: ['test/unit/cold-start.test.ts'], names: 'loads no page parser' }],
+  },
+  {
     name: 'early-task-waits-in-request',
     removes: 'the wait in its request of a task whose claim is due soon (every early task fails its delivery, and Cloud Tasks doubles its backoff each time)',
     file: 'functions/src/engine/step/due-wait.ts',

@@ -144,7 +144,7 @@ describe('runJobStep', () => {
     expect(await read(job.id)).toMatchObject({ status: 'queued', step: 1, epoch: 1 });
     expect(logged).toContainEqual({
       message: 'step finished',
-      fields: expect.objectContaining({ outcome: expect.objectContaining({ kind: 'handed-off' }) as unknown, claimTries: 2 }) as unknown,
+      fields: expect.objectContaining({ outcome: expect.objectContaining({ kind: 'handed-off' }) as unknown, claimTries: 2, tookMs: expect.any(Number) as unknown }) as unknown,
     });
   });
 

@@ -76,8 +76,10 @@ export function createRunJobStep(deployment: Deployment): TaskQueueFunction<unkn
         outcome = await traceStep(
           { headers: request.headers, task: request.data, attributes: { 'phaseline.task.retry_count': request.retryCount } },
           async () => {
+            const startedMs = Date.now();
             const { outcome: finished, waitedMs, claimTries } = await runStepWhenDue(runnerDeps(), request.data);
-            log().info('step finished', { outcome: finished, task: request.data, retryCount: request.retryCount, waitedMs, claimTries });
+            // tookMs: from the delivery to its answer, what a delivery's worker was held for (waitedMs of it in the due wait).
+            log().info('step finished', { outcome: finished, task: request.data, retryCount: request.retryCount, waitedMs, claimTries, tookMs: Date.now() - startedMs });
             return { finished, waitedMs, claimTries };
           },
           ({ finished, waitedMs, claimTries }) => ({ 'phaseline.outcome': finished.kind, 'phaseline.due_wait_ms': waitedMs, 'phaseline.claim_tries': claimTries }),

@@ -24,7 +24,7 @@ import { Worker } from 'node:worker_threads';
 import { realTimers, type Timers } from '../../core/flusher';
 import { DEFAULT_MARKUP_LIMITS, measureMarkup, type MarkupLimits } from './markup-shape';
 import type { PageKind } from './page-fetcher';
-import type { ReadablePage } from './readable';
+import type { ReadablePage } from './text-budget';
 
 export interface ExtractionRequest {
   readonly id: number;

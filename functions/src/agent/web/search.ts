@@ -4,7 +4,7 @@
  * SearchFailedError with a message the model can read; only the caller's abort passes through
  * as itself.
  */
-import { tavily } from '@tavily/core';
+import type { TavilyClient } from '@tavily/core';
 import { z } from 'zod';
 
 export interface WebSearchHit {
@@ -143,7 +143,10 @@ export interface TavilyOptions {
  * (a search has no side effect to leave half done), and the timeout is rounded up.
  */
 export function createTavilyBackend(options: TavilyOptions): SearchBackend {
-  const client = tavily({ apiKey: options.apiKey, apiBaseURL: options.baseUrl.replace(/\/+$/, ''), clientSource: 'phaseline' });
+  // Loaded at the first search, not at cold start: a step that searches nothing does not pay for the client.
+  let client: Promise<TavilyClient> | undefined;
+  const connected = (): Promise<TavilyClient> =>
+    (client ??= import('@tavily/core').then(({ tavily }) => tavily({ apiKey: options.apiKey, apiBaseURL: options.baseUrl.replace(/\/+$/, ''), clientSource: 'phaseline' })));
   const redact = (text: string): string => text.split(options.apiKey).join('[redacted]');
   return {
     name: 'tavily',
@@ -156,7 +159,7 @@ export function createTavilyBackend(options: TavilyOptions): SearchBackend {
       });
       try {
         const answer = await Promise.race([
-          client.search(query, { maxResults: limit, searchDepth: 'basic', includeAnswer: false, includeRawContent: false, timeout: Math.ceil(options.timeoutMs / 1000) }),
+          connected().then((tavily) => tavily.search(query, { maxResults: limit, searchDepth: 'basic', includeAnswer: false, includeRawContent: false, timeout: Math.ceil(options.timeoutMs / 1000) })),
           abort,
         ]);
         return cleanHits(

@@ -22,7 +22,7 @@ import { toolArguments, toolError, toolParameters, type ToolResult, type Toolbox
 import type { Clock } from '../../core/clock';
 import { ArtifactBudgetError, type ArtifactRef, type ArtifactStore } from '../../store/artifact-store';
 import type { FetchedPage, PageFetcher } from './page-fetcher';
-import { cutToTokens, decodeBody, estimateTokens, type ReadablePage } from './readable';
+import { cutToTokens, decodeBody, estimateTokens, type ReadablePage } from './text-budget';
 import { defaultReadableExtractor, type ExtractionOutcome, type ReadableExtractor } from './readable-extractor';
 import { SearchFailedError, type SearchBackend } from './search';
 
