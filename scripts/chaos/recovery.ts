@@ -182,6 +182,19 @@ export interface Recovered {
   readonly what: string;
   /** Another fault hit the same job after this one and before this recovery. */
   readonly overlapped: boolean;
+  /**
+   * For a hit claim that another took over: how long after the fault something first showed that
+   * (a reclaim, or a later claim's work or event in its scope); the rest of `ms` is the new claim
+   * getting going. Null when the hit claim went on itself, or the fault hit the job, not a claim.
+   */
+  readonly detectedMs: number | null;
+}
+
+/** When, after a fault at `atMs`, something first showed a later claim of the hit claim's scope, at or before `progressUs`; null if nothing did by then. */
+export function supersededAfter(job: CollectedJob, target: FaultTarget, atMs: number, progressUs: number): number | null {
+  if (target.epoch === null) return null;
+  const supersededUs = supersededAtUs(job, progressMarks(job), target.unit, target.epoch, atMs * 1000);
+  return supersededUs <= progressUs ? supersededUs / 1000 - atMs : null;
 }
 
 export interface KindRecovery {
@@ -217,12 +230,12 @@ export function recoveryByKind(faults: readonly FaultRecord[], jobs: readonly Co
         // A job that had ended by then (its owner cancelled it a moment before) had nothing left to recover.
         if (job !== undefined && endedBy(job, fault.atMs)) continue;
         const mark = job ? progressAfter(job, target, fault.atMs, holderStopped(fault, job, target)) : null;
-        if (mark === null) {
+        if (job === undefined || mark === null) {
           missing ??= target.jobId;
           continue;
         }
         const ms = mark.commitUs / 1000 - fault.atMs;
-        if (slowest === null || ms > slowest.ms) slowest = { fault, jobId: target.jobId, ms, what: mark.what, overlapped: false };
+        if (slowest === null || ms > slowest.ms) slowest = { fault, jobId: target.jobId, ms, what: mark.what, overlapped: false, detectedMs: supersededAfter(job, target, fault.atMs, mark.commitUs) };
       }
       if (missing !== null) notRecovered.push({ fault, jobId: missing });
       else if (slowest !== null) recovered.push({ ...slowest, overlapped: overlaps(faults, fault, slowest.jobId, fault.atMs + slowest.ms) });
@@ -256,11 +269,21 @@ export interface KindFigures {
   readonly overlapped: number;
   /** The p99 over the recoveries no other fault overlapped: this kind's own cost, apart from compounding faults. */
   readonly aloneP99Ms: number;
+  /** Recoveries in which another claim took the hit one over, and over them: fault to take-over, and take-over to progress (p50, p99). */
+  readonly takenOver: number;
+  readonly detectP50Ms: number;
+  readonly detectP99Ms: number;
+  readonly resumeP50Ms: number;
+  readonly resumeP99Ms: number;
 }
 
 export function figures(recovery: KindRecovery): KindFigures {
   const values = recovery.recovered.map((item) => item.ms);
   const worst = recovery.recovered.at(-1) ?? null;
+  const takeOvers = recovery.recovered.filter((item): item is Recovered & { detectedMs: number } => item.detectedMs !== null);
+  const sorted = (list: number[]): number[] => list.sort((a, b) => a - b);
+  const detected = sorted(takeOvers.map((item) => item.detectedMs));
+  const resumed = sorted(takeOvers.map((item) => item.ms - item.detectedMs));
   return {
     kind: recovery.kind,
     n: values.length,
@@ -275,6 +298,11 @@ export function figures(recovery: KindRecovery): KindFigures {
       recovery.recovered.filter((item) => !item.overlapped).map((item) => item.ms),
       99,
     ),
+    takenOver: detected.length,
+    detectP50Ms: percentile(detected, 50),
+    detectP99Ms: percentile(detected, 99),
+    resumeP50Ms: percentile(resumed, 50),
+    resumeP99Ms: percentile(resumed, 99),
   };
 }
 
@@ -289,6 +317,13 @@ export function formatRecovery(rows: readonly KindFigures[]): string[] {
   for (const row of rows) {
     const cells = [String(row.n), seconds(row.p50Ms), seconds(row.p95Ms), seconds(row.p99Ms), seconds(row.worstMs), String(row.notRecovered), String(row.overlapped), seconds(row.aloneP99Ms)];
     lines.push(`  ${pad(row.kind, 44)}${cells.map((cell) => padLeft(cell, 7)).join('')}  ${row.worst ? `${row.worst.jobId} (#${row.worst.fault})` : ''}`);
+  }
+  const takeOvers = rows.filter((row) => row.takenOver > 0);
+  if (takeOvers.length === 0) return lines;
+  lines.push('', `${pad('Taken over: fault to take-over, then on (s)', 46)}${['n', 'tk p50', 'tk p99', 'then50', 'then99'].map((head) => padLeft(head, 7)).join('')}`);
+  for (const row of takeOvers) {
+    const cells = [String(row.takenOver), seconds(row.detectP50Ms), seconds(row.detectP99Ms), seconds(row.resumeP50Ms), seconds(row.resumeP99Ms)];
+    lines.push(`  ${pad(row.kind, 44)}${cells.map((cell) => padLeft(cell, 7)).join('')}`);
   }
   return lines;
 }

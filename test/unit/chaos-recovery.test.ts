@@ -82,6 +82,12 @@ describe('chaos recovery: the next durable progress after a fault', () => {
     expect(progressAfter(killed, claim('job-k', 1), 1_500)?.what).toBe('transcripts/t3');
   });
 
+  test('a recovery by another claim is split at the take-over: the reclaim 7.5 s after the kill, the new claim\'s first save 1 s later', () => {
+    const [row] = recoveryByKind([{ index: 1, kind: 'worker-kill', atMs: 2_500, targets: [claim('job-k', 1)] }], [killed], ['worker-kill']).map(figures);
+    expect(row).toMatchObject({ worstMs: 8_500, takenOver: 1, detectP50Ms: 7_500, detectP99Ms: 7_500, resumeP50Ms: 1_000, resumeP99Ms: 1_000 });
+    expect(formatRecovery(row ? [row] : []).at(-1)).toMatch(/^ {2}worker-kill +1 +7\.5 +7\.5 +1\.0 +1\.0$/);
+  });
+
   test('a hit claim that no later claim replaced (its owner renewed the expired lease first) recovers at its own next work', () => {
     const renewed = job('job-r', { events: [event('e1', 'claimed', 3, 0)], transcripts: [transcript('t1', 3, 1_000), transcript('t2', 3, 4_000)] });
     expect(progressAfter(renewed, claim('job-r', 3), 2_000)?.what).toBe('transcripts/t2');
@@ -119,7 +125,7 @@ describe('chaos recovery: the next durable progress after a fault', () => {
     });
     expect(progressAfter(answered, claim('job-a', 3), 2_000, false)?.what).toBe('events/e2 (waiting)');
     const [row] = recoveryByKind([{ index: 1, kind: 'commit-answer-lost', atMs: 2_000, targets: [claim('job-a', 3)] }], [answered], ['commit-answer-lost']).map(figures);
-    expect(row?.worstMs).toBe(3_000);
+    expect(row).toMatchObject({ worstMs: 3_000, takenOver: 0 });
     // Killed at 2 500, its save in flight lands at 2 600, before the reclaim: a leftover, not a recovery.
     const leftover = job('job-l', {
       events: [event('e1', 'claimed', 1, 0), event('e2', 'reclaimed', 1, 10_000), event('e3', 'claimed', 2, 10_200)],
