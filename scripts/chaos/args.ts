@@ -3,7 +3,7 @@ import { DEFAULT_ALLOWANCE_SECONDS, DEFAULT_KILL_ALL_LATENCY_MS, KILL_ALL_ENGINE
 import type { ChaosOptions } from './run';
 
 export const USAGE = [
-  'usage: npm run chaos -- [--jobs N] [--seed S] [--concurrency C] [--time-limit SECONDS] [--fault-window SECONDS] [--weight KIND=N ...] [--keep DIR] [--quiet]',
+  'usage: npm run chaos -- [--jobs N] [--seed S] [--concurrency C] [--time-limit SECONDS] [--fault-window SECONDS] [--fault-gap SECONDS] [--weight KIND=N ...] [--keep DIR] [--quiet]',
   '       npm run chaos -- --kill-all-once [--seed S] [--latency-ms MS] [--engine-defaults] [--heartbeat-seconds S] [--stale-heartbeat-seconds S] [--allowance-seconds S] [--no-warm-up]',
 ].join('\n');
 
@@ -48,13 +48,14 @@ function seedOf(values: ReadonlyMap<string, string>): string {
 
 /** The soak's options. */
 export function parseChaosArgs(argv: readonly string[]): ChaosOptions | { readonly help: true } {
-  const flags = readFlags(argv, ['--jobs', '--seed', '--concurrency', '--time-limit', '--fault-window', '--weight', '--keep'], ['--quiet']);
+  const flags = readFlags(argv, ['--jobs', '--seed', '--concurrency', '--time-limit', '--fault-window', '--fault-gap', '--weight', '--keep'], ['--quiet']);
   if ('help' in flags) return flags;
   const { values, repeated, set } = flags;
   const faultWeights = weightsOf(repeated.get('--weight') ?? []);
   const concurrency = positive(values, '--concurrency', true);
   const timeLimitSeconds = positive(values, '--time-limit', false);
   const faultWindowSeconds = positive(values, '--fault-window', false);
+  const faultGapSeconds = positive(values, '--fault-gap', false);
   const seed = seedOf(values);
   const keepDir = values.get('--keep');
   return {
@@ -64,6 +65,7 @@ export function parseChaosArgs(argv: readonly string[]): ChaosOptions | { readon
     ...(concurrency === undefined ? {} : { concurrency }),
     ...(timeLimitSeconds === undefined ? {} : { timeLimitSeconds }),
     ...(faultWindowSeconds === undefined ? {} : { faultWindowSeconds }),
+    ...(faultGapSeconds === undefined ? {} : { faultGapSeconds }),
     ...(faultWeights === undefined ? {} : { faultWeights }),
     ...(keepDir === undefined ? {} : { keepDir }),
   };

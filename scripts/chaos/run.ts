@@ -41,6 +41,8 @@ export interface ChaosOptions {
   readonly concurrency?: number;
   readonly timeLimitSeconds?: number;
   readonly faultWindowSeconds?: number;
+  /** The mean time between faults (`--fault-gap`, default 2 s): with fewer jobs at once, a longer gap keeps each job's share of the faults. */
+  readonly faultGapSeconds?: number;
   /** Fault weights over the default mix's after the first round (`--weight kind=N`). */
   readonly faultWeights?: FaultWeights;
   /**
@@ -92,6 +94,7 @@ function replayCommand(plan: RunPlan, options: ChaosOptions): string {
     options.concurrency === undefined ? '' : ` --concurrency ${options.concurrency}`,
     options.timeLimitSeconds === undefined ? '' : ` --time-limit ${options.timeLimitSeconds}`,
     options.faultWindowSeconds === undefined ? '' : ` --fault-window ${options.faultWindowSeconds}`,
+    options.faultGapSeconds === undefined ? '' : ` --fault-gap ${options.faultGapSeconds}`,
     ...Object.entries(options.faultWeights ?? {}).map(([kind, weight]) => ` --weight ${kind}=${weight}`),
   ].join('');
   return `npm run chaos -- --jobs ${plan.jobs.length} --seed ${plan.seed}${extra}`;
@@ -128,6 +131,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
     ...(options.timeLimitSeconds === undefined ? {} : { timeLimitSeconds: options.timeLimitSeconds }),
     ...(options.faultWindowSeconds === undefined ? {} : { faultWindowSeconds: options.faultWindowSeconds }),
+    ...(options.faultGapSeconds === undefined ? {} : { meanFaultGapSeconds: options.faultGapSeconds }),
     ...(options.faultWeights === undefined ? {} : { faultWeights: options.faultWeights }),
   });
   const replay = replayCommand(plan, options);

@@ -129,7 +129,9 @@ describe('chaos arguments', () => {
   test('reads the options and refuses nonsense', () => {
     expect(parseChaosArgs(['--jobs', '4', '--seed', '1'])).toEqual({ jobs: 4, seed: '1', verbose: true });
     expect(parseChaosArgs(['--jobs=200', '--seed=abc', '--concurrency', '6', '--quiet'])).toEqual({ jobs: 200, seed: 'abc', verbose: false, concurrency: 6 });
+    expect(parseChaosArgs(['--jobs', '200', '--seed', 'abc', '--concurrency', '4', '--fault-gap', '4'])).toEqual({ jobs: 200, seed: 'abc', verbose: true, concurrency: 4, faultGapSeconds: 4 });
     expect(parseChaosArgs(['--help'])).toEqual({ help: true });
+    expect(() => parseChaosArgs(['--fault-gap', '0'])).toThrow(/--fault-gap must be a positive number/);
     expect(() => parseChaosArgs(['--jobs', '0'])).toThrow(/positive integer/);
     expect(() => parseChaosArgs(['--jobs', '2.5'])).toThrow(/positive integer/);
     expect(() => parseChaosArgs(['--seed', 'a b'])).toThrow(/--seed/);
