@@ -7,7 +7,7 @@
  * be gone.
  */
 import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { deleteApp, initializeApp, type App } from 'firebase-admin/app';
 import { getFirestore, type Firestore } from 'firebase-admin/firestore';
@@ -420,6 +420,10 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     while (flags.firstRunningAt === null && Date.now() < t0 + 30_000 && !overTime()) await sleep(100);
     const faultClock = flags.firstRunningAt ?? Date.now();
     mark('first job running: fault clock starts');
+    // The machine's load while the faults land: every wall-clock figure here moves with it (worker cold starts most).
+    const loads: number[] = [];
+    const loadSampler = setInterval(() => loads.push(loadavg()[0] ?? 0), 10_000);
+    loadSampler.unref();
     // The waves run on the functions' clock whatever happens here; say so when each begins.
     const waveTimers = plan.waves.map((wave) =>
       setTimeout(
@@ -477,6 +481,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
       count('provider-wave', inside);
     }
     mark('faults stopped');
+    clearInterval(loadSampler);
     log('faults stopped: Firestore running, the receiver up with no armed faults, no provider wave ahead');
 
     // ---- Settling: answer the questions about unknown effects, wait for the rest ----
@@ -589,6 +594,10 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
       ],
       ['step outcomes in the functions\' log', [...steps].map(([kind, count]) => `${kind} ${count}`).join(', ') || 'none found'],
       ['rolling deploys injected / function reloads in the emulators\' log', `${deploys} / ${reloads}`],
+      [
+        'load during the faults (1-min average every 10 s): mean / max',
+        loads.length === 0 ? 'not sampled' : `${(loads.reduce((sum, load) => sum + load, 0) / loads.length).toFixed(1)} / ${Math.max(...loads).toFixed(1)} on ${availableParallelism()} cores`,
+      ],
     ];
     if (reloads < deploys) runProblems.push(`${deploys} rolling deploys were injected, but firebase-tools reloaded the functions ${reloads} times`);
 
