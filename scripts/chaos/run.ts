@@ -596,7 +596,7 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
       ['rolling deploys injected / function reloads in the emulators\' log', `${deploys} / ${reloads}`],
       [
         'load during the faults (1-min average every 10 s): mean / max',
-        loads.length === 0 ? 'not sampled' : `${(loads.reduce((sum, load) => sum + load, 0) / loads.length).toFixed(1)} / ${Math.max(...loads).toFixed(1)} on ${availableParallelism()} cores`,
+        loadFigures(loads),
       ],
     ];
     if (reloads < deploys) runProblems.push(`${deploys} rolling deploys were injected, but firebase-tools reloaded the functions ${reloads} times`);
@@ -630,6 +630,17 @@ async function keepEvidence(dir: string, evidence: Readonly<Record<string, unkno
 
 /** Faults that can leave a worker's transaction open (its lock held) or a worker stopped. */
 const DISRUPTIVE: ReadonlySet<FaultKind> = new Set(['worker-kill', 'worker-freeze', 'task-loss', 'commit-answer-lost', 'rolling-deploy', 'checkpoint-write-failure']);
+
+/**
+ * The load while the faults landed, from 1-minute averages sampled every 10 s: the first minute's
+ * samples are left out when there are later ones (they average the stack's start in).
+ */
+export function loadFigures(samples: readonly number[]): string {
+  const settled = samples.length > 6 ? samples.slice(6) : samples;
+  if (settled.length === 0) return 'not sampled';
+  const mean = settled.reduce((sum, load) => sum + load, 0) / settled.length;
+  return `${mean.toFixed(1)} / ${Math.max(...settled).toFixed(1)} on ${availableParallelism()} cores`;
+}
 
 /** Tasks waiting (not dispatched) in the tasks emulator's step queue, from its statistics route. */
 async function stepQueueWaiting(tasksHost: string): Promise<number | null> {

@@ -354,9 +354,10 @@ export class StackStoppedError extends Error {
 }
 
 /**
- * Writes a process's output to `logFile`, each line after the wall-clock time it arrived (the
- * emulators print none, and the soak's evidence is read against fault and commit times), keeps
- * the tail for error messages, and echoes lines chosen by `echo`.
+ * Writes a process's output to `logFile`, each line after the wall-clock time this process read it
+ * (the emulators print none, and the soak's evidence is read against fault and commit times; on a
+ * loaded machine a stamp can trail the line's printing by this event loop's delay), keeps the tail
+ * for error messages, and echoes lines chosen by `echo`.
  */
 function followOutput(child: ChildProcess, logFile: string, echo: (line: string) => void): () => string {
   const file = createWriteStream(logFile, { flags: 'a' });
