@@ -78,7 +78,7 @@ export function createRunJobStep(deployment: Deployment): TaskQueueFunction<unkn
           async () => {
             const startedMs = Date.now();
             const { outcome: finished, waitedMs, claimTries } = await runStepWhenDue(runnerDeps(), request.data);
-            // tookMs: from the delivery to its answer, what a delivery's worker was held for (waitedMs of it in the due wait).
+            // tookMs: from the step's start in its request (tracing set up) to its outcome, the due wait (waitedMs) included.
             log().info('step finished', { outcome: finished, task: request.data, retryCount: request.retryCount, waitedMs, claimTries, tookMs: Date.now() - startedMs });
             return { finished, waitedMs, claimTries };
           },

@@ -4,8 +4,11 @@
  * SearchFailedError with a message the model can read; only the caller's abort passes through
  * as itself.
  */
+import { createRequire } from 'node:module';
 import type { TavilyClient } from '@tavily/core';
 import { z } from 'zod';
+
+const loadPackage = createRequire(__filename);
 
 export interface WebSearchHit {
   readonly url: string;
@@ -143,15 +146,23 @@ export interface TavilyOptions {
  * (a search has no side effect to leave half done), and the timeout is rounded up.
  */
 export function createTavilyBackend(options: TavilyOptions): SearchBackend {
-  // Loaded at the first search, not at cold start: a step that searches nothing does not pay for the client.
-  let client: Promise<TavilyClient> | undefined;
-  const connected = (): Promise<TavilyClient> =>
-    (client ??= import('@tavily/core').then(({ tavily }) => tavily({ apiKey: options.apiKey, apiBaseURL: options.baseUrl.replace(/\/+$/, ''), clientSource: 'phaseline' })));
+  // Loaded at the first search, not at cold start: a step that searches nothing does not pay for the client. Required,
+  // not imported: the package's CommonJS build (the one the tests run), synchronously, so a search aborted meanwhile
+  // never goes out and a package that fails to load fails the step as itself, not as a search error the model reads.
+  let client: TavilyClient | undefined;
+  const connected = (): TavilyClient => {
+    if (client === undefined) {
+      const { tavily } = loadPackage('@tavily/core') as typeof import('@tavily/core');
+      client = tavily({ apiKey: options.apiKey, apiBaseURL: options.baseUrl.replace(/\/+$/, ''), clientSource: 'phaseline' });
+    }
+    return client;
+  };
   const redact = (text: string): string => text.split(options.apiKey).join('[redacted]');
   return {
     name: 'tavily',
     async search(query, limit, signal) {
       signal.throwIfAborted();
+      const tavily = connected();
       let aborted: (() => void) | undefined;
       const abort = new Promise<never>((_resolve, reject) => {
         aborted = () => reject(signal.reason as Error);
@@ -159,7 +170,7 @@ export function createTavilyBackend(options: TavilyOptions): SearchBackend {
       });
       try {
         const answer = await Promise.race([
-          connected().then((tavily) => tavily.search(query, { maxResults: limit, searchDepth: 'basic', includeAnswer: false, includeRawContent: false, timeout: Math.ceil(options.timeoutMs / 1000) })),
+          tavily.search(query, { maxResults: limit, searchDepth: 'basic', includeAnswer: false, includeRawContent: false, timeout: Math.ceil(options.timeoutMs / 1000) }),
           abort,
         ]);
         return cleanHits(
