@@ -519,7 +519,7 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/agent/web/toolbox.ts',
     search: "import { cutToTokens, decodeBody, estimateTokens, type ReadablePage } from './text-budget';\n",
     replace: "import { cutToTokens, decodeBody, estimateTokens, type ReadablePage } from './text-budget';\nimport './readable';\n",
-    tests: [{ files: ['test/unit/cold-start.test.ts'], names: 'loads no page parser' }],
+    tests: [{ files: ['test/unit/cold-start.test.ts'], names: 'loads no page parser, no search client and no AI SDK' }],
   },
   {
     name: 'search-client-loaded-on-demand',
@@ -527,7 +527,15 @@ export const MUTANTS: readonly Mutant[] = [
     file: 'functions/src/agent/web/search.ts',
     search: "import type { TavilyClient } from '@tavily/core';\n",
     replace: "import type { TavilyClient } from '@tavily/core';\nimport '@tavily/core';\n",
-    tests: [{ files: ['test/unit/cold-start.test.ts'], names: 'loads no page parser' }],
+    tests: [{ files: ['test/unit/cold-start.test.ts'], names: 'loads no page parser, no search client and no AI SDK' }],
+  },
+  {
+    name: 'ai-sdk-loaded-on-demand',
+    removes: 'the AI SDK loaded at its first use, not at cold start',
+    file: 'functions/src/providers/ai-sdk.ts',
+    search: "import { createRequire } from 'node:module';\n",
+    replace: "import { createRequire } from 'node:module';\nimport 'ai';\n",
+    tests: [{ files: ['test/unit/cold-start.test.ts'], names: 'loads no page parser, no search client and no AI SDK' }],
   },
   {
     name: 'early-task-waits-in-request',

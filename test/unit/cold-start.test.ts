@@ -1,15 +1,16 @@
 /**
  * What a function instance loads at cold start: the deployed entry point (functions/src/index.ts,
  * loaded in a fresh node process as the runtime loads it) must not pull in the packages only some
- * tools need. The page parser runs in the extraction worker thread and the search client is loaded
- * at the first search; loaded at cold start they cost every new instance, on the recovery path of a
- * lost worker too, about a third of the functions' load time (bench/cold-start.ts measures it).
+ * tools and models need. The page parser runs in the extraction worker thread, the search client
+ * and the AI SDK load at their first use; loaded at cold start they cost every new instance, on the
+ * recovery path of a lost worker too, over a third of the functions' load time (bench/cold-start.ts
+ * measures it).
  */
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 
 const ROOT = join(__dirname, '..', '..');
-const ON_DEMAND = ['linkedom', '@mozilla/readability', '@tavily/core'];
+const ON_DEMAND = ['linkedom', '@mozilla/readability', '@tavily/core', 'ai'];
 
 /** The packages among `names` that a fresh process has loaded after requiring `entry` (a path under the repository). */
 function loadedAfterRequiring(entry: string, names: readonly string[]): string[] {
@@ -24,7 +25,7 @@ function loadedAfterRequiring(entry: string, names: readonly string[]): string[]
 }
 
 describe('cold start of the deployed functions', () => {
-  test('loads no page parser and no search client', () => {
+  test('loads no page parser, no search client and no AI SDK', () => {
     expect(loadedAfterRequiring('functions/src/index.ts', ON_DEMAND)).toEqual([]);
   });
 

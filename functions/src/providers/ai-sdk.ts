@@ -24,29 +24,8 @@
  * never takes. `@ai-sdk/openai-compatible` 2.0.x returns V3 models, the spec ai 6 speaks.
  */
 import type { LanguageModelV2, LanguageModelV3, SharedV3ProviderOptions } from '@ai-sdk/provider';
-import {
-  APICallError,
-  EmptyResponseBodyError,
-  InvalidArgumentError,
-  InvalidPromptError,
-  InvalidResponseDataError,
-  JSONParseError,
-  LoadAPIKeyError,
-  LoadSettingError,
-  NoContentGeneratedError,
-  NoOutputGeneratedError,
-  NoSuchModelError,
-  RetryError,
-  TypeValidationError,
-  UnsupportedFunctionalityError,
-  jsonSchema,
-  streamText,
-  type JSONSchema7,
-  type LanguageModelUsage,
-  type ModelMessage,
-  type TextStreamPart,
-  type ToolSet,
-} from 'ai';
+import { createRequire } from 'node:module';
+import type { APICallError, LanguageModelUsage, ModelMessage, TextStreamPart, ToolSet } from 'ai';
 import { z } from 'zod';
 import {
   ContextWindowError,
@@ -97,6 +76,17 @@ export interface AiSdkProviderDependencies {
 }
 
 /** The longest provider error text carried into an error message. */
+/**
+ * The AI SDK, required at its first use, not at cold start: a deployment whose pipelines call no AI
+ * SDK model does not load it (bench/cold-start.ts). Its CommonJS build, as it was loaded before.
+ */
+const loadPackage = createRequire(__filename);
+let aiSdkModule: typeof import('ai') | undefined;
+function aiSdk(): typeof import('ai') {
+  aiSdkModule ??= loadPackage('ai') as typeof import('ai');
+  return aiSdkModule;
+}
+
 const MAX_ERROR_DETAIL_CHARS = 300;
 
 /** The parts of an SDK error's parsed body that tell its kind: OpenAI's `error.code`, Anthropic's `error.type`. */
@@ -158,7 +148,7 @@ function parseArguments(text: string): unknown {
 export function toToolSet(tools: readonly ToolSpec[]): ToolSet {
   const set: ToolSet = {};
   // The schema is the model's to read; arguments are validated by the toolbox, not refused here.
-  for (const spec of tools) set[spec.name] = { description: spec.description, inputSchema: jsonSchema(spec.parameters as JSONSchema7) };
+  for (const spec of tools) set[spec.name] = { description: spec.description, inputSchema: aiSdk().jsonSchema(spec.parameters) };
   return set;
 }
 
@@ -190,7 +180,7 @@ class AiSdkProvider implements ModelProvider {
     try {
       let failure: { error: unknown } | null = null;
       try {
-        const result = streamText({
+        const result = aiSdk().streamText({
           model: this.model,
           messages: toModelMessages(request.messages),
           // The port's system messages are the pipeline's own prompt, never user input: no warning.
@@ -326,17 +316,17 @@ class AiSdkProvider implements ModelProvider {
   /** An SDK failure as the port's error class; `billed` is what the call cost if the model had begun to answer. */
   private translate(error: unknown, billed: { billedUsd?: number }): Error {
     // Retries are off, so a RetryError is unexpected; its last error is the one that counts.
-    if (RetryError.isInstance(error)) return this.translate(error.lastError, billed);
+    if (aiSdk().RetryError.isInstance(error)) return this.translate(error.lastError, billed);
     const options = { cause: error, ...billed };
     const detail = describe(error);
-    if (APICallError.isInstance(error)) return this.apiCallError(error, options);
-    if (LoadAPIKeyError.isInstance(error) || LoadSettingError.isInstance(error)) return new ProviderRequestError(`${this.name}: not configured: ${detail}`, options);
-    if (NoSuchModelError.isInstance(error) || UnsupportedFunctionalityError.isInstance(error) || InvalidPromptError.isInstance(error) || InvalidArgumentError.isInstance(error)) {
+    if (aiSdk().APICallError.isInstance(error)) return this.apiCallError(error, options);
+    if (aiSdk().LoadAPIKeyError.isInstance(error) || aiSdk().LoadSettingError.isInstance(error)) return new ProviderRequestError(`${this.name}: not configured: ${detail}`, options);
+    if (aiSdk().NoSuchModelError.isInstance(error) || aiSdk().UnsupportedFunctionalityError.isInstance(error) || aiSdk().InvalidPromptError.isInstance(error) || aiSdk().InvalidArgumentError.isInstance(error)) {
       return new ProviderRequestError(`${this.name}: request refused: ${detail}`, options);
     }
     if (isMalformedAnswer(error)) return new MalformedResponseError(`${this.name}: not a valid answer: ${detail}`, options);
     // The model stream ended with no finish chunk and no output.
-    if (NoOutputGeneratedError.isInstance(error)) return new ProviderUnavailableError(`${this.name}: the stream ended before the answer was finished`, options);
+    if (aiSdk().NoOutputGeneratedError.isInstance(error)) return new ProviderUnavailableError(`${this.name}: the stream ended before the answer was finished`, options);
     // A connection reset, or an error event inside a stream that had already begun: a later call may well succeed.
     return new ProviderUnavailableError(`${this.name}: request failed: ${detail}`, options);
   }
@@ -368,11 +358,11 @@ class AiSdkProvider implements ModelProvider {
 /** The SDK's errors for an answer that arrived but is not one (unparseable, failing its schema, empty). */
 function isMalformedAnswer(error: unknown): boolean {
   return (
-    InvalidResponseDataError.isInstance(error) ||
-    JSONParseError.isInstance(error) ||
-    TypeValidationError.isInstance(error) ||
-    EmptyResponseBodyError.isInstance(error) ||
-    NoContentGeneratedError.isInstance(error)
+    aiSdk().InvalidResponseDataError.isInstance(error) ||
+    aiSdk().JSONParseError.isInstance(error) ||
+    aiSdk().TypeValidationError.isInstance(error) ||
+    aiSdk().EmptyResponseBodyError.isInstance(error) ||
+    aiSdk().NoContentGeneratedError.isInstance(error)
   );
 }
 
