@@ -75,7 +75,6 @@ export interface AiSdkProviderDependencies {
   readonly clock?: Clock;
 }
 
-/** The longest provider error text carried into an error message. */
 /**
  * The AI SDK, required at its first use, not at cold start: a deployment whose pipelines call no AI
  * SDK model does not load it (bench/cold-start.ts). Its CommonJS build, as it was loaded before.
@@ -87,6 +86,7 @@ function aiSdk(): typeof import('ai') {
   return aiSdkModule;
 }
 
+/** The longest provider error text carried into an error message. */
 const MAX_ERROR_DETAIL_CHARS = 300;
 
 /** The parts of an SDK error's parsed body that tell its kind: OpenAI's `error.code`, Anthropic's `error.type`. */
@@ -315,18 +315,19 @@ class AiSdkProvider implements ModelProvider {
 
   /** An SDK failure as the port's error class; `billed` is what the call cost if the model had begun to answer. */
   private translate(error: unknown, billed: { billedUsd?: number }): Error {
+    const sdk = aiSdk();
     // Retries are off, so a RetryError is unexpected; its last error is the one that counts.
-    if (aiSdk().RetryError.isInstance(error)) return this.translate(error.lastError, billed);
+    if (sdk.RetryError.isInstance(error)) return this.translate(error.lastError, billed);
     const options = { cause: error, ...billed };
     const detail = describe(error);
-    if (aiSdk().APICallError.isInstance(error)) return this.apiCallError(error, options);
-    if (aiSdk().LoadAPIKeyError.isInstance(error) || aiSdk().LoadSettingError.isInstance(error)) return new ProviderRequestError(`${this.name}: not configured: ${detail}`, options);
-    if (aiSdk().NoSuchModelError.isInstance(error) || aiSdk().UnsupportedFunctionalityError.isInstance(error) || aiSdk().InvalidPromptError.isInstance(error) || aiSdk().InvalidArgumentError.isInstance(error)) {
+    if (sdk.APICallError.isInstance(error)) return this.apiCallError(error, options);
+    if (sdk.LoadAPIKeyError.isInstance(error) || sdk.LoadSettingError.isInstance(error)) return new ProviderRequestError(`${this.name}: not configured: ${detail}`, options);
+    if (sdk.NoSuchModelError.isInstance(error) || sdk.UnsupportedFunctionalityError.isInstance(error) || sdk.InvalidPromptError.isInstance(error) || sdk.InvalidArgumentError.isInstance(error)) {
       return new ProviderRequestError(`${this.name}: request refused: ${detail}`, options);
     }
     if (isMalformedAnswer(error)) return new MalformedResponseError(`${this.name}: not a valid answer: ${detail}`, options);
     // The model stream ended with no finish chunk and no output.
-    if (aiSdk().NoOutputGeneratedError.isInstance(error)) return new ProviderUnavailableError(`${this.name}: the stream ended before the answer was finished`, options);
+    if (sdk.NoOutputGeneratedError.isInstance(error)) return new ProviderUnavailableError(`${this.name}: the stream ended before the answer was finished`, options);
     // A connection reset, or an error event inside a stream that had already begun: a later call may well succeed.
     return new ProviderUnavailableError(`${this.name}: request failed: ${detail}`, options);
   }
@@ -357,12 +358,13 @@ class AiSdkProvider implements ModelProvider {
 
 /** The SDK's errors for an answer that arrived but is not one (unparseable, failing its schema, empty). */
 function isMalformedAnswer(error: unknown): boolean {
+  const sdk = aiSdk();
   return (
-    aiSdk().InvalidResponseDataError.isInstance(error) ||
-    aiSdk().JSONParseError.isInstance(error) ||
-    aiSdk().TypeValidationError.isInstance(error) ||
-    aiSdk().EmptyResponseBodyError.isInstance(error) ||
-    aiSdk().NoContentGeneratedError.isInstance(error)
+    sdk.InvalidResponseDataError.isInstance(error) ||
+    sdk.JSONParseError.isInstance(error) ||
+    sdk.TypeValidationError.isInstance(error) ||
+    sdk.EmptyResponseBodyError.isInstance(error) ||
+    sdk.NoContentGeneratedError.isInstance(error)
   );
 }
 
