@@ -102,6 +102,10 @@ export interface SoakStats {
   readonly toolCallsRunMoreThanOnce: number;
   /** (job, call ID) pairs with a recorded result. */
   readonly toolResultsRecorded: number;
+  /** Repeatable calls a fenced-out claim ran after a newer claim recorded their result (wasted, not a violation). */
+  readonly toolRunsByFencedOutClaims: number;
+  /** Log lines that name no claim (the check can then exempt none of them). */
+  readonly toolExecutionsWithoutClaim: number;
 }
 
 export interface CheckReport {
@@ -220,7 +224,9 @@ export const DEFINITIONS: Readonly<Record<InvariantName, { readonly label: strin
       'an execution of a tool call ID (the offline toolbox\'s execution log, every worker process) that began after a transcript version ' +
       'holding that call\'s result was committed (seen by the soak\'s transcript listener, or the final transcript); or a call ID whose ' +
       'result two jobs recorded (their executions could not be told apart). Runs before the result was recorded (an interrupted ' +
-      'result, a worker lost between the tool and the save) are at-least-once work and not counted',
+      'result, a worker lost between the tool and the save) are at-least-once work and not counted; nor is a run of a repeatable call ' +
+      '(no external effect, as the toolbox says) by a claim older than one that ran it before the record: a fenced-out worker ran it ' +
+      'beside the save of its own model answer, the fence refused that save, and the run is reported as wasted',
   },
 };
 
@@ -653,29 +659,67 @@ function executionsByCall(executions: readonly ToolExecution[]): Map<string, Too
   return byCall;
 }
 
-function checkToolCalls(observed: Observed): Violation[] {
-  const violations: Violation[] = [];
+interface RunsAfterRecord {
+  readonly jobId: string;
+  readonly callId: string;
+  readonly recorded: RecordedResult;
+  readonly runs: readonly ToolExecution[];
+  /** Runs that began after the record. */
+  readonly later: readonly ToolExecution[];
+}
+
+/** Every recorded call with the runs that began after its record; a call ID recorded by two jobs is reported on its own. */
+function runsAfterRecords(observed: Observed): { readonly calls: RunsAfterRecord[]; readonly ambiguous: Violation[] } {
+  const calls: RunsAfterRecord[] = [];
+  const ambiguous: Violation[] = [];
   const executions = executionsByCall(observed.toolExecutions);
   for (const [callId, perJob] of recordedResults(observed)) {
     if (perJob.size > 1) {
-      violations.push({ jobId: null, detail: `call ID ${callId} has a recorded result in jobs ${[...perJob.keys()].join(', ')}: its executions cannot be told apart` });
+      ambiguous.push({ jobId: null, detail: `call ID ${callId} has a recorded result in jobs ${[...perJob.keys()].join(', ')}: its executions cannot be told apart` });
       continue;
     }
     const [jobId, recorded] = [...perJob][0] ?? [];
     if (jobId === undefined || recorded === undefined) continue;
     const runs = executions.get(callId) ?? [];
     // Milliseconds against microseconds: an execution counts as later only from the next whole millisecond.
-    const later = runs.filter((run) => run.startedAtMs * 1_000 > recorded.commitUs);
-    const first = later[0];
+    calls.push({ jobId, callId, recorded, runs, later: runs.filter((run) => run.startedAtMs * 1_000 > recorded.commitUs) });
+  }
+  return { calls, ambiguous };
+}
+
+/**
+ * A run after the record by a claim already fenced out: the call is repeatable (no external effect)
+ * and a newer claim of the same job or unit ran it too. Such a worker had the call
+ * from its own model answer, ran it beside that answer's save (which the fence then refused) and
+ * writes nothing of it: spend wasted, not a result produced again.
+ */
+function ranByFencedOutClaim(run: ToolExecution, call: RunsAfterRecord): boolean {
+  const claim = run.claim;
+  if (run.repeatable !== true || claim === undefined) return false;
+  // Where the newer claim's run began after the record, that run is itself counted as a repeat.
+  return call.runs.some((other) => other.claim !== undefined && other.claim.unit === claim.unit && other.claim.epoch > claim.epoch);
+}
+
+function checkToolCalls(observed: Observed): Violation[] {
+  const { calls, ambiguous } = runsAfterRecords(observed);
+  const violations = [...ambiguous];
+  for (const call of calls) {
+    const again = call.later.filter((run) => !ranByFencedOutClaim(run, call));
+    const first = again[0];
     if (first === undefined) continue;
     violations.push({
-      jobId,
+      jobId: call.jobId,
       detail:
-        `${first.tool} call ${callId} ran ${later.length} more time(s) after transcript ${recorded.transcript} recorded its result at ${recorded.commitUs} µs ` +
-        `(first at ${first.startedAtMs * 1_000} µs in process ${first.pid}; ${runs.length} executions in all)`,
+        `${first.tool} call ${call.callId} ran ${again.length} more time(s) after transcript ${call.recorded.transcript} recorded its result at ${call.recorded.commitUs} µs ` +
+        `(first at ${first.startedAtMs * 1_000} µs in process ${first.pid}${claimLabel(first)}; ${call.runs.length} executions in all)`,
     });
   }
   return violations;
+}
+
+function claimLabel(run: ToolExecution): string {
+  if (run.claim === undefined) return '';
+  return `, claim ${run.claim.unit === null ? 'job' : `unit ${run.claim.unit}`} epoch ${run.claim.epoch}`;
 }
 
 // ---- Statistics -------------------------------------------------------------------------------
@@ -777,6 +821,8 @@ function statistics(observed: Observed): SoakStats {
     toolExecutionsDelivered: observed.toolExecutions.filter((execution) => execution.delivered).length,
     toolCallsRunMoreThanOnce: [...executionsByCall(observed.toolExecutions).values()].filter((runs) => runs.length > 1).length,
     toolResultsRecorded: [...recordedResults(observed).values()].reduce((sum, perJob) => sum + perJob.size, 0),
+    toolRunsByFencedOutClaims: runsAfterRecords(observed).calls.reduce((sum, call) => sum + call.later.filter((run) => ranByFencedOutClaim(run, call)).length, 0),
+    toolExecutionsWithoutClaim: observed.toolExecutions.filter((execution) => execution.claim === undefined).length,
   };
 }
 

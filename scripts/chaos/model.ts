@@ -159,6 +159,10 @@ export interface ToolExecution {
   /** False for a simulated interrupted result: the call ran, its result never reached the section. */
   readonly delivered: boolean;
   readonly pid: number;
+  /** The toolbox said the call has no external effect (absent: not said, counted as effectful). */
+  readonly repeatable?: boolean | undefined;
+  /** The claim it ran under: the step's unit (null: the job's own step) and that claim's epoch. */
+  readonly claim?: { readonly unit: string | null; readonly epoch: number } | undefined;
 }
 
 export interface Submission {

@@ -84,6 +84,7 @@ export function formatReport(input: ReportInput): string {
       'tool runs logged (delivered); IDs run twice+; recorded',
       `${stats.toolExecutions} (${stats.toolExecutionsDelivered}); ${stats.toolCallsRunMoreThanOnce}; ${stats.toolResultsRecorded}`,
     ),
+    row('tool runs by fenced-out claims after the record; runs naming no claim', `${stats.toolRunsByFencedOutClaims}; ${stats.toolExecutionsWithoutClaim}`),
     row('wasted cost (sum of cost.wasted*)', wasted.length === 0 ? '0' : wasted.map(([name, value]) => `${name} ${name.endsWith('Usd') ? usd(value) : String(value)}`).join(', ')),
     row('simulated spend (cost.spentUsd), wasted share', `${usd(stats.spentUsd)}, ${percent(stats.wasted.get('wastedUsd') ?? 0, stats.spentUsd)}`),
     row('claims / reclaims / retries / lost-task redispatches', `${stats.claims} / ${stats.reclaims} / ${stats.retries} / ${stats.redispatches}`),

@@ -980,6 +980,22 @@ export const MUTANTS: readonly Mutant[] = [
     ],
   },
   {
+    name: 'fenced-out-run-needs-older-claim',
+    removes: "the soak's tool-call check asking that a run after the record be by an older claim than another run's (the recording claim running a recorded call again passes)",
+    file: 'scripts/chaos/invariants.ts',
+    search: 'other.claim.epoch > claim.epoch);',
+    replace: 'other.claim.epoch >= claim.epoch);',
+    tests: [{ files: ['test/unit/chaos-invariants.test.ts'], names: 'a repeatable call a fenced-out claim runs after a newer claim recorded it is waste, not a repeat' }],
+  },
+  {
+    name: 'fenced-out-run-needs-repeatable-call',
+    removes: "the soak's tool-call check exempting only repeatable calls run by a fenced-out claim (an effectful call run again passes)",
+    file: 'scripts/chaos/invariants.ts',
+    search: 'if (run.repeatable !== true || claim === undefined) return false;',
+    replace: 'if (claim === undefined) return false;',
+    tests: [{ files: ['test/unit/chaos-invariants.test.ts'], names: 'a repeatable call a fenced-out claim runs after a newer claim recorded it is waste, not a repeat' }],
+  },
+  {
     name: 'spend-charge-recorded-once',
     removes: "the create of a spend charge's record in the commit that adds it to the day (a charge sent again after a lost answer is counted twice)",
     file: 'functions/src/store/quota-documents.ts',

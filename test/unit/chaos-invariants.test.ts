@@ -466,6 +466,49 @@ describe('chaos invariant checker', () => {
     expect(broken({ ...base, toolResultsSeen: [seen], toolExecutions: [...cleanExecutions(), execution('job-r_call_9', 0)] })).toEqual({});
   });
 
+  test('chaos: a repeatable call a fenced-out claim runs after a newer claim recorded it is waste, not a repeat', () => {
+    const base = clean();
+    const claimed = (callId: string, startedAtMs: number, epoch: number, more: Partial<ToolExecution> = {}): ToolExecution => ({
+      ...execution(callId, startedAtMs),
+      repeatable: true,
+      claim: { unit: null, epoch },
+      ...more,
+    });
+    // job-r_call_1 is recorded at 300 µs; claim 2 ran it at 0 ms, before the record.
+    const runs = (...later: ToolExecution[]): Observed => ({
+      ...base,
+      toolExecutions: [execution('job-r_call_0', 0), claimed('job-r_call_1', 0, 2), execution('job-r_call_2', 0), ...later],
+    });
+    // Clean: claim 1, fenced out by claim 2, ran the repeatable call after the record.
+    expect(broken(runs(claimed('job-r_call_1', 1, 1)))).toEqual({});
+    expect(checkInvariants(runs(claimed('job-r_call_1', 1, 1))).stats).toMatchObject({ toolRunsByFencedOutClaims: 1, toolExecutionsWithoutClaim: 2 });
+    // Violating: the call has an effect (or the toolbox did not say), so the old claim must not run it.
+    expect(broken(runs(claimed('job-r_call_1', 1, 1, { repeatable: false })))).toEqual({ toolCallRepeated: 1 });
+    const { repeatable: _said, ...notSaid } = claimed('job-r_call_1', 1, 1);
+    expect(broken(runs(notSaid))).toEqual({ toolCallRepeated: 1 });
+    // Violating: the claim that recorded it, or a newer one, ran it again (recovery produced a recorded result anew).
+    expect(broken(runs(claimed('job-r_call_1', 1, 2)))).toEqual({ toolCallRepeated: 1 });
+    expect(broken(runs(claimed('job-r_call_1', 1, 3)))).toEqual({ toolCallRepeated: 1 });
+    // Violating: an older epoch of another unit is no fenced-out holder of this claim; a run naming no claim cannot be told apart.
+    expect(broken(runs(claimed('job-r_call_1', 1, 1, { claim: { unit: 'u1', epoch: 1 } })))).toEqual({ toolCallRepeated: 1 });
+    const { claim: _named, ...unnamed } = claimed('job-r_call_1', 1, 1);
+    expect(broken(runs(unnamed))).toEqual({ toolCallRepeated: 1 });
+    // Violating: the newer claim ran it only after the record, so its run is the repeat (the old claim's is waste beside it).
+    const newerAfterRecord: Observed = {
+      ...base,
+      toolExecutions: [execution('job-r_call_0', 0), claimed('job-r_call_1', 0, 1), execution('job-r_call_2', 0), claimed('job-r_call_1', 2, 2), claimed('job-r_call_1', 3, 1)],
+    };
+    expect(broken(newerAfterRecord)).toEqual({ toolCallRepeated: 1 });
+    expect(checkInvariants(newerAfterRecord).invariants.find((item) => item.name === 'toolCallRepeated')?.violations.map((item) => item.detail)).toEqual([
+      'search call job-r_call_1 ran 1 more time(s) after transcript outline~-~outline recorded its result at 300 µs (first at 2000 µs in process 4242, claim job epoch 2; 3 executions in all)',
+    ]);
+    expect(
+      checkInvariants(runs(claimed('job-r_call_1', 1, 2))).invariants.find((item) => item.name === 'toolCallRepeated')?.violations.map((item) => item.detail),
+    ).toEqual([
+      'search call job-r_call_1 ran 1 more time(s) after transcript outline~-~outline recorded its result at 300 µs (first at 1000 µs in process 4242, claim job epoch 2; 2 executions in all)',
+    ]);
+  });
+
   test('chaos: the offline toolbox logs every execution, from any process, when its settings name a file', async () => {
     const directory = await mkdtemp(join(tmpdir(), 'chaos-tool-log-'));
     try {

@@ -16,6 +16,10 @@ export const toolExecutionRecordSchema = z.object({
   /** False for a simulated interrupted result: the call ran, its result never reached the caller. */
   delivered: z.boolean(),
   pid: z.number().int(),
+  /** The toolbox said the call has no external effect (it may run again). */
+  repeatable: z.boolean().optional(),
+  /** The claim the call ran under (the step's unit, null for the job's own step, and its epoch); absent outside a claimed step. */
+  claim: z.object({ unit: z.string().nullable(), epoch: z.number().int() }).optional(),
 });
 
 export type ToolExecutionRecord = z.infer<typeof toolExecutionRecordSchema>;

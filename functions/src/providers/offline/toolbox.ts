@@ -13,6 +13,7 @@ import type { ToolCall, ToolSpec } from '../../agent/provider';
 import { toolArguments, toolError, toolParameters, type ToolResult, type Toolbox } from '../../agent/tools';
 import { systemClock, type Clock } from '../../core/clock';
 import { RetryableError } from '../../core/errors';
+import { currentStep } from '../../telemetry/scope';
 import { CORPUS, corpusDocumentUrl, type CorpusDocument } from './corpus';
 import { appendToolExecution } from './execution-log';
 import { parseOfflineSettings, type OfflineSettingsInput } from './settings';
@@ -273,7 +274,10 @@ class CorpusToolboxImpl implements CorpusToolbox {
   }
 
   private logExecution(call: ToolCall, startedAtMs: number, delivered: boolean): void {
-    if (this.executionLog !== undefined) appendToolExecution(this.executionLog, { callId: call.id, tool: call.name, startedAtMs, delivered, pid: process.pid });
+    if (this.executionLog === undefined) return;
+    const step = currentStep()?.fields;
+    const claim = step?.epoch === undefined ? {} : { claim: { unit: step.unit ?? null, epoch: step.epoch } };
+    appendToolExecution(this.executionLog, { callId: call.id, tool: call.name, startedAtMs, delivered, pid: process.pid, repeatable: this.repeatable(), ...claim });
   }
 }
 
