@@ -183,6 +183,11 @@ export interface Recovered {
   /** Another fault hit the same job after this one and before this recovery. */
   readonly overlapped: boolean;
   /**
+   * The job was parked in a wait between the fault and this recovery (a provider's cool-down, a
+   * person's answer): no claim of it may run then, so the figure holds that wait too.
+   */
+  readonly held: boolean;
+  /**
    * For a hit claim that another took over: how long after the fault something first showed that
    * (a reclaim, or a later claim's work or event in its scope); the rest of `ms` is the new claim
    * getting going. Null when the hit claim went on itself, or the fault hit the job, not a claim.
@@ -235,7 +240,10 @@ export function recoveryByKind(faults: readonly FaultRecord[], jobs: readonly Co
           continue;
         }
         const ms = mark.commitUs / 1000 - fault.atMs;
-        if (slowest === null || ms > slowest.ms) slowest = { fault, jobId: target.jobId, ms, what: mark.what, overlapped: false, detectedMs: supersededAfter(job, target, fault.atMs, mark.commitUs) };
+        if (slowest === null || ms > slowest.ms) {
+          const held = waitedBetween(job, fault.atMs * 1000, mark.commitUs);
+          slowest = { fault, jobId: target.jobId, ms, what: mark.what, overlapped: false, held, detectedMs: supersededAfter(job, target, fault.atMs, mark.commitUs) };
+        }
       }
       if (missing !== null) notRecovered.push({ fault, jobId: missing });
       else if (slowest !== null) recovered.push({ ...slowest, overlapped: overlaps(faults, fault, slowest.jobId, fault.atMs + slowest.ms) });
@@ -248,6 +256,24 @@ export function recoveryByKind(faults: readonly FaultRecord[], jobs: readonly Co
 /** Whether the job's terminal event committed at or before `atMs`. */
 function endedBy(job: CollectedJob, atMs: number): boolean {
   return job.events.some((event) => TERMINAL.has(event.kind) && event.commitUs <= atMs * 1000);
+}
+
+/**
+ * Whether the job was waiting (its status, as of the commits of its events) at some time in
+ * (`fromUs`, `untilUs`): parked from an event that left it waiting to the next that did not.
+ */
+export function waitedBetween(job: CollectedJob, fromUs: number, untilUs: number): boolean {
+  const events = [...job.events].filter((event) => event.status !== undefined && event.status !== null).sort((a, b) => a.commitUs - b.commitUs);
+  let parkedSinceUs: number | null = null;
+  for (const event of events) {
+    if (event.commitUs >= untilUs) break;
+    if (event.status === 'waiting') parkedSinceUs ??= event.commitUs;
+    else {
+      if (parkedSinceUs !== null && event.commitUs > fromUs) return true;
+      parkedSinceUs = null;
+    }
+  }
+  return parkedSinceUs !== null;
 }
 
 /** Whether a fault other than `fault` hit `jobId` after it and before `untilMs`. */
@@ -267,7 +293,9 @@ export interface KindFigures {
   readonly notRecovered: number;
   /** Recoveries during which another fault hit the same job (their figure holds its delay too). */
   readonly overlapped: number;
-  /** The p99 over the recoveries no other fault overlapped: this kind's own cost, apart from compounding faults. */
+  /** Recoveries during which the job was parked in a wait (their figure holds the wait too). */
+  readonly held: number;
+  /** The p99 over the recoveries no other fault overlapped and no wait held: this kind's own cost, apart from compounding faults and waits. */
   readonly aloneP99Ms: number;
   /** Recoveries in which another claim took the hit one over, and over them: fault to take-over, and take-over to progress (p50, p99). */
   readonly takenOver: number;
@@ -294,8 +322,9 @@ export function figures(recovery: KindRecovery): KindFigures {
     worst: worst && { jobId: worst.jobId, fault: worst.fault.index, what: worst.what },
     notRecovered: recovery.notRecovered.length,
     overlapped: recovery.recovered.filter((item) => item.overlapped).length,
+    held: recovery.recovered.filter((item) => item.held).length,
     aloneP99Ms: percentile(
-      recovery.recovered.filter((item) => !item.overlapped).map((item) => item.ms),
+      recovery.recovered.filter((item) => !item.overlapped && !item.held).map((item) => item.ms),
       99,
     ),
     takenOver: detected.length,
@@ -312,10 +341,10 @@ const padLeft = (text: string, width: number): string => (text.length >= width ?
 
 /** The report's table: one row per kind, seconds. */
 export function formatRecovery(rows: readonly KindFigures[]): string[] {
-  const lines = [`${pad('Recovery: fault to next durable progress (s)', 46)}${['n', 'p50', 'p95', 'p99', 'worst', 'none', 'ovl', 'alone'].map((head) => padLeft(head, 7)).join('')}  worst: job (fault #)`];
+  const lines = [`${pad('Recovery: fault to next durable progress (s)', 46)}${['n', 'p50', 'p95', 'p99', 'worst', 'none', 'ovl', 'wait', 'alone'].map((head) => padLeft(head, 7)).join('')}  worst: job (fault #)`];
   if (rows.length === 0) lines.push('  (no fault hit a job)');
   for (const row of rows) {
-    const cells = [String(row.n), seconds(row.p50Ms), seconds(row.p95Ms), seconds(row.p99Ms), seconds(row.worstMs), String(row.notRecovered), String(row.overlapped), seconds(row.aloneP99Ms)];
+    const cells = [String(row.n), seconds(row.p50Ms), seconds(row.p95Ms), seconds(row.p99Ms), seconds(row.worstMs), String(row.notRecovered), String(row.overlapped), String(row.held), seconds(row.aloneP99Ms)];
     lines.push(`  ${pad(row.kind, 44)}${cells.map((cell) => padLeft(cell, 7)).join('')}  ${row.worst ? `${row.worst.jobId} (#${row.worst.fault})` : ''}`);
   }
   const takeOvers = rows.filter((row) => row.takenOver > 0);

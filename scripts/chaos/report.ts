@@ -117,8 +117,9 @@ export function formatReport(input: ReportInput): string {
         'reclaimed, or the job\'s end; the hit claim\'s own next work counts when nothing showed a later claim before it, except after a kill, ' +
         'a freeze or a lost task (a stopped worker\'s commit still in flight is no recovery); for a hit job, its first by any claim. A fault that hit several jobs counts its slowest. p50/p95/p99 are ' +
         'nearest-rank (under 100 faults the p99 is the worst); none: faults with a job that never progressed after them; ovl: recoveries ' +
-        'during which another fault hit the same job (counted, but their figure holds that fault\'s delay too); alone: the p99 over the ' +
-        'recoveries no other fault overlapped. Taken over: the recoveries of a hit claim that another claim replaced, split where ' +
+        'during which another fault hit the same job (counted, but their figure holds that fault\'s delay too); wait: recoveries during ' +
+        'which the job was parked in a wait (a provider\'s cool-down, a person\'s answer: counted, but their figure holds the wait); alone: ' +
+        'the p99 over the recoveries no other fault overlapped and no wait held. Taken over: the recoveries of a hit claim that another claim replaced, split where ' +
         'something first showed the replacement (a reclaim, or the later claim\'s work): tk, fault to take-over (the lease, the ' +
         'take-over age and the sweep); then, take-over to progress (the new task delivered, a worker started, the claim made and its ' +
         'first commit).',

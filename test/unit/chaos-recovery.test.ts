@@ -3,7 +3,7 @@
  * durable progress after a fault, and the percentiles over them.
  */
 import type { CollectedJob, EventDoc, SectionDoc, TranscriptDoc } from '../../scripts/chaos/model';
-import { figures, formatRecovery, percentile, progressAfter, recoveryByKind, type FaultRecord, type FaultTarget } from '../../scripts/chaos/recovery';
+import { figures, formatRecovery, percentile, progressAfter, recoveryByKind, waitedBetween, type FaultRecord, type FaultTarget } from '../../scripts/chaos/recovery';
 
 /** Times in these timelines are milliseconds; documents carry microseconds, as Firestore's commit times. */
 const us = (ms: number): number => ms * 1000;
@@ -210,7 +210,7 @@ describe('chaos recovery: the next durable progress after a fault', () => {
     // The Firestore fault's recovery of job-k (at 2 000) came before the kill (2 500): no overlap; the kill overlapped nothing.
     expect(rows.map((row) => row.overlapped)).toEqual([0, 0]);
     const table = formatRecovery(rows);
-    expect(table[1]).toMatch(/^ {2}worker-kill +1 +8\.5 +8\.5 +8\.5 +8\.5 +0 +0 +8\.5 {2}job-k \(#3\)$/);
+    expect(table[1]).toMatch(/^ {2}worker-kill +1 +8\.5 +8\.5 +8\.5 +8\.5 +0 +0 +0 +8\.5 {2}job-k \(#3\)$/);
   });
 
   test('a recovery during which another fault hit the same job is flagged as overlapped', () => {
@@ -227,6 +227,46 @@ describe('chaos recovery: the next durable progress after a fault', () => {
     ]);
     // The kill's only recovery was overlapped: nothing is left for its alone figure.
     expect(rows[0]?.aloneP99Ms).toBeNaN();
+  });
+});
+
+describe('chaos recovery: waits', () => {
+  const status = (item: EventDoc, value: string): EventDoc => ({ ...item, status: value });
+  // Unit e1 (epoch 1) is killed at 3 000 while the job waits for the provider (2 000 to 40 000); the
+  // wait ends, a new claim finishes the unit at 41 000. Job-q's kill at 3 000 is taken over at 10 000.
+  const parked = job('job-p', {
+    events: [
+      status(event('p1', 'claimed', 1, 500), 'running'),
+      status(event('p2', 'waiting', 1, 2_000), 'waiting'),
+      status(event('p3', 'resumed', 1, 40_000), 'queued'),
+      status(event('p4', 'claimed', 2, 40_500), 'running'),
+      status(unitEvent('unit-done', 'expert', 'e1', 2, 41_000), 'running'),
+    ],
+  });
+  const quick = job('job-q', {
+    events: [status(event('q1', 'claimed', 1, 500), 'running'), status(event('q2', 'reclaimed', 1, 10_000), 'queued'), status(event('q3', 'claimed', 2, 10_200), 'running')],
+    transcripts: [transcript('t1', 2, 11_000)],
+  });
+
+  test('a recovery during which the job was parked in a wait is flagged, and its alone figure leaves it out', () => {
+    const faults: FaultRecord[] = [
+      { index: 1, kind: 'worker-kill', atMs: 3_000, targets: [claim('job-p', 1, 'expert~e1')] },
+      { index: 2, kind: 'worker-kill', atMs: 3_000, targets: [claim('job-q', 1)] },
+    ];
+    const [row] = recoveryByKind(faults, [parked, quick], ['worker-kill']).map(figures);
+    expect(row && [row.n, row.worstMs, row.held, row.overlapped, row.aloneP99Ms]).toEqual([2, 38_000, 1, 0, 8_000]);
+    expect(formatRecovery(row ? [row] : [])[1]).toMatch(/^ {2}worker-kill +2 +8\.0 +38\.0 +38\.0 +38\.0 +0 +0 +1 +8\.0 {2}job-p \(#1\)$/);
+  });
+
+  test('a wait counts only where it falls between the fault and the progress', () => {
+    const waited = (fromMs: number, untilMs: number): boolean => waitedBetween(parked, us(fromMs), us(untilMs));
+    // Inside, across either end, and around the whole wait.
+    expect([waited(3_000, 41_000), waited(1_000, 3_000), waited(39_000, 45_000), waited(1_000, 45_000)]).toEqual([true, true, true, true]);
+    // Wholly before the wait, or wholly after it.
+    expect([waited(600, 1_900), waited(40_100, 45_000)]).toEqual([false, false]);
+    // A job still waiting at the end of the timeline is parked from its waiting event on.
+    const stillWaiting = job('job-w', { events: [status(event('w1', 'waiting', 1, 2_000), 'waiting')] });
+    expect([waitedBetween(stillWaiting, us(5_000), us(9_000)), waitedBetween(stillWaiting, us(0), us(1_000))]).toEqual([true, false]);
   });
 });
 
