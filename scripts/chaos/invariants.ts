@@ -225,8 +225,9 @@ export const DEFINITIONS: Readonly<Record<InvariantName, { readonly label: strin
       'holding that call\'s result was committed (seen by the soak\'s transcript listener, or the final transcript); or a call ID whose ' +
       'result two jobs recorded (their executions could not be told apart). Runs before the result was recorded (an interrupted ' +
       'result, a worker lost between the tool and the save) are at-least-once work and not counted; nor is a run of a repeatable call ' +
-      '(no external effect, as the toolbox says) by a claim older than one that ran it before the record: a fenced-out worker ran it ' +
-      'beside the save of its own model answer, the fence refused that save, and the run is reported as wasted',
+      '(no external effect, as the toolbox says) by a claim of the same job or unit older than another that ran the call: a claim ' +
+      'already fenced out (as a rule it ran the call beside the save of its own model answer, which the fence refused), reported as ' +
+      'wasted. Runs are told apart by call ID, unit and epoch: the soak gives every job prompts of its own',
   },
 };
 

@@ -183,10 +183,10 @@ export interface Recovered {
   /** Another fault hit the same job after this one and before this recovery. */
   readonly overlapped: boolean;
   /**
-   * The job was parked in a wait between the fault and this recovery (a provider's cool-down, a
-   * person's answer): no claim of it may run then, so the figure holds that wait too.
+   * How long the job was parked in a wait between the fault and this recovery (a provider's
+   * cool-down, a person's answer): no claim of it may run then, so `ms` holds that wait too.
    */
-  readonly held: boolean;
+  readonly waitedMs: number;
   /**
    * For a hit claim that another took over: how long after the fault something first showed that
    * (a reclaim, or a later claim's work or event in its scope); the rest of `ms` is the new claim
@@ -241,8 +241,8 @@ export function recoveryByKind(faults: readonly FaultRecord[], jobs: readonly Co
         }
         const ms = mark.commitUs / 1000 - fault.atMs;
         if (slowest === null || ms > slowest.ms) {
-          const held = waitedBetween(job, fault.atMs * 1000, mark.commitUs);
-          slowest = { fault, jobId: target.jobId, ms, what: mark.what, overlapped: false, held, detectedMs: supersededAfter(job, target, fault.atMs, mark.commitUs) };
+          const waitedMs = waitedBetween(job, fault.atMs * 1000, mark.commitUs) / 1000;
+          slowest = { fault, jobId: target.jobId, ms, what: mark.what, overlapped: false, waitedMs, detectedMs: supersededAfter(job, target, fault.atMs, mark.commitUs) };
         }
       }
       if (missing !== null) notRecovered.push({ fault, jobId: missing });
@@ -259,21 +259,25 @@ function endedBy(job: CollectedJob, atMs: number): boolean {
 }
 
 /**
- * Whether the job was waiting (its status, as of the commits of its events) at some time in
- * (`fromUs`, `untilUs`): parked from an event that left it waiting to the next that did not.
+ * How long (µs) the job was waiting within (`fromUs`, `untilUs`): parked from an event that left it
+ * waiting (the job's status as of that event's commit) to the next event that did not. An event
+ * that names no status ends a wait: what is not known to be a wait is not taken out of a figure.
  */
-export function waitedBetween(job: CollectedJob, fromUs: number, untilUs: number): boolean {
-  const events = [...job.events].filter((event) => event.status !== undefined && event.status !== null).sort((a, b) => a.commitUs - b.commitUs);
+export function waitedBetween(job: CollectedJob, fromUs: number, untilUs: number): number {
+  const events = [...job.events].sort((a, b) => a.commitUs - b.commitUs);
+  let waitedUs = 0;
   let parkedSinceUs: number | null = null;
+  const close = (endUs: number): void => {
+    if (parkedSinceUs !== null) waitedUs += Math.max(0, Math.min(endUs, untilUs) - Math.max(parkedSinceUs, fromUs));
+    parkedSinceUs = null;
+  };
   for (const event of events) {
     if (event.commitUs >= untilUs) break;
     if (event.status === 'waiting') parkedSinceUs ??= event.commitUs;
-    else {
-      if (parkedSinceUs !== null && event.commitUs > fromUs) return true;
-      parkedSinceUs = null;
-    }
+    else close(event.commitUs);
   }
-  return parkedSinceUs !== null;
+  close(untilUs);
+  return waitedUs;
 }
 
 /** Whether a fault other than `fault` hit `jobId` after it and before `untilMs`. */
@@ -295,7 +299,7 @@ export interface KindFigures {
   readonly overlapped: number;
   /** Recoveries during which the job was parked in a wait (their figure holds the wait too). */
   readonly held: number;
-  /** The p99 over the recoveries no other fault overlapped and no wait held: this kind's own cost, apart from compounding faults and waits. */
+  /** The p99 over the recoveries no other fault overlapped, each less the time its job was parked in a wait: this kind's own cost, apart from compounding faults and waits. */
   readonly aloneP99Ms: number;
   /** Recoveries in which another claim took the hit one over, and over them: fault to take-over, and take-over to progress (p50, p99). */
   readonly takenOver: number;
@@ -322,9 +326,9 @@ export function figures(recovery: KindRecovery): KindFigures {
     worst: worst && { jobId: worst.jobId, fault: worst.fault.index, what: worst.what },
     notRecovered: recovery.notRecovered.length,
     overlapped: recovery.recovered.filter((item) => item.overlapped).length,
-    held: recovery.recovered.filter((item) => item.held).length,
+    held: recovery.recovered.filter((item) => item.waitedMs > 0).length,
     aloneP99Ms: percentile(
-      recovery.recovered.filter((item) => !item.overlapped && !item.held).map((item) => item.ms),
+      sorted(recovery.recovered.filter((item) => !item.overlapped).map((item) => item.ms - item.waitedMs)),
       99,
     ),
     takenOver: detected.length,

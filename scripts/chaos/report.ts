@@ -119,7 +119,7 @@ export function formatReport(input: ReportInput): string {
         'nearest-rank (under 100 faults the p99 is the worst); none: faults with a job that never progressed after them; ovl: recoveries ' +
         'during which another fault hit the same job (counted, but their figure holds that fault\'s delay too); wait: recoveries during ' +
         'which the job was parked in a wait (a provider\'s cool-down, a person\'s answer: counted, but their figure holds the wait); alone: ' +
-        'the p99 over the recoveries no other fault overlapped and no wait held. Taken over: the recoveries of a hit claim that another claim replaced, split where ' +
+        'the p99 over the recoveries no other fault overlapped, each less the time its job was parked in a wait. Taken over: the recoveries of a hit claim that another claim replaced, split where ' +
         'something first showed the replacement (a reclaim, or the later claim\'s work): tk, fault to take-over (the lease, the ' +
         'take-over age and the sweep); then, take-over to progress (the new task delivered, a worker started, the claim made and its ' +
         'first commit).',

@@ -248,25 +248,43 @@ describe('chaos recovery: waits', () => {
     transcripts: [transcript('t1', 2, 11_000)],
   });
 
-  test('a recovery during which the job was parked in a wait is flagged, and its alone figure leaves it out', () => {
+  test("a recovery during which the job was parked in a wait is flagged, and its alone figure is less the wait's time", () => {
+    // Job-s is killed at 3 000 and waits only 10 000 to 10 500; its recovery at 63 000 is slow for another reason.
+    const slow = job('job-s', {
+      events: [
+        status(event('s1', 'claimed', 1, 500), 'running'),
+        status(event('s2', 'waiting', 1, 10_000), 'waiting'),
+        status(event('s3', 'resumed', 1, 10_500), 'queued'),
+        status(event('s4', 'claimed', 2, 62_000), 'running'),
+      ],
+      transcripts: [transcript('t1', 2, 63_000)],
+    });
     const faults: FaultRecord[] = [
       { index: 1, kind: 'worker-kill', atMs: 3_000, targets: [claim('job-p', 1, 'expert~e1')] },
       { index: 2, kind: 'worker-kill', atMs: 3_000, targets: [claim('job-q', 1)] },
     ];
     const [row] = recoveryByKind(faults, [parked, quick], ['worker-kill']).map(figures);
+    // Job-p's 38 s hold 37 s of wait: 1 s of its own; job-q's 8 s is the alone p99.
     expect(row && [row.n, row.worstMs, row.held, row.overlapped, row.aloneP99Ms]).toEqual([2, 38_000, 1, 0, 8_000]);
     expect(formatRecovery(row ? [row] : [])[1]).toMatch(/^ {2}worker-kill +2 +8\.0 +38\.0 +38\.0 +38\.0 +0 +0 +1 +8\.0 {2}job-p \(#1\)$/);
+    const [withSlow] = recoveryByKind([...faults, { index: 3, kind: 'worker-kill', atMs: 3_000, targets: [claim('job-s', 1)] }], [parked, quick, slow], ['worker-kill']).map(figures);
+    expect(withSlow && [withSlow.n, withSlow.held, withSlow.aloneP99Ms]).toEqual([3, 2, 59_500]);
   });
 
-  test('a wait counts only where it falls between the fault and the progress', () => {
-    const waited = (fromMs: number, untilMs: number): boolean => waitedBetween(parked, us(fromMs), us(untilMs));
-    // Inside, across either end, and around the whole wait.
-    expect([waited(3_000, 41_000), waited(1_000, 3_000), waited(39_000, 45_000), waited(1_000, 45_000)]).toEqual([true, true, true, true]);
+  test('the time a job waited counts only between the fault and the progress', () => {
+    const waited = (fromMs: number, untilMs: number): number => waitedBetween(parked, us(fromMs), us(untilMs)) / 1000;
+    // Inside, across either end, and around the whole wait (2 000 to 40 000).
+    expect([waited(3_000, 41_000), waited(1_000, 3_000), waited(39_000, 45_000), waited(1_000, 45_000)]).toEqual([37_000, 1_000, 1_000, 38_000]);
     // Wholly before the wait, or wholly after it.
-    expect([waited(600, 1_900), waited(40_100, 45_000)]).toEqual([false, false]);
+    expect([waited(600, 1_900), waited(40_100, 45_000)]).toEqual([0, 0]);
     // A job still waiting at the end of the timeline is parked from its waiting event on.
     const stillWaiting = job('job-w', { events: [status(event('w1', 'waiting', 1, 2_000), 'waiting')] });
-    expect([waitedBetween(stillWaiting, us(5_000), us(9_000)), waitedBetween(stillWaiting, us(0), us(1_000))]).toEqual([true, false]);
+    expect([waitedBetween(stillWaiting, us(5_000), us(9_000)), waitedBetween(stillWaiting, us(0), us(1_000))]).toEqual([us(4_000), 0]);
+    // An event that names no status ends the wait: what is not known to be a wait is not taken out.
+    const unknownAfter = job('job-u', { events: [status(event('u1', 'waiting', 1, 2_000), 'waiting'), event('u2', 'resumed', 1, 5_000)] });
+    expect(waitedBetween(unknownAfter, us(1_000), us(10_000))).toBe(us(3_000));
+    // An event at the progress itself is not inside the gap.
+    expect(waitedBetween(parked, us(1_000), us(2_000))).toBe(0);
   });
 });
 
