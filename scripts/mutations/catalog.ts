@@ -996,6 +996,14 @@ export const MUTANTS: readonly Mutant[] = [
     tests: [{ files: ['test/unit/chaos-invariants.test.ts'], names: 'a repeatable call a fenced-out claim runs after a newer claim recorded it is waste, not a repeat' }],
   },
   {
+    name: 'tool-log-names-claim',
+    removes: "the offline toolbox's execution log naming the claim each run was made under (the soak could exempt no fenced-out run, and says so)",
+    file: 'functions/src/providers/offline/toolbox.ts',
+    search: 'pid: process.pid, repeatable: this.repeatable(call.name), ...claim });',
+    replace: 'pid: process.pid, repeatable: this.repeatable(call.name) });',
+    tests: [{ files: ['test/unit/chaos-invariants.test.ts'], names: 'the offline toolbox logs every execution' }],
+  },
+  {
     name: 'fenced-out-run-same-scope',
     removes: "the soak's tool-call check asking that the newer run be in the same job or unit scope (an older epoch of another unit passes)",
     file: 'scripts/chaos/invariants.ts',

@@ -5,9 +5,11 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { trace } from '@opentelemetry/api';
 import type { UnitView } from '../../functions/src/core/invariants';
 import { newQueuedJob, type JobRecord } from '../../functions/src/core/job';
 import { createCorpusToolbox } from '../../functions/src/providers/offline/toolbox';
+import { runInStep, StepScope, type StepFields } from '../../functions/src/telemetry/scope';
 import { checkInvariants, checkTimelines, ownedWrites, UNIT_EVENT_ID, type InvariantName, type InvariantResult } from '../../scripts/chaos/invariants';
 import type { CollectedJob, EffectDoc, EventDoc, JobDoc, Observed, ReceiverView, Submission, ToolExecution, ToolResultSeen } from '../../scripts/chaos/model';
 import { readToolExecutions } from '../../scripts/chaos/tool-calls';
@@ -524,9 +526,20 @@ describe('chaos invariant checker', () => {
         { callId: 'call_0123456789_0', tool: 'search', delivered: true, pid: process.pid },
         { callId: 'call_0123456789_1', tool: 'read', delivered: false, pid: process.pid },
       ]);
+      // Outside a step no claim is named; inside one, its unit (null: the job's own step) and epoch.
+      expect(executions.map((execution) => [execution.repeatable, execution.claim])).toEqual([
+        [true, undefined],
+        [true, undefined],
+      ]);
+      const tracer = trace.getTracer('chaos-test');
+      const inStep = (fields: StepFields) => runInStep(new StepScope(tracer.startSpan('step'), tracer, fields, null), () => toolbox.execute({ id: 'call_0123456789_0', name: 'search', arguments: '{"query":"x"}' }, signal));
+      await inStep({ jobId: 'j', unit: 'e1', epoch: 3 });
+      await inStep({ jobId: 'j', epoch: 4 });
+      await inStep({ jobId: 'j' });
+      expect((await readToolExecutions(log)).executions.slice(2).map((execution) => execution.claim)).toEqual([{ unit: 'e1', epoch: 3 }, { unit: null, epoch: 4 }, undefined]);
       // Off by default: nothing is written.
       await createCorpusToolbox({ settings: {} }).execute({ id: 'call_0123456789_0', name: 'search', arguments: '{"query":"x"}' }, signal);
-      expect((await readToolExecutions(log)).executions).toHaveLength(2);
+      expect((await readToolExecutions(log)).executions).toHaveLength(5);
       expect((await readToolExecutions(join(directory, 'absent.jsonl'))).executions).toEqual([]);
     } finally {
       await rm(directory, { recursive: true, force: true });

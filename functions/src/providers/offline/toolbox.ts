@@ -207,7 +207,7 @@ class CorpusToolboxImpl implements CorpusToolbox {
   }
 
   /** Its tools search a bundled corpus: no call has an external effect, so any may run again after a crash. */
-  repeatable(): boolean {
+  repeatable(_toolName?: string): boolean {
     return true;
   }
 
@@ -277,7 +277,7 @@ class CorpusToolboxImpl implements CorpusToolbox {
     if (this.executionLog === undefined) return;
     const step = currentStep()?.fields;
     const claim = step?.epoch === undefined ? {} : { claim: { unit: step.unit ?? null, epoch: step.epoch } };
-    appendToolExecution(this.executionLog, { callId: call.id, tool: call.name, startedAtMs, delivered, pid: process.pid, repeatable: this.repeatable(), ...claim });
+    appendToolExecution(this.executionLog, { callId: call.id, tool: call.name, startedAtMs, delivered, pid: process.pid, repeatable: this.repeatable(call.name), ...claim });
   }
 }
 
