@@ -253,12 +253,17 @@ export function startSweeper(options: { readonly projectId: string; readonly fir
   const stopWaiting = new AbortController();
   const wait: Wait = (ms) =>
     new Promise((resolve) => {
-      const timer = setTimeout(resolve, ms);
-      timer.unref();
-      stopWaiting.signal.addEventListener('abort', () => {
+      const stop = (): void => {
         clearTimeout(timer);
         resolve();
-      }, { once: true });
+      };
+      // Each wait's listener goes when its timer fires: the sweeper waits thousands of times in a soak.
+      const timer = setTimeout(() => {
+        stopWaiting.signal.removeEventListener('abort', stop);
+        resolve();
+      }, ms);
+      timer.unref();
+      stopWaiting.signal.addEventListener('abort', stop, { once: true });
     });
   let minute: Promise<unknown> | null = null;
   const runMinute = (): void => {
