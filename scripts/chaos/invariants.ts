@@ -665,8 +665,10 @@ interface RunsAfterRecord {
   readonly callId: string;
   readonly recorded: RecordedResult;
   readonly runs: readonly ToolExecution[];
-  /** Runs that began after the record. */
-  readonly later: readonly ToolExecution[];
+  /** Runs that began after the record, by a claim that could have produced the result again. */
+  readonly repeated: readonly ToolExecution[];
+  /** Runs that began after the record by a claim already fenced out (ranByFencedOutClaim): wasted, not repeated. */
+  readonly wasted: readonly ToolExecution[];
 }
 
 /** Every recorded call with the runs that began after its record; a call ID recorded by two jobs is reported on its own. */
@@ -683,7 +685,9 @@ function runsAfterRecords(observed: Observed): { readonly calls: RunsAfterRecord
     if (jobId === undefined || recorded === undefined) continue;
     const runs = executions.get(callId) ?? [];
     // Milliseconds against microseconds: an execution counts as later only from the next whole millisecond.
-    calls.push({ jobId, callId, recorded, runs, later: runs.filter((run) => run.startedAtMs * 1_000 > recorded.commitUs) });
+    const later = runs.filter((run) => run.startedAtMs * 1_000 > recorded.commitUs);
+    const wasted = later.filter((run) => ranByFencedOutClaim(run, runs));
+    calls.push({ jobId, callId, recorded, runs, repeated: later.filter((run) => !wasted.includes(run)), wasted });
   }
   return { calls, ambiguous };
 }
@@ -694,24 +698,23 @@ function runsAfterRecords(observed: Observed): { readonly calls: RunsAfterRecord
  * from its own model answer, ran it beside that answer's save (which the fence then refused) and
  * writes nothing of it: spend wasted, not a result produced again.
  */
-function ranByFencedOutClaim(run: ToolExecution, call: RunsAfterRecord): boolean {
+function ranByFencedOutClaim(run: ToolExecution, runs: readonly ToolExecution[]): boolean {
   const claim = run.claim;
   if (run.repeatable !== true || claim === undefined) return false;
   // Where the newer claim's run began after the record, that run is itself counted as a repeat.
-  return call.runs.some((other) => other.claim !== undefined && other.claim.unit === claim.unit && other.claim.epoch > claim.epoch);
+  return runs.some((other) => other.claim !== undefined && other.claim.unit === claim.unit && other.claim.epoch > claim.epoch);
 }
 
 function checkToolCalls(observed: Observed): Violation[] {
   const { calls, ambiguous } = runsAfterRecords(observed);
   const violations = [...ambiguous];
   for (const call of calls) {
-    const again = call.later.filter((run) => !ranByFencedOutClaim(run, call));
-    const first = again[0];
+    const first = call.repeated[0];
     if (first === undefined) continue;
     violations.push({
       jobId: call.jobId,
       detail:
-        `${first.tool} call ${call.callId} ran ${again.length} more time(s) after transcript ${call.recorded.transcript} recorded its result at ${call.recorded.commitUs} µs ` +
+        `${first.tool} call ${call.callId} ran ${call.repeated.length} more time(s) after transcript ${call.recorded.transcript} recorded its result at ${call.recorded.commitUs} µs ` +
         `(first at ${first.startedAtMs * 1_000} µs in process ${first.pid}${claimLabel(first)}; ${call.runs.length} executions in all)`,
     });
   }
@@ -822,7 +825,7 @@ function statistics(observed: Observed): SoakStats {
     toolExecutionsDelivered: observed.toolExecutions.filter((execution) => execution.delivered).length,
     toolCallsRunMoreThanOnce: [...executionsByCall(observed.toolExecutions).values()].filter((runs) => runs.length > 1).length,
     toolResultsRecorded: [...recordedResults(observed).values()].reduce((sum, perJob) => sum + perJob.size, 0),
-    toolRunsByFencedOutClaims: runsAfterRecords(observed).calls.reduce((sum, call) => sum + call.later.filter((run) => ranByFencedOutClaim(run, call)).length, 0),
+    toolRunsByFencedOutClaims: runsAfterRecords(observed).calls.reduce((sum, call) => sum + call.wasted.length, 0),
     toolExecutionsWithoutClaim: observed.toolExecutions.filter((execution) => execution.claim === undefined).length,
   };
 }

@@ -567,9 +567,6 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     if (recordedResults > 0 && toolLog.executions.length === 0) {
       runProblems.push('transcripts hold tool results but the offline toolbox logged no execution: toolExecutionLog did not reach the functions');
     }
-    // Every execution runs inside a claimed step: one that names no claim means the step scope did not reach the toolbox.
-    const unclaimed = toolLog.executions.filter((execution) => execution.claim === undefined).length;
-    if (unclaimed > 0) runProblems.push(`${unclaimed} of ${toolLog.executions.length} logged tool executions name no claim: the step's epoch did not reach the toolbox`);
     const recovery = recoveryByKind(faultRecords, jobs, FAULT_KINDS);
     for (const kind of recovery) {
       for (const missed of kind.notRecovered) log(`recovery: fault #${missed.fault.index} ${kind.kind}: job ${missed.jobId} committed no progress after it`);
@@ -610,6 +607,9 @@ export async function runChaos(options: ChaosOptions): Promise<number> {
     mark('stopped (total)');
 
     const check = checkInvariants({ jobs, submissions: submissionsSeen, receiver: receiverView, toolResultsSeen, toolExecutions: toolLog.executions });
+    // Every execution runs inside a claimed step: one that names no claim means the step scope did not reach the toolbox.
+    const unclaimed = check.stats.toolExecutionsWithoutClaim;
+    if (unclaimed > 0) runProblems.push(`${unclaimed} of ${toolLog.executions.length} logged tool executions name no claim: the step's epoch did not reach the toolbox`);
     const report = formatReport({ seed: plan.seed, jobs: plan.jobs.length, mix, check, faults: faultTally, recovery: recovery.map(figures), decisionsAnswered, timings, runProblems, replay, extra });
     console.log(`\n${report}`);
     const broke = failed({ check, runProblems });

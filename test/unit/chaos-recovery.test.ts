@@ -232,31 +232,40 @@ describe('chaos recovery: the next durable progress after a fault', () => {
 
 describe('chaos recovery: waits', () => {
   const status = (item: EventDoc, value: string): EventDoc => ({ ...item, status: value });
+  /** Job events in order, each with the job's status as of its commit: [kind, epoch, at ms, status]. */
+  const timeline = (prefix: string, rows: readonly (readonly [string, number, number, string])[]): EventDoc[] =>
+    rows.map(([kind, epoch, atMs, value], index) => status(event(`${prefix}${index + 1}`, kind, epoch, atMs), value));
   // Unit e1 (epoch 1) is killed at 3 000 while the job waits for the provider (2 000 to 40 000); the
   // wait ends, a new claim finishes the unit at 41 000. Job-q's kill at 3 000 is taken over at 10 000.
   const parked = job('job-p', {
     events: [
-      status(event('p1', 'claimed', 1, 500), 'running'),
-      status(event('p2', 'waiting', 1, 2_000), 'waiting'),
-      status(event('p3', 'resumed', 1, 40_000), 'queued'),
-      status(event('p4', 'claimed', 2, 40_500), 'running'),
+      ...timeline('p', [
+        ['claimed', 1, 500, 'running'],
+        ['waiting', 1, 2_000, 'waiting'],
+        ['resumed', 1, 40_000, 'queued'],
+        ['claimed', 2, 40_500, 'running'],
+      ]),
       status(unitEvent('unit-done', 'expert', 'e1', 2, 41_000), 'running'),
     ],
   });
   const quick = job('job-q', {
-    events: [status(event('q1', 'claimed', 1, 500), 'running'), status(event('q2', 'reclaimed', 1, 10_000), 'queued'), status(event('q3', 'claimed', 2, 10_200), 'running')],
+    events: timeline('q', [
+      ['claimed', 1, 500, 'running'],
+      ['reclaimed', 1, 10_000, 'queued'],
+      ['claimed', 2, 10_200, 'running'],
+    ]),
     transcripts: [transcript('t1', 2, 11_000)],
   });
 
   test("a recovery during which the job was parked in a wait is flagged, and its alone figure is less the wait's time", () => {
     // Job-s is killed at 3 000 and waits only 10 000 to 10 500; its recovery at 63 000 is slow for another reason.
     const slow = job('job-s', {
-      events: [
-        status(event('s1', 'claimed', 1, 500), 'running'),
-        status(event('s2', 'waiting', 1, 10_000), 'waiting'),
-        status(event('s3', 'resumed', 1, 10_500), 'queued'),
-        status(event('s4', 'claimed', 2, 62_000), 'running'),
-      ],
+      events: timeline('s', [
+        ['claimed', 1, 500, 'running'],
+        ['waiting', 1, 10_000, 'waiting'],
+        ['resumed', 1, 10_500, 'queued'],
+        ['claimed', 2, 62_000, 'running'],
+      ]),
       transcripts: [transcript('t1', 2, 63_000)],
     });
     const faults: FaultRecord[] = [
